@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The one test command: sets up (or reuses) .venv, installs everything, runs pytest.
+# Extra arguments go to pytest, e.g. ./scripts/test.sh -k parity -x
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PY="$VENV/bin/python"
+if [ ! -x "$PY" ]; then
+    python3 -m venv "$VENV"
+fi
+# torch first and pinned: on this machine kind 2.13.0 is the CPU build on local disk;
+# an unpinned torch would pull a multi-GB CUDA build.
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+    "$PY" -m pip install -q torch==2.13.0
+fi
+"$PY" -m pip install -q -r requirements-dev.txt
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = "0" ]; then
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+    else
+        echo "warning: /usr/bin/chromium missing and not root; browser tests will be skipped" >&2
+    fi
+fi
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+exec "$PY" -m pytest "$@"

@@ -1,0 +1,43 @@
+"""Shared fixtures: where the parity data lives, and a repo-root path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def _parity_root() -> Path:
+    configured = os.environ.get("MOSS_TTS_PARITY_DIR")
+    if configured:
+        return Path(configured).resolve()
+    return (REPO_ROOT / ".." / "shared" / "moss_tts_nano_data").resolve()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The shared MOSS-TTS-Nano data directory (real tokenizer, configs, clips, parity vectors).
+
+    Skips when absent; fails instead when MOSS_TTS_REQUIRE_PARITY=1 (CI sets it).
+    """
+    root = _parity_root()
+    if not (root / "parity").is_dir():
+        message = (
+            f"parity data not found at {root}: set MOSS_TTS_PARITY_DIR to the moss_tts_nano_data "
+            "directory (default ../shared/moss_tts_nano_data from the repo root)"
+        )
+        if os.environ.get("MOSS_TTS_REQUIRE_PARITY") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return root
+
+
+@pytest.fixture(scope="session")
+def parity_dir(data_dir: Path) -> Path:
+    return data_dir / "parity"

@@ -1,0 +1,158 @@
+"""Fixtures for the end-to-end tests: one `python app.py` per session, one headless Chromium.
+
+Loaded as a plugin (`pytest_plugins = ["e2e_helpers"]` in the test modules) so that every module
+shares the same app process. The app runs the tiny parity checkpoints from the shared data dir.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required",
+]
+STARTUP_TIMEOUT_S = 150
+
+
+@dataclass
+class AppServer:
+    url: str  # ends with "/"
+    process: subprocess.Popen
+    log_path: Path
+
+    def health(self) -> dict:
+        return httpx.get(self.url + "health", timeout=10).json()
+
+    def log_tail(self, num_chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-num_chars:]
+
+    def wait_for_idle(self, timeout_s: float = 10.0) -> dict:
+        """Poll /health until no stream is active or queued; returns the last health."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            health = self.health()
+            if health["active_streams"] == 0 and health["queued"] == 0:
+                return health
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine still busy after {timeout_s} s: {health}")
+            time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def app_command(data_dir: Path) -> list[str]:
+    return [
+        sys.executable, "app.py",
+        "--lm", str(data_dir / "parity" / "tiny_lm"),
+        "--codec", str(data_dir / "parity" / "tiny_codec"),
+        "--tokenizer", str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
+        "--voices-dir", str(data_dir / "presets"),
+    ]
+
+
+@pytest.fixture(scope="session")
+def app_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """`python app.py` as a user starts it (PORT from the environment), polled until the model is ready."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = free_port()
+    env = {
+        **os.environ, "PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1", "MOSS_TTS_CACHE_DIR": str(tmp_path_factory.mktemp("cache")),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("SPACE_ID", None)
+    log_path = ARTIFACTS / "app.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(app_command(data_dir), cwd=REPO_ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    server = AppServer(url=f"http://127.0.0.1:{port}/", process=process, log_path=log_path)
+    try:
+        _wait_until_ready(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_ready(server: AppServer) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    status = "no answer"
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"app.py exited with {server.process.returncode}:\n{server.log_tail()}")
+        try:
+            health = server.health()
+            status = health.get("status")
+            if status == "ready":
+                return
+            if status == "failed":
+                pytest.fail(f"model failed to load: {health.get('error')}\n{server.log_tail()}")
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"app not ready after {STARTUP_TIMEOUT_S} s (last status: {status}):\n{server.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def artifacts_dir() -> Path:
+    """test-artifacts/ (gitignored): app log, screenshots, downloads."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium through Playwright's own driver (never `playwright install`)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} not found: install Debian's chromium package to run the browser tests")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def browser_context(browser, request):
+    """A fresh context per test; a screenshot of every page is kept under test-artifacts/."""
+    context = browser.new_context(viewport={"width": 1360, "height": 1000}, accept_downloads=True)
+    errors: list[str] = []
+    context.on("page", lambda page: page.on("pageerror", lambda exc: errors.append(str(exc))))
+    # Nothing may leave the machine, and no page asset may be missing (API errors are tested apart).
+    context.on("request", lambda r: None if r.url.startswith(("http://127.0.0.1", "data:", "blob:"))
+               else errors.append(f"external request {r.url}"))
+    context.on("response", lambda r: errors.append(f"HTTP {r.status} for {r.url}")
+               if r.status >= 400 and "/api/" not in r.url else None)
+    yield context
+    name = re.sub(r"[^\w.-]+", "_", request.node.name)
+    for index, page in enumerate(context.pages):
+        suffix = f"-{index}" if index else ""
+        try:
+            page.screenshot(path=str(ARTIFACTS / f"{name}{suffix}.png"), full_page=True)
+        except Exception as exc:  # a screenshot is a convenience; never mask the test's own result
+            print(f"screenshot of {name} failed: {exc}")
+    context.close()
+    assert not errors, f"JavaScript errors in the page: {errors}"

@@ -1,0 +1,155 @@
+"""Streaming decode: equals offline for any chunking, batched rows are independent, reset isolates rows.
+
+The tiny codec's windows are 15/20/30/40 tokens (3.75/2.5/1.9/1.25 frames), so a dozen frames already
+wraps every ring several times.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import load_file
+
+from tts_core.model.codec import MossAudioCodec
+from tts_core.model.codec_loading import load_codec
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """The tiny codec's ops are too small to gain from threads; on a shared 2-core box they only lose."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def vectors(parity_dir: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(parity_dir / "tiny_codec_vectors.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def tiny(parity_dir: Path) -> MossAudioCodec:
+    return load_codec(parity_dir / "tiny_codec")
+
+
+@pytest.fixture(scope="module")
+def zh1_codes(data_dir: Path) -> torch.Tensor:
+    return torch.from_numpy(np.load(data_dir / "codec" / "zh_1.prompt_codes.npy")).t()[None]  # [1, 16, 99]
+
+
+def _stream(codec: MossAudioCodec, codes: torch.Tensor, chunks: list[int], **state_kwargs) -> torch.Tensor:
+    state = codec.new_decode_state(codes.shape[0], **state_kwargs)
+    out, start = [], 0
+    for size in chunks:
+        piece = codec.decode_step(codes[:, :, start : start + size], state)
+        assert piece.shape == (codes.shape[0], 2, 3840 * size)
+        out.append(piece)
+        start += size
+    assert start == codes.shape[-1]
+    return torch.cat(out, dim=-1)
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return (a - b).abs().max().item()
+
+
+@pytest.mark.parametrize("frames_per_call", [1, 3])
+def test_stream_matches_reference_sessions(tiny, vectors, frames_per_call: int) -> None:
+    codes = vectors["decode.input_codes"][None]  # [1, 16, 12]
+    streamed = _stream(tiny, codes, [frames_per_call] * (12 // frames_per_call))[0]
+    reference = vectors[f"decode_stream_session_{frames_per_call}frame.audio"]
+    assert _max_diff(streamed, reference) < ATOL
+    assert _max_diff(streamed, vectors["decode_offline.audio"]) < ATOL
+    assert _max_diff(streamed, tiny.decode(codes)[0]) < ATOL
+
+
+def test_long_stream_wraps_rings_and_keeps_memory_fixed(tiny, zh1_codes) -> None:
+    codes = zh1_codes[:, :, :40]
+    state = tiny.new_decode_state(1)
+    shapes = [tuple(k.shape) for stage in state.stages for k in stage.keys]
+    streamed = torch.cat([tiny.decode_step(codes[:, :, i : i + 1], state) for i in range(40)], dim=-1)
+    assert _max_diff(streamed, tiny.decode(codes)) < ATOL
+    assert [tuple(k.shape) for stage in state.stages for k in stage.keys] == shapes
+    assert state.frames_decoded.tolist() == [40]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), per_pass=st.sampled_from([1, 2, 4]))
+def test_any_chunking_equals_offline(tiny, vectors, data, per_pass: int) -> None:
+    codes = vectors["decode.input_codes"][None]
+    chunks, left = [], 12
+    while left:
+        size = data.draw(st.integers(1, left), label="chunk")
+        chunks.append(size)
+        left -= size
+    streamed = _stream(tiny, codes, chunks, max_frames_per_pass=per_pass)
+    assert _max_diff(streamed[0], vectors["decode_offline.audio"]) < ATOL
+
+
+def test_batched_rows_at_different_offsets_equal_single_rows(tiny, vectors, zh1_codes) -> None:
+    a = vectors["decode.input_codes"][None]  # row 0
+    b = zh1_codes[:, :, :12]  # row 1, started 5 frames later
+    alone_a = _stream(tiny, a, [1] * 12)
+    alone_b = _stream(tiny, b, [1] * 12)
+    state = tiny.new_decode_state(2)
+    both = torch.cat([a, b])
+    idle = torch.tensor([True, False])
+    head = tiny.decode_step(both[:, :, :5], state, active=idle)  # only row 0 advances
+    assert state.frames_decoded.tolist() == [5, 0]
+    assert torch.all(head[1] == 0)
+    outs_a, outs_b = [head[0]], []
+    for step in range(7):  # row 0 at frames 5..11 while row 1 runs frames 0..6: different offsets
+        codes = torch.stack([a[0, :, 5 + step : 6 + step], b[0, :, step : step + 1]])
+        piece = tiny.decode_step(codes, state)
+        outs_a.append(piece[0])
+        outs_b.append(piece[1])
+    assert _max_diff(torch.cat(outs_a, -1), alone_a[0]) < ATOL
+    tail = tiny.decode_step(
+        torch.stack([b[0, :, 7:12], b[0, :, 7:12]]), state, active=torch.tensor([False, True])
+    )
+    outs_b.append(tail[1])
+    assert _max_diff(torch.cat(outs_b, -1), alone_b[0]) < ATOL
+    assert state.frames_decoded.tolist() == [12, 12]
+
+
+def test_reset_rows_is_isolated(tiny, vectors, zh1_codes) -> None:
+    a = vectors["decode.input_codes"][None]
+    b = zh1_codes[:, :, 20:32]
+    state = tiny.new_decode_state(2)
+    both = torch.cat([a, b])
+    first = tiny.decode_step(both[:, :, :6], state)
+    state.reset([0])  # forget row 0 only
+    assert state.frames_decoded.tolist() == [0, 6]
+    second = tiny.decode_step(torch.stack([a[0, :, :6], b[0, :, 6:12]]), state)
+    # row 1 continues as if nothing happened; row 0 restarts from an empty state
+    assert _max_diff(torch.cat([first[1], second[1]], -1), tiny.decode(b)[0]) < ATOL
+    assert _max_diff(second[0], tiny.decode(a[:, :, :6])[0]) < ATOL
+    idle = tiny.decode_step(both[:, :, :2], state, active=torch.tensor([False, False]))
+    assert idle.shape == (2, 2, 7680) and not idle.any() and state.frames_decoded.tolist() == [6, 12]
+    state.reset(torch.tensor([False, True]))
+    assert state.frames_decoded.tolist() == [6, 0]
+    state.reset()
+    assert state.frames_decoded.tolist() == [0, 0]
+    assert all(bool((stage.positions == -1).all()) for stage in state.stages)
+
+
+def test_decode_step_validates_input(tiny) -> None:
+    state = tiny.new_decode_state(2)
+    with pytest.raises(ValueError, match="batch"):
+        tiny.decode_step(torch.zeros(1, 16, 1, dtype=torch.long), state)
+    with pytest.raises(ValueError, match=r"\[0, 1024\)"):
+        tiny.decode_step(torch.full((2, 16, 1), 1024), state)
+    with pytest.raises(ValueError, match="codes must be"):
+        tiny.decode_step(torch.zeros(2, 17, 1, dtype=torch.long), state)
+    with pytest.raises(ValueError, match="active"):
+        tiny.decode_step(torch.zeros(2, 16, 1, dtype=torch.long), state, active=torch.tensor([True]))
+    assert state.frames_decoded.tolist() == [0, 0]

@@ -1,0 +1,278 @@
+"""End to end: `python app.py` (tiny checkpoints) + the Gradio page in headless Chromium.
+
+A real click in the page, audio streamed through the AudioWorklet player; the assertions read
+`window.playerStats` in the player iframe and compare it with what the server sent.
+Screenshots of every page are kept under test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+pytest_plugins = ["e2e_helpers"]
+pytestmark = pytest.mark.e2e
+
+SAMPLES_PER_FRAME = 3840
+LONG_TEXT = " ".join(f"Sentence number {i} keeps this stream going for quite a while." for i in range(30))
+DONE_STATES = "['finished', 'stopped', 'error']"
+
+
+# ---- page helpers ---------------------------------------------------------------------------------
+
+
+def open_studio(context, app_server):
+    """The Gradio page, ready (voices loaded), with its player iframe pre-warmed."""
+    page = context.new_page()
+    page.goto(app_server.url)
+    page.wait_for_selector("#model-status:has-text('Ready')", timeout=30_000)
+    page.wait_for_function("document.querySelector('#voice-select input')?.value", timeout=10_000)
+    frame = player_frame(page)
+    frame.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
+    return page, frame
+
+
+def player_frame(page):
+    page.wait_for_selector("#moss-player")
+    deadline = time.monotonic() + 10
+    while (frame := page.frame(url=re.compile(r"/player/player\.html"))) is None:
+        assert time.monotonic() < deadline, "player iframe did not load"
+        time.sleep(0.05)
+    frame.wait_for_load_state()
+    return frame
+
+
+def stats(frame) -> dict:
+    return frame.evaluate("JSON.parse(JSON.stringify(window.playerStats))")
+
+
+def wait_done(frame, timeout_ms: int = 60_000) -> dict:
+    frame.wait_for_function(f"{DONE_STATES}.includes(window.playerStats.state)", timeout=timeout_ms)
+    return stats(frame)
+
+
+def set_max_seconds(page, seconds: float) -> None:
+    """Advanced sampling → Maximum length, so a test plays a known, short clip."""
+    page.get_by_text("Advanced sampling").click()
+    box = page.locator("#max-seconds input[type=number]")
+    box.fill(str(seconds))
+    box.press("Enter")
+    page.locator("#max-seconds input[type=number]").blur()
+
+
+def pick_voice(page, name: str) -> None:
+    page.click("#voice-select input")
+    page.get_by_role("option", name=re.compile(rf"· {re.escape(name)} —")).click()
+
+
+def generate(page, button: str = "#generate-btn"):
+    """Click and return the /api/tts/stream response the player made."""
+    with page.expect_response(lambda r: "/api/tts/stream" in r.url, timeout=30_000) as info:
+        page.click(button)
+    return info.value
+
+
+def generated_pcm(app_server, response) -> np.ndarray:
+    """What the server generates for the request the player made, as [n, 2] float32.
+
+    The request carries an explicit seed, so asking again over plain HTTP gives the same samples;
+    this is an independent count of "samples generated" to compare with what the worklet played.
+    """
+    assert response.request.post_data_json.get("seed") is not None
+    again = httpx.post(app_server.url + "api/tts/stream", json=response.request.post_data_json, timeout=60)
+    assert again.status_code == 200
+    assert again.headers["x-sample-rate"] == "48000" and again.headers["x-channels"] == "2"
+    return np.frombuffer(again.content, dtype="<f4").reshape(-1, 2)  # interleaved L R
+
+
+def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
+    """Every generated frame went through the worklet, at 48 kHz, in two channels, without a gap."""
+    assert s["state"] == "finished", s
+    assert s["workletLoaded"] and s["sampleRate"] == 48_000 and not s["resampling"]
+    assert s["streamSampleRate"] == 48_000 and s["streamChannels"] == 2 and s["streamFormat"] == "f32le"
+    assert s["outputChannels"] == 2 and s["destinationChannels"] == 2
+    assert len(pcm) > 0
+    assert s["bytesReceived"] == pcm.size * 4
+    assert s["framesReceived"] == len(pcm) == s["framesRendered"]
+    assert s["underruns"] == 0 and s["underrunFrames"] == 0
+    assert s["trailingBytes"] == 0
+    # The worklet rendered these very samples, per channel (not a mono mix): same energy on L and R,
+    # and the same L-R difference as the source.
+    src = pcm.astype(np.float64)
+    assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=1e-3, abs=1e-6)
+    assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=1e-3, abs=1e-6)
+    diff = float(np.sqrt(((src[:, 0] - src[:, 1]) ** 2).mean()))
+    assert s["rmsDiff"] == pytest.approx(diff, rel=1e-2, abs=1e-6)
+    assert 0 < s["ttfpMs"] < 60_000 and s["ttfbMs"] <= s["ttfpMs"]
+    assert 0 < s["rtf"] < 100 and s["xRealtime"] == pytest.approx(1 / s["rtf"])
+    assert s["audioSeconds"] == pytest.approx(len(pcm) / 48_000)
+
+
+# ---- tests --------------------------------------------------------------------------------------
+
+
+def test_generate_with_a_preset_plays_every_frame_gaplessly(browser_context, app_server):
+    page, frame = open_studio(browser_context, app_server)
+    voices = app_server_voices(app_server)
+    chosen = next(v for v in voices["voices"] if v["available"] and v["name"] != voices["default"])["name"]
+    pick_voice(page, chosen)
+    page.fill("#tts-text textarea", "Hello from the studio.")
+    assert "22 / " in page.inner_text("#char-count")
+
+    response = generate(page)
+    assert response.status == 200
+    headers = response.all_headers()
+    assert headers["x-sample-rate"] == "48000" and headers["x-channels"] == "2"
+    assert headers["x-sample-format"] == "f32le"
+    request = response.request.post_data_json
+    assert request["voice"] == chosen and request["text"] == "Hello from the studio."
+    assert request.get("max_frames") is None  # automatic length, proportional to the text
+
+    s = wait_done(frame)
+    pcm = generated_pcm(app_server, response)
+    assert_played_everything(s, pcm)
+    assert s["requestId"] == headers["x-request-id"]
+    assert s["label"] == chosen
+    assert len(pcm) % SAMPLES_PER_FRAME == 0
+    # The metrics are on screen, not only on window.
+    assert re.fullmatch(r"\d+ ms", frame.inner_text("#m-ttfp"))
+    assert re.fullmatch(r"\d+\.\d\d", frame.inner_text("#m-rtf"))
+    assert re.fullmatch(r"\d+\.\d ×|\d+\.\d×", frame.inner_text("#m-speed"))
+    assert frame.inner_text("#m-underruns") == "0"
+    assert frame.inner_text("#state") == "Done"
+
+
+def test_stop_mid_stream_silences_and_cancels(browser_context, app_server):
+    page, frame = open_studio(browser_context, app_server)
+    before = app_server.wait_for_idle()
+    page.fill("#tts-text textarea", LONG_TEXT)
+    response = generate(page)
+    assert response.status == 200
+    frame.wait_for_function("window.playerStats.framesRendered > 48000 * 0.3", timeout=30_000)
+    page.click("#stop-btn")
+    s = wait_done(frame, timeout_ms=5_000)
+    assert s["state"] == "stopped"
+    # The worklet confirms: faded out, ring cleared, silent.
+    frame.wait_for_function("window.playerStats.workletState === 'idle'", timeout=2_000)
+    rendered = stats(frame)["framesRendered"]
+    time.sleep(0.5)
+    assert stats(frame)["framesRendered"] == rendered, "audio kept playing after Stop"
+    assert frame.inner_text("#state") == "Stopped"
+    after = app_server.wait_for_idle(timeout_s=10)
+    # The server saw the disconnect: the request was cancelled, not run to its end.
+    assert after["cancelled"] == before["cancelled"] + 1, (before, after)
+    assert not frame.is_disabled("#download")  # what was heard can still be saved
+
+
+def test_uploaded_clip_clones_a_voice(browser_context, app_server, data_dir):
+    page, frame = open_studio(browser_context, app_server)
+    page.get_by_role("tab", name="Clone a voice").click()
+    page.set_input_files("#ref-audio input[type=file]", str(data_dir / "finetune_sample" / "7.wav"))
+    page.wait_for_selector("#ref-info:has-text('Reference:')", timeout=15_000)
+    set_max_seconds(page, 1.5)
+    page.fill("#tts-text textarea", "A voice cloned from a short clip.")
+
+    response = generate(page)
+    assert response.status == 200
+    request = response.request.post_data_json
+    assert request.get("ref_audio_id") and not request.get("voice")
+    assert request["max_frames"] == 18  # at most 1.5 s
+    s = wait_done(frame)
+    pcm = generated_pcm(app_server, response)
+    assert_played_everything(s, pcm)
+    assert len(pcm) == 18 * SAMPLES_PER_FRAME
+    assert s["label"] == "your reference clip"
+
+
+def test_empty_text_shows_an_error_in_the_page(browser_context, app_server):
+    page, frame = open_studio(browser_context, app_server)
+    streams: list[str] = []
+    page.on("request", lambda r: streams.append(r.url) if "/api/tts/stream" in r.url else None)
+    page.fill("#tts-text textarea", "   ")
+    page.click("#generate-btn")
+    message = page.locator("#tts-message")
+    message.wait_for(state="visible")
+    page.wait_for_selector("#tts-message:has-text('empty')", timeout=10_000)
+    assert "text" in message.inner_text().lower()
+    time.sleep(0.3)
+    assert not streams and stats(frame)["runs"] == 0
+
+
+def test_voice_audition_plays_each_voice_in_turn(browser_context, app_server):
+    page, frame = open_studio(browser_context, app_server)
+    set_max_seconds(page, 1.0)
+    page.get_by_role("tab", name="Voice audition").click()
+    boxes = page.locator("#audition-voices input[type=checkbox]")
+    checked = [i for i in range(boxes.count()) if boxes.nth(i).is_checked()]
+    assert len(checked) >= 2
+    for i in checked[2:]:
+        boxes.nth(i).uncheck()
+    labels = page.locator("#audition-voices label")
+    expected = [re.search(r"· (.+?) —", labels.nth(i).inner_text()).group(1) for i in checked[:2]]
+
+    page.click("#audition-btn")
+    frame.wait_for_function("window.playerStats.completed.length === 2", timeout=60_000)
+    s = wait_done(frame)
+    assert s["state"] == "finished"
+    assert [c["label"] for c in s["completed"]] == expected
+    for item in s["completed"]:
+        assert item["frames"] == 12 * SAMPLES_PER_FRAME == item["framesRendered"]  # at most 1 s
+        assert item["underruns"] == 0 and item["ttfpMs"] > 0
+
+
+def test_replay_and_wav_download(browser_context, app_server, artifacts_dir):
+    soundfile = pytest.importorskip("soundfile")
+    page, frame = open_studio(browser_context, app_server)
+    set_max_seconds(page, 1.0)
+    page.fill("#tts-text textarea", "Play it again.")
+    response = generate(page)
+    first = wait_done(frame)
+    pcm = generated_pcm(app_server, response)
+    assert_played_everything(first, pcm)
+
+    frame.click("#replay")
+    frame.wait_for_function(f"window.playerStats.runs === {first['runs'] + 1}")
+    again = wait_done(frame)
+    assert again["state"] == "finished" and again["framesRendered"] == len(pcm)
+    assert again["underruns"] == 0 and again["label"].endswith("(replay)")
+
+    with page.expect_download() as info:
+        frame.click("#download")
+    path = artifacts_dir / "download.wav"
+    info.value.save_as(path)
+    audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    assert rate == 48_000 and audio.shape == pcm.shape
+    np.testing.assert_array_equal(audio, pcm)  # float32 WAV: bit-exact
+
+
+def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context, app_server):
+    page = browser_context.new_page()
+    page.goto(app_server.url + "player/player.html?ctxRate=44100&max_frames=12&seed=5")
+    page.wait_for_function("document.querySelector('#voice').options.length > 1")
+    page.wait_for_function("window.playerStats.workletLoaded")
+    page.fill("#text", "Resampled in the worklet.")
+    page.click("#start")
+    s = wait_done(page.main_frame)
+    assert s["state"] == "finished", s
+    assert s["sampleRate"] == 44_100 and s["resampling"] and s["streamSampleRate"] == 48_000
+    assert s["framesReceived"] == 12 * SAMPLES_PER_FRAME
+    assert abs(s["framesRendered"] - round(s["framesReceived"] * 44_100 / 48_000)) <= 2
+    assert s["underruns"] == 0 and s["outputChannels"] == 2
+
+
+def test_player_shows_server_errors(browser_context, app_server):
+    page = browser_context.new_page()
+    page.goto(app_server.url + "player/player.html")
+    page.wait_for_function("window.playerStats.workletLoaded")
+    page.evaluate("window.mossPlayer.play({items: [{label: 'x', request: {text: 'hi', voice: 'NoSuchVoice'}}]})")
+    s = wait_done(page.main_frame)
+    assert s["state"] == "error"
+    assert "NoSuchVoice" in page.inner_text("#message") and "voice" in s["error"]
+
+
+def app_server_voices(app_server) -> dict:
+    return httpx.get(app_server.url + "api/voices", timeout=10).json()

@@ -1,0 +1,102 @@
+"""Scheduler (pure Python) and pacing: admission, retirement, slot reuse, fairness, queue limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from tts_core.engine.pacing import default_max_frames, frame_budget, playback_lead_s
+from tts_core.engine.scheduler import Scheduler
+from tts_core.errors import QueueFullError
+
+
+def test_admits_fifo_into_lowest_free_slots() -> None:
+    sched = Scheduler(num_slots=2, max_queue=4)
+    for name in "abcd":
+        sched.submit(name)
+    assert sched.admit() == [("a", 0), ("b", 1)]
+    assert sched.num_waiting == 2 and sched.num_running == 2
+    assert sched.admit() == []  # nothing free
+
+
+def test_finished_slot_is_reused_by_the_oldest_waiter() -> None:
+    sched = Scheduler(num_slots=2, max_queue=4)
+    for name in "abcd":
+        sched.submit(name)
+    sched.admit()
+    assert sched.finish("a") == 0
+    assert sched.admit() == [("c", 0)]
+    assert sched.finish("b", cancelled=True) == 1
+    assert sched.admit() == [("d", 1)]
+    assert sched.stats.finished == 1 and sched.stats.cancelled == 1 and sched.stats.admitted == 4
+
+
+def test_queue_limit_refuses_with_queue_full() -> None:
+    sched = Scheduler(num_slots=1, max_queue=1)
+    sched.submit("a")
+    sched.admit()
+    sched.submit("b")
+    with pytest.raises(QueueFullError) as info:
+        sched.submit("c")
+    assert info.value.status_code == 503 and info.value.retry_after_s > 0
+    assert sched.stats.refused == 1
+    # Once a slot frees, the queue drains and new work is accepted again.
+    sched.finish("a")
+    assert sched.admit() == [("b", 0)]
+    sched.submit("c")
+
+
+def test_zero_queue_still_accepts_while_slots_are_free() -> None:
+    sched = Scheduler(num_slots=2, max_queue=0)
+    sched.submit("a")
+    sched.submit("b")
+    with pytest.raises(QueueFullError):
+        sched.submit("c")
+
+
+def test_cancel_while_waiting_removes_from_queue() -> None:
+    sched = Scheduler(num_slots=1, max_queue=2)
+    sched.submit("a")
+    sched.submit("b")
+    sched.admit()
+    assert sched.finish("b", cancelled=True) is None
+    assert sched.num_waiting == 0
+    assert sched.finish("unknown") is None
+
+
+def test_duplicate_submit_is_a_bug() -> None:
+    sched = Scheduler(num_slots=1, max_queue=2)
+    sched.submit("a")
+    with pytest.raises(ValueError):
+        sched.submit("a")
+
+
+def test_fairness_under_churn() -> None:
+    """Every submitted stream is admitted exactly once, in submission order."""
+    sched = Scheduler(num_slots=3, max_queue=100)
+    order = [f"s{i}" for i in range(20)]
+    for name in order:
+        sched.submit(name)
+    admitted: list[str] = []
+    while len(admitted) < len(order):
+        batch = sched.admit()
+        admitted.extend(name for name, _ in batch)
+        for name, _ in batch[:1]:
+            sched.finish(name)
+        for name in list(sched.running())[:2]:
+            sched.finish(name)
+    assert admitted == order
+
+
+def test_frame_budget_grows_with_lead() -> None:
+    assert frame_budget(None) == 1
+    assert frame_budget(-0.5) == 1
+    assert frame_budget(0.3) == 2
+    assert frame_budget(0.8) == 4
+    assert frame_budget(5.0) == 8
+    assert playback_lead_s(1.0, None, 10.0) is None
+    assert playback_lead_s(1.0, 9.5, 10.0) == pytest.approx(0.5)
+
+
+def test_default_max_frames_is_proportional_and_capped() -> None:
+    assert default_max_frames(1) < default_max_frames(10) < default_max_frames(40)
+    assert default_max_frames(10_000) == 375

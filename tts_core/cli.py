@@ -1,0 +1,115 @@
+"""Command line: `python -m tts_core {say, make-tiny-checkpoint, bench}`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .errors import TTSError
+
+logger = logging.getLogger("tts_core.cli")
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lm", default=os.environ.get("MOSS_TTS_LM", "OpenMOSS-Team/MOSS-TTS-Nano"),
+                        help="LM Hub id or local directory (env MOSS_TTS_LM)")
+    parser.add_argument("--codec", default=os.environ.get("MOSS_TTS_CODEC", "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano"),
+                        help="codec Hub id or local directory (env MOSS_TTS_CODEC)")
+    parser.add_argument("--tokenizer", default=os.environ.get("MOSS_TTS_TOKENIZER"),
+                        help="tokenizer.model path (default: the one in the LM directory)")
+    parser.add_argument("--voices-dir", default=os.environ.get("MOSS_TTS_VOICES_DIR"),
+                        help="folder with the presets' reference clips (env MOSS_TTS_VOICES_DIR)")
+    parser.add_argument("--device", default=os.environ.get("MOSS_TTS_DEVICE", "auto"))
+    parser.add_argument("--dtype", default=os.environ.get("MOSS_TTS_DTYPE", "auto"))
+
+
+def _cmd_say(args: argparse.Namespace) -> int:
+    from .audio import encode_audio
+    from .config import EngineConfig, SamplingParams
+    from .synthesizer import Synthesizer
+    from .types import SynthesisRequest, Voice
+
+    synth = Synthesizer.from_pretrained(args.lm, args.codec, device=args.device, dtype=args.dtype,
+                                        tokenizer=args.tokenizer, voices_dir=args.voices_dir,
+                                        engine_config=EngineConfig(max_active_streams=1), warmup=False,
+                                        report=lambda line: logger.info("%s", line))
+    try:
+        if args.ref_audio:
+            voice = Voice.from_audio(args.ref_audio, transcript=args.ref_text)
+        else:
+            voice = Voice.preset(args.voice) if args.voice else None
+        mode = "continuation" if args.ref_text else "voice_clone"
+        sampling = SamplingParams.greedy() if args.greedy else SamplingParams()
+        request = SynthesisRequest(text=args.text, voice=voice, mode=mode, sampling=sampling, seed=args.seed,
+                                   max_frames=args.max_frames)
+        result = synth.synthesize(request)
+    finally:
+        synth.close()
+    fmt = Path(args.output).suffix.lstrip(".").lower() or "wav"
+    Path(args.output).write_bytes(encode_audio(result.pcm, result.sample_rate, fmt))
+    t = result.timings
+    logger.info("wrote %s: %.2f s of audio in %.2f s (first audio after %.3f s, RTF %.3f)", args.output,
+                t.audio_s, t.elapsed_s, t.first_audio_s or float("nan"), t.rtf or float("nan"))
+    return 0
+
+
+def _cmd_make_tiny(args: argparse.Namespace) -> int:
+    from .tiny import make_tiny_checkpoint
+
+    lm_dir, codec_dir = make_tiny_checkpoint(Path(args.directory), tokenizer=args.tokenizer, seed=args.seed)
+    logger.info("tiny LM written to %s, tiny codec to %s", lm_dir, codec_dir)
+    print(f"--lm {lm_dir} --codec {codec_dir}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tts_core", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    say = sub.add_parser("say", help="synthesize text to an audio file")
+    say.add_argument("text")
+    say.add_argument("--voice", help="preset name (default: the catalog's default voice)")
+    say.add_argument("--ref-audio", help="reference clip to clone (wav/flac/mp3/ogg)")
+    say.add_argument("--ref-text", help="transcript of --ref-audio (switches to continuation mode)")
+    say.add_argument("-o", "--output", default="out.wav", help="output file; format from the suffix")
+    say.add_argument("--seed", type=int)
+    say.add_argument("--greedy", action="store_true", help="argmax decoding (deterministic)")
+    say.add_argument("--max-frames", type=int)
+    _add_model_flags(say)
+    say.set_defaults(func=_cmd_say)
+
+    tiny = sub.add_parser("make-tiny-checkpoint", help="write a small random LM + codec pair for offline runs")
+    tiny.add_argument("directory")
+    tiny.add_argument("--tokenizer", default=os.environ.get("MOSS_TTS_TOKENIZER"),
+                      help="tokenizer.model to put next to the tiny LM (required unless found automatically)")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(func=_cmd_make_tiny)
+
+    bench = sub.add_parser("bench", help="measure TTFP / RTF with full-size random weights")
+    from .bench import add_bench_args
+
+    add_bench_args(bench)
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except TTSError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2

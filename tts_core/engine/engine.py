@@ -1,0 +1,260 @@
+"""The engine loop: one thread owns the model; every iteration is schedule -> run -> publish.
+
+Each running stream gets one frame per iteration (a batched LM step over all running streams),
+its frames are decoded by the codec in chunks whose size follows `pacing.frame_budget`, and the
+chunks go to the stream's own queue. Cancelled or finished streams leave the batch at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..config import EngineConfig
+from ..errors import TTSError
+from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, Timings
+from .pacing import frame_budget, playback_lead_s
+from .runner import Runner
+from .scheduler import Scheduler
+from .types import StreamHandle, StreamJob, StreamStatus
+
+logger = logging.getLogger(__name__)
+
+_END = None  # sentinel on an outbox: no more chunks
+
+
+@dataclass(slots=True)
+class _Live:
+    """Engine-side state of one running stream."""
+
+    handle: StreamHandle
+    slot: int
+    segment_index: int = 0
+    frames_in_segment: int = 0
+    segment_done: bool = False
+    pending: list[np.ndarray] = field(default_factory=list)
+    seq: int = 0
+    emitted_samples: int = 0
+    first_audio_at: float | None = None
+
+    @property
+    def job(self) -> StreamJob:
+        return self.handle.job
+
+    @property
+    def is_final_segment(self) -> bool:
+        return self.segment_index == len(self.job.segments) - 1
+
+
+class Engine:
+    """Continuous-batching engine around a `Runner`.
+
+    Args:
+        runner: owns the model, KV cache and codec state for `config.max_active_streams` slots.
+        config: limits (slots, queue).
+    """
+
+    def __init__(self, runner: Runner, config: EngineConfig):
+        self.runner = runner
+        self.config = config
+        self._scheduler = Scheduler(num_slots=runner.num_slots, max_queue=config.max_queue)
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._handles: dict[str, StreamHandle] = {}
+        self._live: dict[str, _Live] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
+        self._thread.start()
+
+    # ---- caller side (any thread) -------------------------------------------------------------
+
+    def submit(self, job: StreamJob) -> StreamHandle:
+        """Queue a job; raises QueueFullError at once when the engine cannot take it."""
+        handle = StreamHandle(job=job)
+        with self._wake:
+            if self._stopping:
+                raise TTSError("the engine is shutting down")
+            self._scheduler.submit(job.request_id)
+            self._handles[job.request_id] = handle
+            self._wake.notify()
+        return handle
+
+    def cancel(self, handle: StreamHandle) -> None:
+        handle.cancelled.set()
+        with self._wake:
+            self._wake.notify()
+
+    def stats(self) -> dict:
+        with self._lock:
+            s = self._scheduler.stats
+            return {
+                "active_streams": self._scheduler.num_running,
+                "queued": self._scheduler.num_waiting,
+                "max_active_streams": self._scheduler.num_slots,
+                "max_queue": self._scheduler.max_queue,
+                "submitted": s.submitted,
+                "finished": s.finished,
+                "cancelled": s.cancelled,
+                "refused": s.refused,
+            }
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join(timeout_s)
+
+    # ---- engine thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._stopping and not self._live and not self._scheduler.num_waiting:
+                    self._wake.wait(timeout=0.5)
+                    self._drop_cancelled_waiting()
+                if self._stopping:
+                    break
+            try:
+                self._iterate()
+            except Exception as exc:  # a bug must not kill the server: fail the running streams
+                logger.exception("engine iteration failed")
+                for live in list(self._live.values()):
+                    self._fail(live, exc)
+        for live in list(self._live.values()):
+            self._fail(live, TTSError("the engine was shut down"))
+
+    def _drop_cancelled_waiting(self) -> None:
+        for request_id, handle in list(self._handles.items()):
+            if handle.cancelled.is_set() and request_id not in self._live:
+                self._scheduler.finish(request_id, cancelled=True)
+                self._handles.pop(request_id, None)
+                handle.status = StreamStatus.CANCELLED
+                handle.outbox.put(_END)
+
+    def _iterate(self) -> None:
+        with self._lock:
+            self._drop_cancelled_waiting()
+            cancelled = [live for live in self._live.values() if live.handle.cancelled.is_set()]
+            admitted = self._scheduler.admit()
+        for live in cancelled:
+            self._retire(live, StreamStatus.CANCELLED)
+        for request_id, slot in admitted:
+            handle = self._handles[request_id]
+            live = _Live(handle=handle, slot=slot)
+            handle.status = StreamStatus.RUNNING
+            self._live[request_id] = live
+            try:
+                self.runner.begin_stream(slot, handle.job.sampling, handle.job.seed)
+                self._start_segment(live)
+            except Exception as exc:
+                logger.exception("could not start stream %s", request_id)
+                self._fail(live, exc)
+        self._generate()
+        self._decode_and_publish()
+        self._advance_segments()
+
+    def _start_segment(self, live: _Live) -> None:
+        segment = live.job.segments[live.segment_index]
+        self.runner.start_segment(live.slot, segment.rows, segment.prime_codes)
+        live.frames_in_segment = 0
+        live.segment_done = False
+
+    def _generate(self) -> None:
+        running = [live for live in self._live.values() if not live.segment_done]
+        if not running:
+            return
+        is_continue, codes = self.runner.step([live.slot for live in running])
+        for i, live in enumerate(running):
+            segment = live.job.segments[live.segment_index]
+            if not is_continue[i]:
+                live.segment_done = True
+                continue
+            live.pending.append(codes[i])
+            live.frames_in_segment += 1
+            if live.frames_in_segment >= segment.max_frames or self.runner.context_left(live.slot) <= 0:
+                live.segment_done = True
+
+    def _decode_and_publish(self) -> None:
+        now = time.monotonic()
+        groups: dict[int, list[_Live]] = defaultdict(list)
+        for live in self._live.values():
+            if not live.pending:
+                continue
+            if live.segment_done:
+                count = len(live.pending)  # flush the tail of the segment
+            else:
+                lead = playback_lead_s(live.emitted_samples / SAMPLE_RATE_HZ, live.first_audio_at, now)
+                budget = frame_budget(lead)
+                if len(live.pending) < budget:
+                    continue
+                count = budget
+            groups[count].append(live)
+        for count, lives in groups.items():
+            codes = np.stack([np.stack(live.pending[:count]) for live in lives])  # [B, n, 16]
+            pcm = self.runner.decode([live.slot for live in lives], codes)  # [B, 2, n*3840]
+            for i, live in enumerate(lives):
+                del live.pending[:count]
+                is_last = live.segment_done and not live.pending and live.is_final_segment
+                self._emit(live, pcm[i], codes[i], is_last=is_last)
+
+    def _advance_segments(self) -> None:
+        for live in list(self._live.values()):
+            if not live.segment_done or live.pending:
+                continue
+            if live.is_final_segment:
+                # The segment stopped right after a decode: close the stream with an empty chunk.
+                self._emit(live, np.zeros((NUM_CHANNELS, 0), np.float32), _NO_CODES, is_last=True)
+                continue
+            pause_s = live.job.segments[live.segment_index].pause_after_s
+            if pause_s > 0:
+                silence = np.zeros((NUM_CHANNELS, round(pause_s * SAMPLE_RATE_HZ)), np.float32)
+                self._emit(live, silence, _NO_CODES, is_last=False, is_pause=True)
+            live.segment_index += 1
+            try:
+                self._start_segment(live)
+            except Exception as exc:
+                logger.exception("could not start segment %d of %s", live.segment_index, live.job.request_id)
+                self._fail(live, exc)
+
+    def _emit(self, live: _Live, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool,
+              is_pause: bool = False) -> None:
+        now = time.monotonic()
+        if live.first_audio_at is None and pcm.shape[1] > 0:
+            live.first_audio_at = now
+        live.emitted_samples += pcm.shape[1]
+        submitted = live.job.submitted_at
+        timings = Timings(
+            first_audio_s=None if live.first_audio_at is None else live.first_audio_at - submitted,
+            elapsed_s=now - submitted,
+            audio_s=live.emitted_samples / SAMPLE_RATE_HZ,
+        )
+        chunk = AudioChunk(seq=live.seq, pcm=pcm, codes=codes, is_last=is_last, timings=timings,
+                           is_pause=is_pause, notice=live.job.notice if live.seq == 0 else None,
+                           request_id=live.job.request_id)
+        live.seq += 1
+        live.handle.outbox.put(chunk)
+        if is_last:
+            self._retire(live, StreamStatus.FINISHED)
+
+    def _retire(self, live: _Live, status: StreamStatus) -> None:
+        request_id = live.job.request_id
+        if self._live.pop(request_id, None) is None:
+            return
+        self.runner.release(live.slot)
+        with self._lock:
+            self._scheduler.finish(request_id, cancelled=status is StreamStatus.CANCELLED)
+            self._handles.pop(request_id, None)
+        live.handle.status = status
+        live.handle.outbox.put(_END)
+
+    def _fail(self, live: _Live, exc: BaseException) -> None:
+        live.handle.outbox.put(exc)
+        self._retire(live, StreamStatus.FAILED)
+
+
+_NO_CODES = np.zeros((0, 16), np.int64)

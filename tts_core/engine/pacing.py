@@ -1,0 +1,36 @@
+"""How many frames to decode per audio chunk: small while the listener is close to starving,
+larger once the stream is comfortably ahead of real time (LM.md §6 budget, tuned for a player
+that prebuffers). Pure functions.
+"""
+
+from __future__ import annotations
+
+FRAME_S = 0.08
+
+
+def frame_budget(lead_s: float | None) -> int:
+    """Frames to gather before the next codec decode, given how far audio is ahead of playback.
+
+    `lead_s` is None before the first chunk: then the first frame is decoded alone, so first audio
+    is as early as possible.
+    """
+    if lead_s is None or lead_s < 0.20:
+        return 1
+    if lead_s < 0.55:
+        return 2
+    if lead_s < 1.10:
+        return 4
+    return 8
+
+
+def playback_lead_s(emitted_audio_s: float, first_audio_at: float | None, now: float) -> float | None:
+    """Seconds of audio already handed out beyond what a real-time listener has played."""
+    if first_audio_at is None:
+        return None
+    return emitted_audio_s - (now - first_audio_at)
+
+
+def default_max_frames(num_text_tokens: int, *, cap: int = 375) -> int:
+    """Generation cap proportional to the text: the model can run on for tens of seconds on
+    very short text, so bound it by ~8 frames (0.64 s) per token plus 2 s, at most `cap` (30 s)."""
+    return max(1, min(cap, 25 + 8 * max(1, num_text_tokens)))

@@ -1,0 +1,58 @@
+"""Typed messages between the synthesizer front and the engine thread."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from ..config import SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One LM prompt of a request (long text is several segments spoken back to back).
+
+    Args:
+        rows: int64 [T, 17] prompt rows.
+        max_frames: generation cap for this segment (80 ms frames).
+        prime_codes: int64 [F, 16] reference codes to push through the codec first and discard
+            (continuation mode: the decoder must continue the reference audio, LM.md §4.4).
+        pause_after_s: silence emitted after this segment (0 for the last one).
+    """
+
+    rows: np.ndarray
+    max_frames: int
+    prime_codes: np.ndarray | None = None
+    pause_after_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamJob:
+    request_id: str
+    segments: tuple[Segment, ...]
+    sampling: SamplingParams
+    seed: int
+    submitted_at: float  # time.monotonic() when the caller asked
+    notice: str | None = None  # shown to the user with the first chunk (e.g. "clip trimmed to 20 s")
+
+
+class StreamStatus(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+@dataclass(slots=True)
+class StreamHandle:
+    """The caller's end of a stream: chunks (or an exception, then None) arrive on `outbox`."""
+
+    job: StreamJob
+    outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    status: StreamStatus = StreamStatus.WAITING

@@ -1,0 +1,118 @@
+"""Builds a ready Synthesizer: resolve checkpoints, load both models, voices, engine, warm-up."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .config import EngineConfig
+from .devices import configure_cpu_threads, resolve_device, resolve_lm_dtype
+from .engine.engine import Engine
+from .engine.runner import Runner
+from .errors import ModelLoadError
+from .model.checkpoint import resolve_checkpoint_dir
+from .model.codec_loading import load_codec
+from .model.lm_loading import load_lm
+from .tokenizer import TextTokenizer
+from .voices import VoiceBank, load_catalog
+
+if TYPE_CHECKING:
+    from .synthesizer import Synthesizer
+
+logger = logging.getLogger(__name__)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("MOSS_TTS_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "moss_tts_studio"
+    )
+    return Path(base)
+
+
+def checkpoint_fingerprint(directory: Path) -> str:
+    """Identifies a checkpoint (config + weight file names and sizes) for cache keys."""
+    digest = hashlib.sha256((directory / "config.json").read_bytes())
+    for file in sorted(directory.iterdir()):
+        if file.suffix in (".safetensors", ".bin"):
+            digest.update(f"{file.name}:{file.stat().st_size}".encode())
+    return digest.hexdigest()[:16]
+
+
+def _find_tokenizer(tokenizer: str | None, lm_dir: Path) -> Path:
+    if tokenizer:
+        path = Path(tokenizer).expanduser()
+        if not path.is_file():
+            raise ModelLoadError(f"tokenizer file {path} not found: pass the path of tokenizer.model")
+        return path
+    path = lm_dir / "tokenizer.model"
+    if not path.is_file():
+        raise ModelLoadError(
+            f"no tokenizer.model in {lm_dir}: pass --tokenizer /path/to/tokenizer.model "
+            "(the official checkpoint ships it next to config.json)"
+        )
+    return path
+
+
+def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: str, dtype: str,
+                      tokenizer: str | None, voices_dir: str | Path | None, engine_config: EngineConfig,
+                      cache_dir: str | Path | None, allow_download: bool | None, warmup: bool,
+                      report: Callable[[str], None]) -> Synthesizer:
+    torch_device = resolve_device(device)
+    lm_dtype = resolve_lm_dtype(dtype, torch_device)
+    configure_cpu_threads(torch_device)
+    if allow_download is None:
+        allow_download = os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True", "yes")
+
+    report(f"locating LM checkpoint {lm}…")
+    lm_dir = resolve_checkpoint_dir(lm, what="LM checkpoint")
+    report(f"locating codec checkpoint {codec}…")
+    codec_dir = resolve_checkpoint_dir(codec, what="codec checkpoint")
+    tokenizer_path = _find_tokenizer(tokenizer, lm_dir)
+
+    report(f"loading LM on {torch_device} ({str(lm_dtype).removeprefix('torch.')})…")
+    lm_model = load_lm(lm_dir, device=torch_device, dtype=lm_dtype)
+    report(f"loading codec on {torch_device} (float32)…")
+    codec_model = load_codec(codec_dir, device=torch_device, dtype=torch.float32)
+    text_tokenizer = TextTokenizer.from_file(tokenizer_path)
+
+    def encode_reference(pcm: np.ndarray) -> np.ndarray:
+        """float32 [2, n] at 48 kHz -> codes int64 [F, 16]."""
+        with torch.inference_mode():
+            wav = torch.as_tensor(pcm, dtype=torch.float32, device=torch_device)
+            return codec_model.encode_clip(wav).cpu().numpy().astype(np.int64)
+
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    voices = VoiceBank(
+        load_catalog(),
+        voices_dir=Path(voices_dir) if voices_dir else None,
+        cache_dir=cache_root / "voices",
+        encoder=encode_reference,
+        codec_fingerprint=checkpoint_fingerprint(codec_dir),
+        allow_download=allow_download,
+    )
+    runner = Runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
+                    max_context_rows=engine_config.max_context_rows, device=torch_device)
+    engine = Engine(runner, engine_config)
+    info = {
+        "lm": str(lm),
+        "codec": str(codec),
+        "device": str(torch_device),
+        "dtype": str(lm_dtype).removeprefix("torch."),
+        "codec_dtype": "float32",
+        "threads": torch.get_num_threads() if torch_device.type == "cpu" else None,
+    }
+    synth = cls(tokenizer=text_tokenizer, engine=engine, voices=voices, config=engine_config, info=info,
+                lm_config=lm_model.config)
+    if warmup:
+        report("warming up…")
+        synth.warmup()
+    logger.info("synthesizer ready: %s", json.dumps(info))
+    return synth

@@ -1,0 +1,175 @@
+"""Key/value caches and the attention over them.
+
+`KVCache` is the global transformer's static cache: per layer one K and one V buffer
+[num_slots, heads, max_len, head_dim] and a host-side length per slot. Each stream owns one slot;
+a slot's rows are only ever read or written through its own index, so streams never see each
+other. `LocalKVCache` is the local transformer's scratch cache for one frame (positions 0..n_vq).
+
+Keys are stored already rotated (RoPE is applied before caching, as in the reference).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class KVCache:
+    """Static per-slot cache of the global transformer.
+
+    Args:
+        num_layers, num_heads, head_dim: transformer geometry.
+        num_slots: concurrent streams.
+        max_len: rows per slot (prompt + generated).
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_slots: int,
+        num_heads: int,
+        max_len: int,
+        head_dim: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+    ):
+        if num_slots < 1 or max_len < 1:
+            raise ValueError(f"KVCache needs num_slots >= 1 and max_len >= 1, got {num_slots}, {max_len}")
+        shape = (num_slots, num_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        # Host-side bookkeeping: lengths drive positions and masks without device syncs.
+        self.lengths = torch.zeros(num_slots, dtype=torch.long)
+
+    @property
+    def num_slots(self) -> int:
+        return self.k[0].shape[0]
+
+    @property
+    def max_len(self) -> int:
+        return self.k[0].shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.k[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.k[0].dtype
+
+    def length(self, slot: int) -> int:
+        return int(self.lengths[slot])
+
+    def reset(self, slot: int) -> None:
+        """Forget slot `slot` (its stale rows are masked out by the length; other slots are untouched)."""
+        self._check_slot(slot)
+        self.lengths[slot] = 0
+
+    def reset_all(self) -> None:
+        self.lengths.zero_()
+
+    def advance(self, slots: list[int], count: int) -> None:
+        for slot in slots:
+            self.lengths[slot] += count
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"slot {slot} out of range: this cache has {self.num_slots} slots")
+
+    def check_room(self, slots: list[int], count: int) -> None:
+        for slot in slots:
+            self._check_slot(slot)
+            if self.length(slot) + count > self.max_len:
+                raise ValueError(
+                    f"slot {slot} holds {self.length(slot)} rows; adding {count} "
+                    f"exceeds max_len={self.max_len}: "
+                    "create the cache with a larger max_len (prompt rows + max frames)"
+                )
+
+
+class PrefillAttender:
+    """Appends S rows of one slot starting at `start` and attends causally over the slot's rows."""
+
+    def __init__(self, cache: KVCache, slot: int, start: int, length: int):
+        self.cache = cache
+        self.slot = slot
+        self.start = start
+        self.end = start + length
+        self.mask = None
+        if start > 0:
+            # Query i sits at position start + i and sees keys 0..start + i.
+            query_pos = torch.arange(start, self.end, device=cache.device)[:, None]
+            self.mask = torch.arange(self.end, device=cache.device)[None, :] <= query_pos  # [S, start+S]
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        keys, values = self.cache.k[layer], self.cache.v[layer]
+        keys[self.slot, :, self.start : self.end] = k[0]  # [nh, S, D]
+        values[self.slot, :, self.start : self.end] = v[0]
+        if self.mask is None:
+            # Fresh slot: the new rows are the whole context, plain causal attention.
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        past_k = keys[self.slot : self.slot + 1, :, : self.end]  # [1, nh, start+S, D]
+        past_v = values[self.slot : self.slot + 1, :, : self.end]
+        return F.scaled_dot_product_attention(q, past_k, past_v, attn_mask=self.mask)
+
+
+class DecodeAttender:
+    """Appends one row to each of B slots (each at its own length) and attends over each slot's rows."""
+
+    def __init__(self, cache: KVCache, slots: list[int], positions: list[int]):
+        device = cache.device
+        self.cache = cache
+        self.num_keys = max(positions) + 1
+        batch = len(slots)
+        self.slot_index = torch.tensor(slots, dtype=torch.long, device=device)
+        self.pos_index = torch.tensor(positions, dtype=torch.long, device=device)
+        # Consecutive slots can be read as a view instead of a gather copy.
+        first = slots[0]
+        self.slot_range = (first, first + batch) if slots == list(range(first, first + batch)) else None
+        self.mask = None
+        if len(set(positions)) > 1:
+            # Shorter streams must not see the stale rows beyond their own length.
+            keys_pos = torch.arange(self.num_keys, device=device)
+            self.mask = (keys_pos[None, :] <= self.pos_index[:, None])[:, None, None, :]  # [B, 1, 1, L]
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        keys, values = self.cache.k[layer], self.cache.v[layer]
+        keys[self.slot_index, :, self.pos_index] = k[:, :, 0]  # [B, nh, D]
+        values[self.slot_index, :, self.pos_index] = v[:, :, 0]
+        if self.slot_range is not None:
+            lo, hi = self.slot_range
+            past_k = keys[lo:hi, :, : self.num_keys]  # [B, nh, L, D] view
+            past_v = values[lo:hi, :, : self.num_keys]
+        else:
+            past_k = keys[:, :, : self.num_keys].index_select(0, self.slot_index)
+            past_v = values[:, :, : self.num_keys].index_select(0, self.slot_index)
+        return F.scaled_dot_product_attention(q, past_k, past_v, attn_mask=self.mask)
+
+
+class LocalKVCache:
+    """Per-frame cache of the local transformer: [B, heads, n_vq + 1, head_dim] per layer.
+
+    Reused across frames (only `reset` of the write position is needed between frames, since
+    every position is rewritten before it is read).
+    """
+
+    def __init__(
+        self, num_layers: int, batch: int, num_heads: int, max_len: int, head_dim: int, device, dtype
+    ):
+        shape = (batch, num_heads, max_len, head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        self.pos = 0
+        self.batch = batch
+
+    def reset(self) -> None:
+        self.pos = 0
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q, k, v: [B, nh, 1, D] at position `pos`; attends over positions 0..pos (no mask needed)."""
+        batch, end = q.shape[0], self.pos + 1
+        self.k[layer][:batch, :, self.pos] = k[:, :, 0]
+        self.v[layer][:batch, :, self.pos] = v[:, :, 0]
+        return F.scaled_dot_product_attention(
+            q, self.k[layer][:batch, :, :end], self.v[layer][:batch, :, :end]
+        )

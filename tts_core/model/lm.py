@@ -1,0 +1,303 @@
+"""MOSS-TTS-Nano language model: global transformer over frame rows + local transformer per frame.
+
+State-dict names and shapes are exactly the reference's (LM.md §2.2), including the tied aliases
+`text_lm_head.weight` (= `transformer.wte.weight`) and `audio_lm_heads.k.weight`
+(= `audio_embeddings.k.weight`).
+
+Call pattern of the engine, per stream: `prefill(prompt_rows, cache, slot)` -> hidden [H]; then per
+frame, batched over the active streams: `generate_frame(hidden [B, H], sampling)` ->
+(is_continue [B], codes [B, n_vq]), and for streams that continue,
+`decode(next_rows [B, n_vq + 1], cache, slots)` -> hidden [B, H].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..sampling import SamplingBatch, decide_continue, pick_codes
+from .kv_cache import DecodeAttender, KVCache, LocalKVCache, PrefillAttender
+from .layers import DecoderStack, RotaryTable, attention_backends
+from .lm_config import LMConfig
+
+
+class MossTTSNanoLM(nn.Module):
+    """Inference-only MOSS-TTS-Nano LM.
+
+    Not re-entrant: `generate_frame` reuses one small local cache held by the module, so one
+    engine thread drives a given instance.
+    """
+
+    def __init__(self, config: LMConfig):
+        super().__init__()
+        c = config
+        self.config = c
+        self.transformer = DecoderStack(
+            c.hidden_size, c.num_layers, c.num_heads, c.inner_size, c.layer_norm_eps, c.text_vocab_size
+        )
+        self.audio_embeddings = nn.ModuleList(
+            nn.Embedding(size, c.hidden_size) for size in c.audio_codebook_sizes
+        )
+        self.text_lm_head = nn.Linear(c.hidden_size, c.text_vocab_size, bias=False)
+        self.audio_lm_heads = nn.ModuleList(
+            nn.Linear(c.hidden_size, size, bias=False) for size in c.audio_codebook_sizes
+        )
+        self.local_transformer = DecoderStack(
+            c.hidden_size, c.local_num_layers, c.num_heads, c.inner_size, c.layer_norm_eps, None
+        )
+        self.rope = RotaryTable(c.head_dim, c.rope_base)
+        self._local_cache: LocalKVCache | None = None
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Heads share their embedding tables (call again after replacing parameters)."""
+        self.text_lm_head.weight = self.transformer.wte.weight
+        for embedding, head in zip(self.audio_embeddings, self.audio_lm_heads):
+            head.weight = embedding.weight
+
+    @property
+    def device(self) -> torch.device:
+        return self.transformer.wte.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.transformer.wte.weight.dtype
+
+    # ----------------------------------------------------------------------------------------------
+    # Global transformer
+
+    def embed_rows(self, rows: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
+        """Row embeddings [B, T, H] of rows [B, T, n_vq + 1].
+
+        e = W_te[x] + sum_k 1[c_k != pad] E_k[c_k], summed text first, then channels 0..n_vq-1 in
+        order (the reference order). Audio pad ids contribute exactly zero.
+        `validate=False` skips the range check (and its device sync) for rows built from sampled codes.
+        """
+        c = self.config
+        if rows.ndim != 3 or rows.shape[-1] != c.row_width:
+            raise ValueError(f"rows must have shape [B, T, {c.row_width}], got {list(rows.shape)}")
+        codes = rows[..., 1:]  # [B, T, K]
+        is_code = codes != c.audio_pad_id
+        if validate:
+            sizes = torch.tensor(c.audio_codebook_sizes, device=rows.device)
+            bad = is_code & ((codes < 0) | (codes >= sizes))
+            if bool(bad.any()):
+                raise ValueError(
+                    f"audio ids outside their codebook (and not the pad id {c.audio_pad_id}): "
+                    f"{codes[bad][:8].tolist()}"
+                )
+        h = F.embedding(rows[..., 0], self.transformer.wte.weight)
+        if validate and bool(is_code.all()):
+            # No pads: multiplying by a mask of ones would be an exact no-op, so skip it. (Only
+            # checked when validating anyway: the check is a device sync.)
+            for k, table in enumerate(self.audio_embeddings):
+                h = h + F.embedding(codes[..., k], table.weight)
+            return h
+        safe = codes.masked_fill(~is_code, 0)
+        keep = is_code.to(h.dtype)
+        for k, table in enumerate(self.audio_embeddings):
+            h = h + F.embedding(safe[..., k], table.weight) * keep[..., k, None]
+        return h
+
+    def new_cache(
+        self,
+        num_slots: int,
+        max_len: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> KVCache:
+        c = self.config
+        return KVCache(
+            c.num_layers,
+            num_slots,
+            c.num_heads,
+            max_len,
+            c.head_dim,
+            device=device if device is not None else self.device,
+            dtype=dtype if dtype is not None else self.dtype,
+        )
+
+    @torch.no_grad()
+    def prefill(
+        self,
+        rows: torch.Tensor,
+        cache: KVCache,
+        slot: int,
+        *,
+        reset: bool = True,
+        return_all: bool = False,
+        hidden_states_out: list[torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """Run prompt rows [T, n_vq + 1] of one stream into cache slot `slot`.
+
+        With `reset` (default) the slot is cleared first, so the rows get positions 0..T-1;
+        `reset=False` appends after the slot's current rows (chunked prefill).
+        Returns the post-ln_f hidden state of the last row [H] ([T, H] with `return_all`).
+        `hidden_states_out` receives each block's input and the ln_f output, [T, H] each.
+        """
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        if rows.ndim != 2:
+            raise ValueError(
+                f"prefill takes the rows of one stream [T, {self.config.row_width}], got {list(rows.shape)}"
+            )
+        if reset:
+            cache.reset(slot)
+        start, length = cache.length(slot), rows.shape[0]
+        if length < 1:
+            raise ValueError("prefill needs at least one row")
+        cache.check_room([slot], length)
+        x = self.embed_rows(rows.to(self.device)[None])  # [1, T, H]
+        cos, sin = self.rope.span(start, length, self.device, x.dtype)  # [T, D/2]
+        cos, sin = cos[None, :, None, None], sin[None, :, None, None]  # [1, T, 1, 1, D/2]
+        collect: list[torch.Tensor] | None = [] if hidden_states_out is not None else None
+        with attention_backends():
+            h = self.transformer(x, cos, sin, PrefillAttender(cache, slot, start, length), collect)
+        cache.advance([slot], length)
+        if hidden_states_out is not None and collect is not None:
+            hidden_states_out.extend(t[0] for t in collect)
+        return h[0] if return_all else h[0, -1]
+
+    @torch.no_grad()
+    def decode(self, rows: torch.Tensor, cache: KVCache, slots: torch.Tensor | list[int]) -> torch.Tensor:
+        """Append one row per stream: rows [B, n_vq + 1] into `slots` [B]; returns hidden [B, H].
+
+        Each row goes to its slot's current length (streams may have different lengths).
+        """
+        slot_list = [int(s) for s in (slots.tolist() if isinstance(slots, torch.Tensor) else slots)]
+        if rows.ndim != 2 or rows.shape[0] != len(slot_list):
+            raise ValueError(
+                f"decode takes rows [B, {self.config.row_width}] for B slots, got {list(rows.shape)}"
+            )
+        if len(set(slot_list)) != len(slot_list):
+            raise ValueError(f"decode got a slot twice: {slot_list}")
+        cache.check_room(slot_list, 1)
+        positions = [cache.length(s) for s in slot_list]
+        x = self.embed_rows(rows.to(self.device)[:, None], validate=False)  # [B, 1, H]
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
+        cos, sin = self.rope.at(pos, max(positions) + 1, x.dtype)  # [B, D/2]
+        cos, sin = cos[:, None, None, None], sin[:, None, None, None]  # [B, 1, 1, 1, D/2]
+        with attention_backends():
+            h = self.transformer(x, cos, sin, DecodeAttender(cache, slot_list, positions))
+        cache.advance(slot_list, 1)
+        return h[:, 0]
+
+    def frame_rows(self, codes: torch.Tensor) -> torch.Tensor:
+        """Global rows [B, n_vq + 1] for generated frames codes [B, n_vq]: [assistant slot, c_0..]."""
+        slot = torch.full(
+            (codes.shape[0], 1), self.config.audio_assistant_slot_id, dtype=torch.long, device=codes.device
+        )
+        return torch.cat([slot, codes.to(torch.long)], dim=1)
+
+    # ----------------------------------------------------------------------------------------------
+    # Local transformer and heads
+
+    def text_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
+        """Full text head [.., V_text] (tests / diagnostics; generation only needs `stop_logits`)."""
+        return F.linear(local_hidden, self.transformer.wte.weight)
+
+    def stop_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
+        """[B, 2] logits of (assistant slot = continue, audio end = stop): two rows of the text head."""
+        c = self.config
+        ids = torch.tensor([c.audio_assistant_slot_id, c.audio_end_id], device=local_hidden.device)
+        return F.linear(local_hidden, self.transformer.wte.weight.index_select(0, ids))
+
+    def audio_logits(self, local_hidden: torch.Tensor, channel: int) -> torch.Tensor:
+        return F.linear(local_hidden, self.audio_embeddings[channel].weight)
+
+    def _get_local_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> LocalKVCache:
+        cache = self._local_cache
+        if cache is None or cache.batch < batch or cache.k[0].device != device or cache.k[0].dtype != dtype:
+            c = self.config
+            cache = LocalKVCache(
+                c.local_num_layers, batch, c.num_heads, c.local_max_len, c.head_dim, device, dtype
+            )
+            self._local_cache = cache
+        return cache
+
+    def _local_step(self, x: torch.Tensor, cache: LocalKVCache, pos: int) -> torch.Tensor:
+        """One local position for the whole batch: x [B, H] -> post-ln_f [B, H]."""
+        cos, sin = self.rope.span(pos, 1, x.device, x.dtype)  # [1, D/2]; broadcasts over [B, 1, 2, nh]
+        cache.pos = pos
+        return self.local_transformer(x[:, None], cos, sin, cache)[:, 0]
+
+    @torch.no_grad()
+    def local_hidden_pos0(self, global_hidden: torch.Tensor) -> torch.Tensor:
+        """Local transformer over the single position 0 (the global state) -> [B, H]."""
+        cache = self._get_local_cache(global_hidden.shape[0], global_hidden.device, global_hidden.dtype)
+        cache.reset()
+        with attention_backends():
+            return self._local_step(global_hidden, cache, 0)
+
+    @torch.no_grad()
+    def generate_frame(
+        self,
+        hidden: torch.Tensor,
+        sampling: SamplingBatch,
+        *,
+        trace: list[torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decide continue/stop and draw the frame's codes for B streams.
+
+        Args:
+            hidden: [B, H] post-ln_f global states of each stream's last row.
+            sampling: the frame's `SamplingBatch` (B rows).
+            trace: if given, receives the raw audio logits [B, V_k] of every codebook.
+        Returns:
+            is_continue [B] bool, codes [B, n_vq] long (meaningless for rows that stop).
+        """
+        if sampling.batch_size != hidden.shape[0]:
+            raise ValueError(f"sampling has {sampling.batch_size} rows for {hidden.shape[0]} hidden states")
+        with attention_backends():
+            return self._frame(hidden, sampling, trace)
+
+    def _frame(
+        self, hidden: torch.Tensor, sampling: SamplingBatch, trace: list[torch.Tensor] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        c = self.config
+        batch = hidden.shape[0]
+        cache = self._get_local_cache(batch, hidden.device, hidden.dtype)
+        cache.reset()
+        # Position 0: the global state; its text logits only matter for ids (continue, stop).
+        local = self._local_step(hidden, cache, 0)
+        is_continue = decide_continue(self.stop_logits(local).float(), sampling)
+        # Position 1: the continue token's embedding (stopping rows are ignored by the caller).
+        x = self.transformer.wte.weight[c.audio_assistant_slot_id].expand(batch, -1)  # [B, H]
+        codes = torch.empty(batch, c.n_vq, dtype=torch.long, device=hidden.device)
+        for k in range(c.n_vq):
+            local = self._local_step(x, cache, k + 1)
+            logits = self.audio_logits(local, k)  # [B, V_k]
+            if trace is not None:
+                trace.append(logits)
+            code = pick_codes(logits.float(), k, sampling)  # [B]; sampling math in fp32
+            codes[:, k] = code
+            if k + 1 < c.n_vq:
+                x = F.embedding(code, self.audio_embeddings[k].weight)  # [B, H]
+        return is_continue, codes
+
+    @torch.no_grad()
+    def local_teacher_forced(
+        self, global_hidden: torch.Tensor, text_token: int, codes: torch.Tensor
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Uncached reference path: local inputs [g, W_te[t], E_0[c_0], ..., E_{K-2}[c_{K-2}]] at once.
+
+        global_hidden [B, H], codes [B, K] -> (text logits [B, V_text], audio logits K x [B, V_k]).
+        """
+        c = self.config
+        batch = global_hidden.shape[0]
+        inputs = [global_hidden, self.transformer.wte.weight[text_token].expand(batch, -1)]
+        inputs += [F.embedding(codes[:, k], self.audio_embeddings[k].weight) for k in range(c.n_vq - 1)]
+        x = torch.stack(inputs, dim=1)  # [B, K + 1, H]
+        cos, sin = self.rope.span(0, c.local_max_len, x.device, x.dtype)
+        cos, sin = cos[None, :, None, None], sin[None, :, None, None]
+        with attention_backends():
+            out = self.local_transformer(x, cos, sin, _CausalAttender())
+        audio = [self.audio_logits(out[:, k + 1], k) for k in range(c.n_vq)]
+        return self.text_logits(out[:, 0]), audio
+
+
+class _CausalAttender:
+    """Plain causal attention with no cache (teacher-forced local pass)."""
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -1,0 +1,251 @@
+"""The public streaming API: `Synthesizer.from_pretrained(...)`, `stream(request)`, `synthesize(request)`.
+
+Front half (caller's thread): validate and normalise text, resolve the voice to reference codes,
+split long text, build prompt rows. Back half: the engine thread generates frames and decodes
+them into 48 kHz stereo chunks. Closing the iterator returned by `stream` cancels the request.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .config import EngineConfig, SamplingParams
+from .engine.engine import Engine
+from .engine.pacing import default_max_frames
+from .engine.types import Segment, StreamJob, StreamStatus
+from .errors import InvalidRequestError, TTSError
+from .model.lm_config import LMConfig
+from .prompt import PromptTemplate, build_prompt_rows
+from .text import check_text, detect_language, normalize_text, pause_after_chunk_s, split_text
+from .tokenizer import TextTokenizer
+from .types import SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, SynthesisResult, Timings, Voice
+from .voices import PresetInfo, ResolvedVoice, VoiceBank
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LM = "OpenMOSS-Team/MOSS-TTS-Nano"
+DEFAULT_CODEC = "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano"
+# Room left in a stream's KV cache for generated rows when checking prompt length.
+_MIN_GENERATION_ROWS = 32
+
+
+class Synthesizer:
+    """Text in, 48 kHz stereo chunks out. Thread-safe: many `stream()` calls may run at once.
+
+    Build it with `Synthesizer.from_pretrained`; see `tts_core.loader` for what that does.
+    """
+
+    sample_rate = SAMPLE_RATE_HZ
+
+    def __init__(self, *, tokenizer: TextTokenizer, engine: Engine, voices: VoiceBank,
+                 config: EngineConfig, info: dict, lm_config: LMConfig):
+        self.tokenizer = tokenizer
+        self.template = PromptTemplate.from_tokenizer(tokenizer, lm_config)
+        self.engine = engine
+        self.voices = voices
+        self.config = config
+        self.info = dict(info)
+        self.warm = False
+
+    @classmethod
+    def from_pretrained(cls, lm: str = DEFAULT_LM, codec: str = DEFAULT_CODEC, *, device: str = "auto",
+                        dtype: str = "auto", tokenizer: str | None = None, voices_dir: str | Path | None = None,
+                        engine_config: EngineConfig | None = None, cache_dir: str | Path | None = None,
+                        allow_download: bool | None = None, warmup: bool = True,
+                        report: Callable[[str], None] | None = None) -> Synthesizer:
+        """Load the LM and the codec (Hub ids or local directories) and start the engine.
+
+        Args:
+            lm, codec: Hugging Face ids or local directories with config.json and weights.
+            device: "auto" (CUDA when present), "cpu", "cuda", "cuda:1".
+            dtype: LM precision, "auto" = bf16 on CUDA, fp32 on CPU. The codec stays fp32.
+            tokenizer: path to tokenizer.model; default: the one in the LM directory.
+            voices_dir: local folder with the presets' reference clips (else they are downloaded
+                when allowed, or reported unavailable).
+            engine_config: slots, queue and text limits.
+            cache_dir: where encoded voice codes are cached (default ~/.cache/moss_tts_studio).
+            allow_download: fetch preset clips from the network (default: unless HF_HUB_OFFLINE=1).
+            warmup: run a short generation so the first listener does not pay for it.
+            report: callback receiving human-readable progress lines.
+        """
+        from .loader import build_synthesizer
+
+        return build_synthesizer(cls, lm=lm, codec=codec, device=device, dtype=dtype, tokenizer=tokenizer,
+                                 voices_dir=voices_dir, engine_config=engine_config or EngineConfig(),
+                                 cache_dir=cache_dir, allow_download=allow_download, warmup=warmup,
+                                 report=report or (lambda _line: None))
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text))
+
+    # ---- voices --------------------------------------------------------------------------------
+
+    def list_voices(self) -> list[PresetInfo]:
+        return self.voices.list_presets()
+
+    def voice_clip_path(self, name: str) -> Path | None:
+        return self.voices.clip_path(name)
+
+    @property
+    def default_voice(self) -> str:
+        return self.voices.default_voice
+
+    # ---- synthesis -----------------------------------------------------------------------------
+
+    def stream(self, request: SynthesisRequest) -> Iterator[AudioChunk]:
+        """Yield audio chunks as they are generated; the last one has `is_last=True`.
+
+        Input errors raise on the first `next()`, before any audio. Closing the iterator (or
+        dropping it) cancels the request and frees its engine slot at once.
+        """
+        submitted_at = time.monotonic()
+        job = self.prepare(request, submitted_at=submitted_at)
+        handle = self.engine.submit(job)
+        try:
+            while True:
+                item = handle.outbox.get()
+                if item is None:
+                    return
+                if isinstance(item, TTSError):
+                    raise item
+                if isinstance(item, BaseException):
+                    raise TTSError(f"synthesis failed: {type(item).__name__}: {item}") from item
+                yield item
+        finally:
+            if handle.status in (StreamStatus.WAITING, StreamStatus.RUNNING):
+                self.engine.cancel(handle)
+
+    def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
+        """The whole result at once (same audio as concatenating `stream` chunks)."""
+        request_id = ""
+        pcm_parts: list[np.ndarray] = []
+        code_parts: list[np.ndarray] = []
+        timings = Timings(first_audio_s=None, elapsed_s=0.0, audio_s=0.0)
+        notice = None
+        for chunk in self.stream(request):
+            request_id = chunk.request_id
+            notice = notice or chunk.notice
+            pcm_parts.append(chunk.pcm)
+            if len(chunk.codes):
+                code_parts.append(chunk.codes)
+            timings = chunk.timings
+        pcm = np.concatenate(pcm_parts, axis=1) if pcm_parts else np.zeros((2, 0), np.float32)
+        codes = np.concatenate(code_parts) if code_parts else np.zeros((0, 16), np.int64)
+        return SynthesisResult(pcm=pcm, sample_rate=SAMPLE_RATE_HZ, codes=codes, timings=timings,
+                               request_id=request_id, notice=notice)
+
+    def prepare(self, request: SynthesisRequest, *, submitted_at: float | None = None) -> StreamJob:
+        """Validate and turn a request into prompt segments (pure CPU work, no model calls
+        except encoding an uploaded reference clip once)."""
+        if not isinstance(request, SynthesisRequest):
+            raise InvalidRequestError("expected a SynthesisRequest", param="request")
+        text = check_text(request.text, self.config.max_text_chars)
+        voice = request.voice if isinstance(request.voice, Voice) else None
+        resolved = None
+        if request.mode == "voice_clone" or voice is not None:
+            resolved = self.voices.resolve(voice)  # None -> the default preset
+        if request.normalize_text:
+            text = normalize_text(text, language=detect_language(text, self._voice_language(resolved)))
+        seed = request.seed if request.seed is not None else secrets.randbits(63)
+        if request.mode == "voice_clone":
+            segments = self._voice_clone_segments(text, resolved)
+        else:
+            segments = self._continuation_segments(text, voice, resolved)
+        segments = self._apply_frame_cap(segments, request.max_frames)
+        return StreamJob(request_id=uuid.uuid4().hex, segments=tuple(segments), sampling=request.sampling,
+                         seed=seed, submitted_at=submitted_at if submitted_at is not None else time.monotonic(),
+                         notice=resolved.notice if resolved is not None else None)
+
+    def _voice_language(self, resolved: ResolvedVoice | None) -> str | None:
+        if resolved is None or resolved.name is None:
+            return None
+        preset = self.voices.catalog.find(resolved.name)
+        return preset.language if preset is not None else None
+
+    def _voice_clone_segments(self, text: str, resolved: ResolvedVoice) -> list[Segment]:
+        chunks = split_text(text, self._count_tokens, max_tokens=self.config.voice_clone_max_text_tokens)
+        segments = []
+        for index, chunk in enumerate(chunks):
+            text_ids = self.tokenizer.encode(chunk)
+            rows = build_prompt_rows(self.template, "voice_clone", text_ids, resolved.codes)
+            self._check_rows_fit(rows)
+            last = index == len(chunks) - 1
+            segments.append(Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
+                                    pause_after_s=0.0 if last else pause_after_chunk_s(chunk)))
+        return segments
+
+    def _continuation_segments(self, text: str, voice: Voice | None,
+                               resolved: ResolvedVoice | None) -> list[Segment]:
+        if voice is None or resolved is None:
+            text_ids = self.tokenizer.encode(text)
+            rows = build_prompt_rows(self.template, "continuation", text_ids, None)
+            self._check_rows_fit(rows)
+            return [Segment(rows=rows, max_frames=default_max_frames(len(text_ids)))]
+        transcript = voice.transcript or resolved.transcript
+        if not transcript:
+            raise InvalidRequestError(
+                "continuation mode with a reference voice needs the reference clip's transcript: "
+                "pass ref_text (or use mode 'voice_clone', which needs no transcript)",
+                param="ref_text",
+            )
+        # LM.md §4.4: the transcript and the new text are joined as one string, encoded once.
+        text_ids = self.tokenizer.encode(transcript + text)
+        rows = build_prompt_rows(self.template, "continuation", text_ids, resolved.codes)
+        self._check_rows_fit(rows)
+        new_tokens = max(1, len(text_ids) - self._count_tokens(transcript))
+        return [Segment(rows=rows, max_frames=default_max_frames(new_tokens), prime_codes=resolved.codes)]
+
+    def _check_rows_fit(self, rows: np.ndarray) -> None:
+        limit = self.config.max_context_rows - _MIN_GENERATION_ROWS
+        if rows.shape[0] > limit:
+            raise InvalidRequestError(
+                f"the prompt is {rows.shape[0]} rows but at most {limit} fit: use a shorter reference clip "
+                "or shorter text (voice_clone mode splits long text automatically)",
+                param="input",
+            )
+
+    @staticmethod
+    def _apply_frame_cap(segments: list[Segment], max_frames: int | None) -> list[Segment]:
+        if max_frames is None:
+            return segments
+        capped, left = [], max_frames
+        for segment in segments:
+            if left <= 0:
+                break
+            take = min(segment.max_frames, left)
+            capped.append(replace(segment, max_frames=take))
+            left -= take
+        if capped:
+            capped[-1] = replace(capped[-1], pause_after_s=0.0)
+        return capped
+
+    # ---- service -------------------------------------------------------------------------------
+
+    def warmup(self) -> None:
+        """One short greedy request through the whole path (LM, codec, engine)."""
+        request = SynthesisRequest(text="Hello.", mode="continuation", sampling=SamplingParams.greedy(), seed=0,
+                                   max_frames=4,
+                                   normalize_text=False)
+        try:
+            self.synthesize(request)
+        except TTSError as exc:
+            logger.warning("warm-up skipped: %s", exc.message)
+            return
+        self.warm = True
+
+    def stats(self) -> dict:
+        return self.engine.stats()
+
+    def health(self) -> dict:
+        return {**self.info, "warm": self.warm, **self.engine.stats()}
+
+    def close(self) -> None:
+        self.engine.close()

@@ -1,0 +1,62 @@
+"""SentencePiece text tokenizer of MOSS-TTS-Nano (LM.md §4.1).
+
+Plain `SentencePieceProcessor.encode` semantics, which is what the reference calls for ordinary
+text: no BOS/EOS, the model's own `nmt_nfkc` normalisation and dummy prefix. Control pieces
+(`<s>`, `</s>`, `<pad>`) are never produced from text; their literal strings are byte-encoded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+logger = logging.getLogger(__name__)
+
+
+class TextTokenizer:
+    """Encode text to ids of the 16,384-entry SentencePiece BPE vocabulary and back."""
+
+    def __init__(self, processor: spm.SentencePieceProcessor, source: str = "<memory>"):
+        self._sp = processor
+        self.source = source
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> TextTokenizer:
+        """Load `tokenizer.model` (a file, or a directory holding one)."""
+        model_path = Path(os.fspath(path))
+        if model_path.is_dir():
+            model_path = model_path / "tokenizer.model"
+        if not model_path.is_file():
+            raise FileNotFoundError(
+                f"SentencePiece model not found at {model_path}: pass the checkpoint's tokenizer.model"
+            )
+        processor = spm.SentencePieceProcessor()
+        processor.Load(str(model_path))
+        logger.debug("loaded tokenizer %s (%d pieces)", model_path, processor.GetPieceSize())
+        return cls(processor, source=str(model_path))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._sp.GetPieceSize())
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of `text`; each call adds its own dummy-prefix `▁`, as the reference's separate calls do."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(self._sp.EncodeAsIds(text))
+
+    def encode_pieces(self, text: str) -> list[str]:
+        return list(self._sp.EncodeAsPieces(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self._sp.DecodeIds([int(i) for i in ids]))
+
+    def piece_to_id(self, piece: str) -> int:
+        return int(self._sp.PieceToId(piece))
+
+    def id_to_piece(self, token_id: int) -> str:
+        return str(self._sp.IdToPiece(int(token_id)))
