@@ -37,7 +37,7 @@
       runId: run.id, label, item: index, items: count, error: null, requestId: null,
       streamSampleRate: null, streamChannels: null, streamFormat: null,
       bytesReceived: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
-      srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0,
+      srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0, arrivals: [], underrunsAt: [],
       framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0,
       rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0,
       outputChannels: null, resampling: false,
@@ -123,6 +123,7 @@
       bufferedFrames: s.buffered, bufferedMs: s.bufferedMs, rms: s.rms, rmsL: s.rmsL, rmsR: s.rmsR,
       rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
       outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
+      underrunsAt: s.underrunsAt,
       workletState: s.state,
     });
     stats.outputLatency = ctx.outputLatency ?? null;
@@ -250,6 +251,9 @@
     stats.srcSumSqL += sl; stats.srcSumSqR += sr;
     stats.framesReceived += frames;
     stats.audioSeconds = stats.framesReceived / rate;
+    if (stats.arrivals.length < 400) {   // [ms since the request, frames so far]: for diagnosing underruns
+      stats.arrivals.push([Math.round(performance.now() - (run.sentAt ?? run.t0)), stats.framesReceived]);
+    }
     run.chunks.push(stereo.slice());   // kept for replay/download; the original is transferred
     run.frames += frames;
     node.port.postMessage({ type: 'pcm', data: stereo }, [stereo.buffer]);
@@ -325,7 +329,10 @@
     if (seq !== playSeq) return;
     node.port.postMessage({ type: 'start', id: run.id, inputRate: result.rate, prebufferMs: 0 });
     setState('buffering');
-    for (const chunk of result.chunks) pushFrames(run, chunk.slice(), result.rate);
+    const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
+    let offset = 0;
+    for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
+    pushFrames(run, all, result.rate);
     run.chunks = result.chunks;
     node.port.postMessage({ type: 'end' });
     const how = await run.outcome;

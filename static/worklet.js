@@ -83,6 +83,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.s = {
       framesReceived: 0, framesQueued: 0, framesRendered: 0, underruns: 0, underrunFrames: 0,
       sumSqL: 0, sumSqR: 0, sumSqDiff: 0, peak: 0, maxStep: 0, outChannels: 0,
+      underrunsAt: [],   // framesRendered when each underrun began (first 20)
     };
     this.prevL = null; this.prevR = null;
     this.lastStats = -1;
@@ -181,7 +182,7 @@ class PcmPlayer extends AudioWorkletProcessor {
 
     if (this.state === 'prebuffering' || this.state === 'starved') {
       const target = this.state === 'prebuffering' ? this.prebufferFrames : this.rebufferFrames;
-      if (this.avail >= target || (this.ended && this.avail > 0)) {
+      if ((this.avail > 0 && this.avail >= target) || (this.ended && this.avail > 0)) {
         if (this.state === 'starved') this.fadeIn = FADE_FRAMES;
         this.state = 'playing';
       } else if (this.ended) {
@@ -223,6 +224,7 @@ class PcmPlayer extends AudioWorkletProcessor {
       } else {
         this.state = 'starved';
         this.s.underruns += 1;
+        if (this.s.underrunsAt.length < 20) this.s.underrunsAt.push(this.s.framesRendered);
         this.s.underrunFrames += n - k;
         this.rebufferFrames = Math.min(this.rebufferFrames * 2, Math.round(MAX_REBUFFER_MS * sampleRate / 1000));
       }

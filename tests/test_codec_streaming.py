@@ -113,8 +113,9 @@ def test_batched_rows_at_different_offsets_equal_single_rows(tiny, vectors, zh1_
         outs_a.append(piece[0])
         outs_b.append(piece[1])
     assert _max_diff(torch.cat(outs_a, -1), alone_a[0]) < ATOL
+    idle_codes = torch.full_like(b[0, :, 7:12], 1024)  # an idle row may carry the pad id
     tail = tiny.decode_step(
-        torch.stack([b[0, :, 7:12], b[0, :, 7:12]]), state, active=torch.tensor([False, True])
+        torch.stack([idle_codes, b[0, :, 7:12]]), state, active=torch.tensor([False, True])
     )
     outs_b.append(tail[1])
     assert _max_diff(torch.cat(outs_b, -1), alone_b[0]) < ATOL
@@ -144,7 +145,7 @@ def test_reset_rows_is_isolated(tiny, vectors, zh1_codes) -> None:
 
 def test_decode_step_validates_input(tiny) -> None:
     state = tiny.new_decode_state(2)
-    with pytest.raises(ValueError, match="batch"):
+    with pytest.raises(ValueError, match="for this decode state"):
         tiny.decode_step(torch.zeros(1, 16, 1, dtype=torch.long), state)
     with pytest.raises(ValueError, match=r"\[0, 1024\)"):
         tiny.decode_step(torch.full((2, 16, 1), 1024), state)
@@ -153,3 +154,14 @@ def test_decode_step_validates_input(tiny) -> None:
     with pytest.raises(ValueError, match="active"):
         tiny.decode_step(torch.zeros(2, 16, 1, dtype=torch.long), state, active=torch.tensor([True]))
     assert state.frames_decoded.tolist() == [0, 0]
+
+
+def test_narrow_view_decodes_in_place(tiny, vectors, zh1_codes) -> None:
+    a = vectors["decode.input_codes"][None]
+    state = tiny.new_decode_state(3)
+    view = state.narrow(1, 2)  # only row 1
+    out = torch.cat([tiny.decode_step(a[:, :, i : i + 3], view) for i in range(0, 12, 3)], dim=-1)
+    assert _max_diff(out, tiny.decode(a)) < ATOL
+    assert state.frames_decoded.tolist() == [0, 12, 0]
+    with pytest.raises(ValueError, match="outside"):
+        state.narrow(2, 4)

@@ -7,7 +7,12 @@ Screenshots of every page are kept under test-artifacts/.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import subprocess
+import sys
+import threading
 import time
 
 import httpx
@@ -57,7 +62,7 @@ def wait_done(frame, timeout_ms: int = 60_000) -> dict:
 
 def set_max_seconds(page, seconds: float) -> None:
     """Advanced sampling → Maximum length, so a test plays a known, short clip."""
-    page.get_by_text("Advanced sampling").click()
+    page.locator("#advanced").get_by_role("button", name=re.compile("Advanced sampling")).click()
     box = page.locator("#max-seconds input[type=number]")
     box.fill(str(seconds))
     box.press("Enter")
@@ -98,7 +103,8 @@ def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
     assert len(pcm) > 0
     assert s["bytesReceived"] == pcm.size * 4
     assert s["framesReceived"] == len(pcm) == s["framesRendered"]
-    assert s["underruns"] == 0 and s["underrunFrames"] == 0
+    assert s["underruns"] == 0 and s["underrunFrames"] == 0, (
+        f"underruns at frames {s['underrunsAt']}; arrivals [ms, frames]: {s['arrivals']}")
     assert s["trailingBytes"] == 0
     # The worklet rendered these very samples, per channel (not a mono mix): same energy on L and R,
     # and the same L-R difference as the source.
@@ -246,7 +252,12 @@ def test_replay_and_wav_download(browser_context, app_server, artifacts_dir):
     info.value.save_as(path)
     audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
     assert rate == 48_000 and audio.shape == pcm.shape
-    np.testing.assert_array_equal(audio, pcm)  # float32 WAV: bit-exact
+    # Bit-exact copy of what the page received (float32 WAV) ...
+    wav = audio.astype(np.float64)
+    assert float((wav[:, 0] ** 2).sum()) == pytest.approx(first["srcSumSqL"], rel=1e-9)
+    assert float((wav[:, 1] ** 2).sum()) == pytest.approx(first["srcSumSqR"], rel=1e-9)
+    # ... and the same audio the server generates for this request (up to codec float rounding).
+    np.testing.assert_allclose(audio, pcm, rtol=0, atol=1e-4)
 
 
 def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context, app_server):
@@ -276,3 +287,85 @@ def test_player_shows_server_errors(browser_context, app_server):
 
 def app_server_voices(app_server) -> dict:
     return httpx.get(app_server.url + "api/voices", timeout=10).json()
+
+
+# ---- model loading and load failures ------------------------------------------------------------
+
+
+@pytest.fixture
+def loading_app():
+    """The real app around a model that is still 'downloading' until the test lets it fail."""
+    import uvicorn
+    from e2e_helpers import free_port
+
+    from tts_core.errors import ModelLoadError
+    from tts_core.server import create_app
+    from tts_core.service import SynthesizerService
+    from tts_core.settings import ServerSettings
+
+    gate = threading.Event()
+
+    def factory(report):
+        report("downloading weights (test)")
+        gate.wait(60)
+        raise ModelLoadError("no network: pass local directories with --lm and --codec (test)")
+
+    service = SynthesizerService(factory)
+    server = uvicorn.Server(uvicorn.Config(create_app(service, ServerSettings()), host="127.0.0.1",
+                                           port=free_port(), log_config=None, access_log=False))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "in-process server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{server.config.port}/", gate
+    gate.set()
+    server.should_exit = True
+    thread.join(10)
+
+
+def test_status_line_while_loading_and_after_a_failure(browser_context, loading_app):
+    url, gate = loading_app
+    page = browser_context.new_page()
+    page.goto(url)
+    page.wait_for_selector("#model-status:has-text('downloading weights (test)')", timeout=30_000)
+    assert "Loading the model" in page.inner_text("#model-status")
+    page.fill("#tts-text textarea", "Too early.")
+    page.click("#generate-btn")
+    page.wait_for_selector("#tts-message:has-text('still loading')", timeout=10_000)
+    early = httpx.post(url + "api/tts/stream", json={"text": "Too early."}, timeout=10)
+    assert early.status_code == 503 and early.headers["retry-after"]
+    assert early.json()["error"]["type"] == "model_loading"
+
+    gate.set()  # the load now fails; the page's poller shows it without a reload
+    page.wait_for_selector("#model-status:has-text('could not be loaded')", timeout=10_000)
+    assert "--lm and --codec" in page.inner_text("#model-status")
+    health = httpx.get(url + "health", timeout=10).json()
+    assert health["status"] == "failed" and "--lm" in health["error"]
+
+
+def test_missing_weights_give_one_clear_line_not_a_traceback(tmp_path):
+    """`python app.py` with weights it cannot get: the server stays up and says what to do."""
+    from e2e_helpers import REPO_ROOT, free_port
+
+    port = free_port()
+    log_path = tmp_path / "app.log"
+    env = {**os.environ, "PORT": str(port), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "app.py", "--lm", str(tmp_path / "no-such-lm")], cwd=REPO_ROOT,
+                                   env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        health: dict = {}
+        while time.monotonic() < deadline and health.get("status") != "failed":
+            assert process.poll() is None, log_path.read_text()
+            with contextlib.suppress(httpx.HTTPError):
+                health = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()
+            time.sleep(0.25)
+        assert health.get("status") == "failed", health
+        assert "no-such-lm" in health["error"] and "\n" not in health["error"].strip()
+        assert "Traceback" not in log_path.read_text()
+    finally:
+        process.terminate()
+        process.wait(timeout=15)

@@ -128,3 +128,19 @@ def test_cache_geometry(lm):
     assert cache.lengths.tolist() == [0, 5, 0, 5]
     cache.reset_all()
     assert cache.lengths.tolist() == [0, 0, 0, 0]
+
+
+def test_local_cache_survives_switching_out_of_inference_mode(lm, prompts):
+    from tts_core.config import SamplingParams
+    from tts_core.sampling import SamplingBatch, StreamSampler
+
+    def frame():
+        cache = lm.new_cache(1, 128)
+        hidden = lm.prefill(prompts["D"], cache, 0)[None]
+        batch = SamplingBatch.for_frame([StreamSampler(SamplingParams(), seed=3)])
+        return lm.generate_frame(hidden, batch)[1]
+
+    with torch.inference_mode():
+        inside = frame()  # the engine's mode: the local scratch cache is made as inference tensors
+    outside = frame()  # must not try to write those in place
+    assert torch.equal(inside, outside)

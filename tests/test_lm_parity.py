@@ -7,6 +7,7 @@ float32 on CPU throughout.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import numpy as np
@@ -17,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from tts_core.config import SamplingParams
 from tts_core.errors import ModelLoadError
 from tts_core.generation import generate_codes
+from tts_core.model.layers import RotaryTable, apply_rope, gelu_new
 from tts_core.model.lm_config import LMConfig
 from tts_core.model.lm_loading import build_lm_on_meta, load_lm
 from tts_core.sampling import SamplingBatch, StreamSampler
@@ -124,6 +126,30 @@ def test_loaded_tiny_model_is_tied_and_frozen(lm):
         assert head.weight is embedding.weight
     assert not any(p.requires_grad for p in lm.parameters())
     assert not lm.training and lm.dtype == torch.float32
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers
+
+
+def test_rope_is_interleaved_gptj_style():
+    table = RotaryTable(head_dim=8, base=10000.0)
+    torch.testing.assert_close(table.inv_freq, 1.0 / 10000.0 ** (torch.arange(0, 8, 2).float() / 8))
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
+    cos, sin = table.span(0, 5, torch.device("cpu"), torch.float32)  # [5, 4]
+    # Reference form: x * cos_rep + rotate(x) * sin_rep with rotate(x)[2i] = -x[2i+1], [2i+1] = x[2i].
+    rotated = torch.stack((-x[:, 1::2], x[:, 0::2]), dim=-1).reshape_as(x)
+    expected = x * cos.repeat_interleave(2, -1) + rotated * sin.repeat_interleave(2, -1)
+    assert torch.equal(apply_rope(x, cos, sin), expected)
+    assert torch.equal(apply_rope(x, cos, sin)[0], x[0])  # position 0 is the identity
+    cos_at, _ = table.at(torch.tensor([3, 1]), 4, torch.float32)
+    assert torch.equal(cos_at, cos[[3, 1]])
+
+
+def test_gelu_new_is_the_tanh_approximation():
+    x = torch.linspace(-8, 8, 4001)
+    formula = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    torch.testing.assert_close(gelu_new(x), formula, rtol=0, atol=1e-6)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from tts_core.config import SamplingParams
 from tts_core.generation import generate_codes
 from tts_core.model.lm_loading import load_lm
 from tts_core.sampling import (
+    FilterParams,
     SamplingBatch,
     StreamSampler,
     apply_repetition_penalty,
@@ -55,14 +56,8 @@ def _draw_histogram(logits: torch.Tensor, temperature: float, top_k: int, top_p:
     """Fraction of a uniform grid of u in [0, 1) that lands on each id."""
     rows = logits.expand(grid, -1)
     u = (torch.arange(grid, dtype=torch.float32) + 0.5) / grid
-    ids = sample_filtered(
-        rows,
-        torch.full((grid,), temperature),
-        torch.full((grid,), top_k, dtype=torch.long),
-        torch.full((grid,), top_p),
-        u,
-        max_top_k=top_k,
-    )
+    filters = FilterParams.build([temperature] * grid, [top_k] * grid, [top_p] * grid, vocab=logits.shape[-1])
+    ids = sample_filtered(rows, filters, u)
     return torch.bincount(ids, minlength=logits.shape[-1]).float() / grid
 
 
@@ -131,46 +126,44 @@ def test_distribution_matches_reference(temperature, top_k, top_p):
 )
 def test_draw_stays_inside_the_kept_set(seed, top_k, top_p, temperature, u):
     logits = torch.randn(1, 256, generator=torch.Generator().manual_seed(seed)) * 3
-    ids = sample_filtered(
-        logits,
-        torch.tensor([temperature]),
-        torch.tensor([top_k]),
-        torch.tensor([top_p]),
-        torch.tensor([u]),
-        top_k,
-    )
+    filters = FilterParams.build([temperature], [top_k], [top_p], vocab=256)
+    ids = sample_filtered(logits, filters, torch.tensor([u]))
     assert float(_reference_probs(logits[0], temperature, top_k, top_p)[ids[0]]) > 0
 
 
 def test_per_row_parameters_are_independent():
     generator = torch.Generator().manual_seed(11)
     logits = torch.randn(4, 300, generator=generator)
-    do_sample = torch.tensor([True, True, False, True])
-    temperature = torch.tensor([0.7, 1.5, 1.0, 1.0])
-    top_k = torch.tensor([5, 0, 25, 50], dtype=torch.long)
-    top_p = torch.tensor([1.0, 0.9, 0.5, 0.3])
+    do_sample = [True, True, False, True]
+    temperature = [0.7, 1.5, 1.0, 1.0]
+    top_k = [5, 0, 25, 50]
+    top_p = [1.0, 0.9, 0.5, 0.3]
     u = torch.tensor([0.1, 0.5, 0.9, 0.99])
     batched = pick_tokens(
         logits,
-        do_sample=do_sample,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
+        do_sample=torch.tensor(do_sample),
+        filters=FilterParams.build(temperature, top_k, top_p, vocab=300),
         uniforms=u,
-        max_top_k=0,
     )
     for row in range(4):
+        one = slice(row, row + 1)
         alone = pick_tokens(
-            logits[row : row + 1],
-            do_sample=do_sample[row : row + 1],
-            temperature=temperature[row : row + 1],
-            top_k=top_k[row : row + 1],
-            top_p=top_p[row : row + 1],
-            uniforms=u[row : row + 1],
-            max_top_k=int(top_k[row]),
+            logits[one],
+            do_sample=torch.tensor(do_sample[one]),
+            filters=FilterParams.build(temperature[one], top_k[one], top_p[one], vocab=300),
+            uniforms=u[one],
+            all_sample=do_sample[row],
         )
         assert int(alone[0]) == int(batched[row]), row
     assert int(batched[2]) == int(logits[2].argmax())
+
+
+def test_filter_params_forms():
+    params = FilterParams.build([0.8, 1.0], [25, 0], [0.95, 1.0], vocab=1024)
+    assert params.kth_index[:, 0].tolist() == [24, 1023]
+    assert params.top_p[1, 0] == float("inf") and params.window == 0
+    assert FilterParams.build([1.0], [25], [0.9], vocab=1024).window == 25
+    assert FilterParams.build([1.0], [5000], [0.9], vocab=1024).kth_index.item() == 1023
 
 
 def test_continue_decision():
@@ -219,7 +212,8 @@ def test_batch_stacking_does_not_change_a_streams_randomness():
         a = SamplingBatch.for_frame([alone])
         b = SamplingBatch.for_frame([other, paired])
         assert torch.equal(a.uniforms[0], b.uniforms[1])
-    assert b.audio_top_k.tolist() == [3, 25] and b.any_sample and b.any_penalty
+    assert b.audio.kth_index[:, 0].tolist() == [2, 24] and b.audio.window == 25
+    assert b.any_sample and b.all_sample and b.any_penalty
 
 
 # --------------------------------------------------------------------------------------------------

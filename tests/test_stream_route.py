@@ -63,7 +63,10 @@ def test_same_seed_same_audio_and_default_length(client):
     second = _stream(client, text="Same seed, same sound.", seed=3)
     assert first.status_code == second.status_code == 200
     assert len(first.content) > 0 and len(first.content) % (SAMPLES_PER_FRAME * 8) == 0
-    assert first.content == second.content
+    a = np.frombuffer(first.content, dtype="<f4")
+    b = np.frombuffer(second.content, dtype="<f4")
+    # Same codes; the PCM may differ by float rounding when the codec decodes in other chunk sizes.
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)
 
 
 def test_clone_from_base64_and_data_url(client, data_dir):
@@ -121,7 +124,7 @@ def test_abort_mid_stream_frees_the_engine_slot(client, app_server):
             if received >= SAMPLES_PER_FRAME * 8:
                 break
         during = app_server.health()
-        assert during["active_streams"] + during["queued"] == 1, during
+        assert during["active_streams"] + during["queued"] == 1, (during, app_server.log_tail())
     aborted_at = time.monotonic()  # leaving the block closed the connection mid-stream
     after = app_server.wait_for_idle(timeout_s=10)
     freed_after_s = time.monotonic() - aborted_at

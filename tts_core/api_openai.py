@@ -3,9 +3,9 @@
 Differences from OpenAI's API, all deliberate:
 - Audio is 48 kHz stereo in every format (OpenAI's `pcm` is 24 kHz mono); `X-Sample-Rate` and
   `X-Channels` say so. `pcm` is 16-bit little-endian, interleaved L R L R.
-- `voice` names a preset of this server. OpenAI's built-in names (alloy, echo, ...) are not
-  presets: they fall back to the server's default voice so OpenAI scripts run unchanged, and the
-  `X-Voice` header says which preset spoke. Any other unknown name is a 404 listing the presets.
+- `voice` names a preset of this server (case-insensitive). OpenAI's built-in names that are not
+  presets (alloy, echo, ...) fall back to the server's default voice so OpenAI scripts run
+  unchanged; the `X-Voice` header says which preset spoke. Other unknown names: 404 listing presets.
 - `speed` must be 1.0 (the model has no rate control); `instructions` is accepted and ignored.
 - `stream: true` streams `pcm` and `wav` as they are generated (a WAV header with "unknown"
   sizes first) and is refused for mp3/flac/opus. `stream_format: "audio"` (OpenAI's default)
@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import logging
 import os
 import re
 import time
@@ -41,8 +40,6 @@ from .errors import InvalidRequestError, PayloadTooLargeError, VoiceNotFoundErro
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, Voice
-
-logger = logging.getLogger(__name__)
 
 ResponseFormat = Literal["mp3", "opus", "flac", "wav", "pcm"]
 MEDIA_TYPES: dict[str, str] = {
@@ -205,9 +202,9 @@ def _check_model(name: str, settings: ServerSettings) -> None:
 
 def _resolve_preset(synth, voice: str | VoiceId | None) -> str:
     """The preset name to use; OpenAI's voice names fall back to the default preset."""
-    if voice is None:
+    name = (voice.id if isinstance(voice, VoiceId) else voice or "").strip()
+    if not name:
         return synth.default_voice
-    name = (voice.id if isinstance(voice, VoiceId) else voice).strip()
     presets = {p.name: p for p in synth.list_voices()}
     preset = presets.get(name) or next((p for p in presets.values() if p.name.lower() == name.lower()), None)
     if preset is None:
@@ -256,7 +253,7 @@ async def _build_request(body: SpeechRequest, synth, settings: ServerSettings) -
         raise InvalidRequestError("ref_text is the transcript of ref_audio: send ref_audio too", param="ref_text")
     sampling = _sampling(body)
     if body.ref_audio is not None:
-        clip = await _read_ref_audio(body.ref_audio, settings)
+        clip = await read_ref_audio(body.ref_audio, settings)
         voice, label = Voice.from_audio(clip, transcript=body.ref_text), "reference"
         mode = "continuation" if voice.transcript else "voice_clone"
     else:
@@ -273,15 +270,16 @@ async def _build_request(body: SpeechRequest, synth, settings: ServerSettings) -
 # ---- ref_audio --------------------------------------------------------------------------------
 
 
-def _size(num_bytes: int) -> str:
-    return f"{num_bytes / 2**20:.1f} MiB" if num_bytes >= 2**20 else f"{num_bytes / 1024:.0f} KiB"
+def _bad_ref(message: str, code: str) -> InvalidRequestError:
+    return InvalidRequestError(f"ref_audio {message}", param="ref_audio", code=code)
 
 
 def _too_large(size: int, limit: int) -> PayloadTooLargeError:
-    return PayloadTooLargeError(
-        f"ref_audio is {_size(size)}; the limit is {_size(limit)}: send a shorter clip (3-10 s is best)",
-        param="ref_audio", code="ref_audio_too_large",
-    )
+    def human(n: int) -> str:
+        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
+
+    return PayloadTooLargeError(f"ref_audio is {human(size)}; the limit is {human(limit)}: send a shorter clip "
+                                "(3-10 s is best)", param="ref_audio", code="ref_audio_too_large")
 
 
 def _decode_base64(text: str, limit: int) -> bytes:
@@ -293,18 +291,14 @@ def _decode_base64(text: str, limit: int) -> bytes:
     try:
         return base64.b64decode(compact, validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidRequestError(
-            "ref_audio is not valid base64: send the audio file's bytes base64-encoded, or a data: URL",
-            param="ref_audio", code="invalid_base64",
-        ) from None
+        raise _bad_ref("is not valid base64: send the audio file's bytes base64-encoded, or a data: URL",
+                       "invalid_base64") from None
 
 
 def _decode_data_url(text: str, limit: int) -> bytes:
     header, sep, payload = text.partition(",")
     if not sep:
-        raise InvalidRequestError(
-            "ref_audio data: URL has no ',': expected data:audio/wav;base64,<data>", param="ref_audio"
-        )
+        raise _bad_ref("data: URL has no ',': expected data:audio/wav;base64,<data>", "invalid_data_url")
     if header.lower().endswith(";base64"):
         return _decode_base64(payload, limit)
     if len(payload) > 3 * limit:
@@ -323,9 +317,7 @@ async def _download(url: str, settings: ServerSettings) -> bytes:
         async with httpx.AsyncClient(timeout=settings.remote_audio_timeout_s, follow_redirects=True,
                                      max_redirects=3) as client, client.stream("GET", url) as response:
             if response.status_code != 200:
-                raise InvalidRequestError(
-                    f"ref_audio URL answered HTTP {response.status_code}", param="ref_audio", code="ref_audio_fetch"
-                )
+                raise _bad_ref(f"URL answered HTTP {response.status_code}", "ref_audio_fetch")
             declared = int(response.headers.get("content-length") or 0)
             if declared > limit:
                 raise _too_large(declared, limit)
@@ -336,42 +328,35 @@ async def _download(url: str, settings: ServerSettings) -> bytes:
                     raise _too_large(len(data), limit)
             return bytes(data)
     except httpx.HTTPError as exc:
-        raise InvalidRequestError(
-            f"could not download ref_audio ({type(exc).__name__}): check the URL", param="ref_audio",
-            code="ref_audio_fetch",
-        ) from None
+        raise _bad_ref(f"could not be downloaded ({type(exc).__name__}): check the URL", "ref_audio_fetch") from None
 
 
-async def _read_ref_audio(value: str, settings: ServerSettings) -> bytes:
-    """Bytes of the reference clip. Never opens a local file, whatever the string looks like."""
+async def read_ref_audio(value: str, settings: ServerSettings) -> bytes:
+    """Bytes of a `ref_audio` field: base64, a data: URL, or an http(s) URL where settings allow it.
+
+    Never opens a local file, whatever the string looks like. Over `settings.max_upload_bytes`:
+    PayloadTooLargeError (413) before decoding; anything else unusable: InvalidRequestError (400).
+    """
     text = value.strip()
     lowered = text[:16].lower()
     if not text:
-        raise InvalidRequestError("ref_audio is empty: send base64 audio or a data: URL", param="ref_audio")
+        raise _bad_ref("is empty: send base64 audio or a data: URL", "empty_audio")
     if lowered.startswith("data:"):
         return _decode_data_url(text, settings.max_upload_bytes)
     if lowered.startswith(("http://", "https://")):
         if not settings.allow_remote_audio:
-            raise InvalidRequestError(
-                "ref_audio URLs are disabled on this server: send the clip as base64 or a data: URL",
-                param="ref_audio", code="remote_audio_disabled",
-            )
+            raise _bad_ref("URLs are disabled on this server: send the clip as base64 or a data: URL",
+                           "remote_audio_disabled")
         return await _download(text, settings)
     if lowered.startswith("file:"):
-        raise InvalidRequestError(
-            "ref_audio cannot be a file: URL (the server never reads its own files): send the clip as base64 "
-            "or a data: URL", param="ref_audio", code="local_path_refused",
-        )
+        raise _bad_ref("cannot be a file: URL (the server never reads its own files): send the clip as base64 "
+                       "or a data: URL", "local_path_refused")
     if len(text) < 1024 and _PATH_LIKE.match(text):
-        raise InvalidRequestError(
-            "ref_audio looks like a file path; the server never reads its own files: send the clip's bytes "
-            "as base64 or a data: URL", param="ref_audio", code="local_path_refused",
-        )
+        raise _bad_ref("looks like a file path; the server never reads its own files: send the clip's bytes "
+                       "as base64 or a data: URL", "local_path_refused")
     if _URL_SCHEME.match(text):
-        raise InvalidRequestError(
-            "ref_audio URL scheme is not supported: send base64, a data: URL or (where allowed) an http(s) URL",
-            param="ref_audio", code="unsupported_url",
-        )
+        raise _bad_ref("URL scheme is not supported: send base64, a data: URL or (where allowed) an http(s) URL",
+                       "unsupported_url")
     return _decode_base64(text, settings.max_upload_bytes)
 
 
@@ -408,13 +393,19 @@ async def _audio_bytes(chunks: Iterator[AudioChunk], first: AudioChunk | None, f
 
 
 class _AudioStreamResponse(StreamingResponse):
-    """A StreamingResponse that always closes its body iterator, even when the client left."""
+    """Streams `chunks` as pcm/wav bytes and always closes them, even when the client left early
+    (or before the body was ever iterated), which cancels the synthesis and frees its slot."""
+
+    def __init__(self, chunks: Iterator[AudioChunk], first: AudioChunk | None, fmt: str, headers: dict):
+        super().__init__(_audio_bytes(chunks, first, fmt), media_type=MEDIA_TYPES[fmt], headers=headers)
+        self._chunks = chunks
 
     async def __call__(self, scope, receive, send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            self._chunks.close()
 
 
 async def _collect(chunks: Iterator[AudioChunk], request: Request) -> np.ndarray | None:
@@ -435,20 +426,8 @@ async def _collect(chunks: Iterator[AudioChunk], request: Request) -> np.ndarray
 # ---- router -----------------------------------------------------------------------------------
 
 
-def _as_settings(settings: object) -> ServerSettings:
-    """`settings` itself, or a ServerSettings built from the same-named attributes of another object."""
-    if isinstance(settings, ServerSettings):
-        return settings
-    names = (f.name for f in dataclasses.fields(ServerSettings))
-    return ServerSettings(**{name: getattr(settings, name) for name in names if hasattr(settings, name)})
-
-
 def build_openai_router(service: SynthesizerService, settings: ServerSettings) -> APIRouter:
-    """The OpenAI-compatible routes, bound to `service` (the model) and `settings` (limits).
-
-    `settings` is a ServerSettings or any object with some of its fields (the rest take defaults).
-    """
-    settings = _as_settings(settings)
+    """The OpenAI-compatible routes, bound to `service` (the model) and `settings` (limits)."""
     router = APIRouter(tags=["OpenAI-compatible"])
     created = int(time.time())
 
@@ -468,8 +447,7 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
                 chunks.close()
                 raise
             headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-            return _AudioStreamResponse(_audio_bytes(chunks, first, fmt), media_type=MEDIA_TYPES[fmt],
-                                        headers=headers)
+            return _AudioStreamResponse(chunks, first, fmt, headers)
         pcm = await _collect(chunks, request)
         if pcm is None:
             return Response(status_code=499)
@@ -508,3 +486,6 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
                                  code="model_not_found")
 
     return router
+
+
+_read_ref_audio = read_ref_audio  # the name tts_core.server imported first

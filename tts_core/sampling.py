@@ -39,59 +39,84 @@ def greedy_pick(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def _candidates(
-    scores: torch.Tensor, top_k: torch.Tensor, max_top_k: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Descending (values, ids) [B, W] holding every entry that top-k can keep.
+@dataclass(frozen=True, slots=True)
+class FilterParams:
+    """Per-row temperature / top-k / top-p of one head, prepared once per frame on the host.
 
-    With all rows limited to k <= max_top_k < V, a top-(max_top_k + 1) window suffices unless a tie
-    at some row's threshold runs past it; then (and when any row disables top-k) sort everything.
+    Use `FilterParams.build`; the fields are already in the form the math needs.
     """
-    vocab = scores.shape[-1]
-    # The tie check needs a host sync: take the window on the CPU only (a GPU sorts 1024 entries
-    # in one kernel, and stays sync-free for graph capture).
-    if 0 < max_top_k < vocab and scores.device.type == "cpu":
-        values, ids = torch.topk(scores, max_top_k + 1, dim=-1)  # sorted descending
-        k = top_k.clamp(min=1, max=max_top_k)
-        threshold = values.gather(-1, (k - 1)[:, None])  # [B, 1]
-        if not bool((values[:, -1:] >= threshold).any()):
-            return values[:, :-1], ids[:, :-1]
-    return torch.sort(scores, dim=-1, descending=True)
+
+    temperature: torch.Tensor  # [B, 1]
+    kth_index: torch.Tensor  # [B, 1] long: k - 1, with k = V when top-k is off (k = 0) and k <= V
+    top_p: torch.Tensor  # [B, 1]; +inf where top-p is off (p outside (0, 1), as in the reference)
+    window: int  # host: top-(window + 1) holds every top-k survivor; 0 = sort the whole row
+    vocab: int  # the row width these were built for
+
+    @classmethod
+    def build(
+        cls,
+        temperature: Sequence[float],
+        top_k: Sequence[int],
+        top_p: Sequence[float],
+        vocab: int,
+        device: torch.device | str | None = None,
+    ) -> FilterParams:
+        ks = [vocab if k <= 0 else min(int(k), vocab) for k in top_k]
+        window = max(ks) if all(0 < k < vocab for k in top_k) else 0
+        return cls(
+            temperature=torch.tensor(temperature, dtype=torch.float32, device=device)[:, None],
+            kth_index=torch.tensor([k - 1 for k in ks], dtype=torch.long, device=device)[:, None],
+            top_p=torch.tensor(
+                [p if 0.0 < p < 1.0 else float("inf") for p in top_p], dtype=torch.float32, device=device
+            )[:, None],
+            window=window,
+            vocab=vocab,
+        )
 
 
-def sample_filtered(
-    logits: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    uniforms: torch.Tensor,
-    max_top_k: int,
-) -> torch.Tensor:
+def _ties_overflow(values: torch.Tensor, threshold: torch.Tensor) -> bool:
+    """True if some row's k-th score ties with the first score outside the window (CPU tensors)."""
+    last = values[:, -1].float().numpy()  # host arrays: far cheaper than a torch reduction here
+    return bool((last >= threshold[:, 0].float().numpy()).any())
+
+
+def sample_filtered(logits: torch.Tensor, params: FilterParams, uniforms: torch.Tensor) -> torch.Tensor:
     """Temperature, top-k, top-p (the reference order), then one inverse-CDF draw per row.
 
-    top-k keeps every score >= the k-th largest (ties kept; k = 0 disables). top-p drops the sorted
-    entries whose cumulative probability *before* them exceeds p, so the first token crossing p and
-    the top token are always kept (p outside (0, 1) disables). Both keep a prefix of the descending order, so
-    the draw is #(cdf < u * cdf[last kept]) over the top-k probabilities, which is the same
-    distribution as re-normalising over the kept set.
+    top-k keeps every score >= the k-th largest (ties kept). top-p drops the sorted entries whose
+    cumulative probability *before* them exceeds p, so the first token crossing p and the top token
+    are always kept. Both keep a prefix of the descending order, so the draw is
+    #(cdf < u * cdf[last kept]) over the top-k probabilities: the same distribution as
+    re-normalising over the kept set.
 
     Args:
-        logits: [B, V]; temperature, top_p: [B] float; top_k: [B] long; uniforms: [B] in [0, 1).
-        max_top_k: host-side max of top_k, or 0 when some row disables top-k.
+        logits: [B, V]; params: the rows' `FilterParams`; uniforms: [B] in [0, 1).
     Returns: ids [B].
     """
-    scores = logits / temperature.to(logits.dtype)[:, None]  # [B, V]
-    values, ids = _candidates(scores, top_k, max_top_k)  # [B, W]
-    width = values.shape[-1]
-    k = torch.where(top_k > 0, top_k, width).clamp(max=width)[:, None]  # [B, 1]
-    in_top_k = values >= values.gather(-1, k - 1)  # [B, W], a prefix
-    probs = torch.softmax(values.masked_fill(~in_top_k, float("-inf")), dim=-1)
+    scores = logits / params.temperature.to(logits.dtype)  # [B, V]
+    vocab = scores.shape[-1]
+    kth_index = params.kth_index
+    if vocab != params.vocab:  # a smaller codebook than the one the params were built for
+        kth_index = kth_index.clamp(max=vocab - 1)
+    values = ids = threshold = None
+    # A top-k window avoids sorting all V scores. Checking that no tie runs past the window needs
+    # the values on the host, so the GPU simply sorts (one kernel, no sync, graph-capturable).
+    if 0 < params.window < vocab - 1 and scores.device.type == "cpu":
+        values, ids = torch.topk(scores, params.window + 1, dim=-1)  # [B, W + 1], descending
+        threshold = values.gather(-1, kth_index)  # [B, 1]
+        if _ties_overflow(values, threshold):
+            values = None
+        else:
+            values, ids = values[:, :-1], ids[:, :-1]
+    if values is None:
+        values, ids = torch.sort(scores, dim=-1, descending=True)
+        threshold = values.gather(-1, kth_index)
+    in_top_k = values >= threshold  # [B, W], a prefix
+    probs = torch.softmax(torch.where(in_top_k, values, float("-inf")), dim=-1)
     cdf = probs.cumsum(dim=-1)  # [B, W]
-    # Exclusive cumsum: the mass strictly before each entry.
-    before = torch.cat([torch.zeros_like(cdf[:, :1]), cdf[:, :-1]], dim=-1)
-    # As in the reference, top-p only acts for 0 < p < 1.
-    p = torch.where((top_p > 0) & (top_p < 1), top_p, float("inf")).to(cdf.dtype)[:, None]  # [B, 1]
-    num_kept = torch.minimum(in_top_k.sum(-1, keepdim=True), (before <= p).sum(-1, keepdim=True))
+    # Kept by top-p: entry 0, plus every entry i >= 1 with cdf[i - 1] <= p.
+    num_p = (cdf[:, :-1] <= params.top_p.to(cdf.dtype)).sum(-1, keepdim=True) + 1
+    num_kept = torch.minimum(in_top_k.sum(-1, keepdim=True), num_p)  # [B, 1]
     target = uniforms.to(cdf.dtype)[:, None] * cdf.gather(-1, num_kept - 1)  # [B, 1]
     position = torch.minimum((cdf < target).sum(-1, keepdim=True), num_kept - 1)
     return ids.gather(-1, position).squeeze(-1)
@@ -101,23 +126,21 @@ def pick_tokens(
     logits: torch.Tensor,
     *,
     do_sample: torch.Tensor,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
+    filters: FilterParams,
     uniforms: torch.Tensor,
     any_sample: bool = True,
-    max_top_k: int = 0,
+    all_sample: bool = False,
 ) -> torch.Tensor:
     """One id per row: argmax where `do_sample` is False, else a filtered inverse-CDF draw.
 
-    `any_sample=False` (known on the host) skips the sampling math for all-greedy batches;
-    `max_top_k` (host-side max of top_k, 0 if any row disables it) lets top-k work on a window.
+    `any_sample` / `all_sample` (known on the host) skip the unneeded half for uniform batches.
     """
-    greedy = greedy_pick(logits)
     if not any_sample:
-        return greedy
-    sampled = sample_filtered(logits, temperature, top_k, top_p, uniforms, max_top_k)
-    return torch.where(do_sample.to(greedy.device), sampled, greedy)
+        return greedy_pick(logits)
+    sampled = sample_filtered(logits, filters, uniforms)
+    if all_sample:
+        return sampled
+    return torch.where(do_sample.to(sampled.device), sampled, greedy_pick(logits))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,22 +196,17 @@ def observe_frames(samplers: Sequence[StreamSampler], codes: torch.Tensor, emitt
 
 @dataclass(frozen=True, slots=True)
 class SamplingBatch:
-    """Per-row sampling parameters and randomness of one frame step ([B] tensors unless noted)."""
+    """Per-row sampling parameters and randomness of one frame step (B rows)."""
 
-    do_sample: torch.Tensor  # bool
-    audio_temperature: torch.Tensor
-    audio_top_k: torch.Tensor  # long
-    audio_top_p: torch.Tensor
-    audio_repetition_penalty: torch.Tensor
-    text_temperature: torch.Tensor
-    text_top_k: torch.Tensor  # long, already min(k, 2) for the 2-way decision
-    text_top_p: torch.Tensor
+    do_sample: torch.Tensor  # [B] bool
+    audio: FilterParams
+    audio_repetition_penalty: torch.Tensor  # [B]
+    text: FilterParams  # for the 2-way continue/stop decision
     uniforms: torch.Tensor  # [B, 1 + n_vq] float32
     seen: torch.Tensor  # [B, n_vq, V] bool
     any_sample: bool  # host-side: some row samples
+    all_sample: bool  # host-side: every row samples
     any_penalty: bool  # host-side: some row has a repetition penalty != 1
-    audio_max_top_k: int  # host-side: max audio top_k, 0 if some row disables top-k
-    text_max_top_k: int
 
     @property
     def batch_size(self) -> int:
@@ -203,52 +221,48 @@ class SamplingBatch:
             raise ValueError("SamplingBatch.for_frame needs at least one stream")
         params = [s.params for s in samplers]
         device = torch.device(device) if device is not None else torch.device("cpu")
-
-        def floats(values: list[float]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.float32, device=device)
-
-        def longs(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.long, device=device)
-
         uniforms = torch.stack([s.draw_uniforms() for s in samplers])  # [B, 1 + K]
         seen = torch.stack([s.seen for s in samplers])  # [B, K, V]
         return cls(
             do_sample=torch.tensor([p.do_sample for p in params], dtype=torch.bool, device=device),
-            audio_temperature=floats([p.audio_temperature for p in params]),
-            audio_top_k=longs([p.audio_top_k for p in params]),
-            audio_top_p=floats([p.audio_top_p for p in params]),
-            audio_repetition_penalty=floats([p.audio_repetition_penalty for p in params]),
-            text_temperature=floats([p.text_temperature for p in params]),
-            text_top_k=longs([min(p.text_top_k, 2) for p in params]),
-            text_top_p=floats([p.text_top_p for p in params]),
+            audio=FilterParams.build(
+                [p.audio_temperature for p in params],
+                [p.audio_top_k for p in params],
+                [p.audio_top_p for p in params],
+                vocab=seen.shape[-1],
+                device=device,
+            ),
+            audio_repetition_penalty=torch.tensor(
+                [p.audio_repetition_penalty for p in params], dtype=torch.float32, device=device
+            ),
+            text=FilterParams.build(
+                [p.text_temperature for p in params],
+                [p.text_top_k for p in params],
+                [p.text_top_p for p in params],
+                vocab=2,
+                device=device,
+            ),
             uniforms=uniforms.to(device),
             seen=seen.to(device),
             any_sample=any(p.do_sample for p in params),
+            all_sample=all(p.do_sample for p in params),
             any_penalty=any(p.audio_repetition_penalty != 1.0 for p in params),
-            audio_max_top_k=_max_top_k([p.audio_top_k for p in params]),
-            text_max_top_k=_max_top_k([min(p.text_top_k, 2) for p in params]),
         )
-
-
-def _max_top_k(values: list[int]) -> int:
-    return 0 if min(values) <= 0 else max(values)
 
 
 def decide_continue(stop_logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """2-way continue/stop choice from [s_continue, s_stop] logits [B, 2] -> bool [B].
 
     Greedy rows continue iff s_continue >= s_stop (ties go to index 0). Sampling rows use the text
-    temperature / top-k / top-p and the frame's first uniform; no repetition penalty.
+    temperature / top-k (min(k, 2)) / top-p and the frame's first uniform; no repetition penalty.
     """
     choice = pick_tokens(
         stop_logits,
         do_sample=batch.do_sample,
-        temperature=batch.text_temperature,
-        top_k=batch.text_top_k,
-        top_p=batch.text_top_p,
+        filters=batch.text,
         uniforms=batch.uniforms[:, 0],
         any_sample=batch.any_sample,
-        max_top_k=batch.text_max_top_k,
+        all_sample=batch.all_sample,
     )
     return choice == 0
 
@@ -261,10 +275,8 @@ def pick_codes(logits: torch.Tensor, channel: int, batch: SamplingBatch) -> torc
     return pick_tokens(
         logits,
         do_sample=batch.do_sample,
-        temperature=batch.audio_temperature,
-        top_k=batch.audio_top_k,
-        top_p=batch.audio_top_p,
+        filters=batch.audio,
         uniforms=batch.uniforms[:, 1 + channel],
         any_sample=batch.any_sample,
-        max_top_k=batch.audio_max_top_k,
+        all_sample=batch.all_sample,
     )

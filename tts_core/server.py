@@ -287,7 +287,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
         path="/",
         head='<script src="/player/bridge.js" defer></script>',
         css_paths=[STATIC_DIR / "ui.css"],
-        footer_links=["api", "settings"],
+        footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
         max_file_size=settings.max_upload_bytes,
         theme=gr.themes.Soft(),
     )

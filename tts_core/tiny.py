@@ -125,6 +125,18 @@ def engineer_never_stop(lm: torch.nn.Module) -> None:
         wte[9, 0] += 3.0
 
 
+def quiet_output(codec: torch.nn.Module, rms: float = 0.05) -> None:
+    """Scale the decoder's last projection so random weights give a comfortable level instead of
+    full-scale noise (the player would otherwise clip)."""
+    last = [m for m in codec.decoder if hasattr(m, "output_proj")][-1]
+    with torch.no_grad():
+        codes = torch.randint(0, 1024, (1, 16, 4), generator=torch.Generator().manual_seed(0))
+        codec.fuse()
+        level = codec.decode(codes).pow(2).mean().sqrt().item()
+        if level > 0:
+            last.output_proj.weight.mul_(rms / level)
+
+
 def _find_tokenizer(tokenizer: str | os.PathLike | None) -> Path:
     candidates = []
     if tokenizer:
@@ -170,6 +182,7 @@ def make_tiny_checkpoint(directory: Path, *, tokenizer: str | os.PathLike | None
     codec_raw = codec_config_dict()
     codec = MossAudioCodec(CodecConfig.from_json(codec_raw))
     _randomize(codec, generator)
+    quiet_output(codec)
     (codec_dir / "config.json").write_text(json.dumps(codec_raw, indent=2))
     save_file(_unique_tensors(codec), str(codec_dir / "model.safetensors"))
     return lm_dir, codec_dir

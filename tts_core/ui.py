@@ -40,6 +40,13 @@ EXAMPLES = [
 _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
 _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
+_TIPS = """**Tips**
+- The player starts once about 0.1 s of audio is buffered. **TTFP** is the time from your click to the
+  first sound; **RTF** is generation time ÷ audio length (below 1 = faster than real time).
+- 3-10 s of clean, single-speaker speech clones best.
+- Same seed + same settings = the same audio (see *Advanced sampling*).
+- Scripts can use `POST /api/tts/stream` (raw 48 kHz stereo float32) or the OpenAI-compatible
+  `POST /v1/audio/speech`; [the API docs](/docs) list every field."""
 _PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/player.html?embed=1" allow="autoplay" '
                   'title="Streaming audio player"></iframe>')
 
@@ -206,12 +213,10 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
         with gr.Row(elem_id="header"):
             gr.Markdown("# MOSS-TTS-Nano Studio\nStreaming text-to-speech, 48 kHz stereo, "
                         "20 languages, voice cloning from a short clip.")
-            status = gr.Markdown(_status_line(service), elem_id="model-status")
+            status = gr.Markdown(lambda: _status_line(service), elem_id="model-status")
         timer = gr.Timer(1.0)
         payload = gr.Textbox(visible=False, elem_id="tts-payload")
         source = gr.State("preset")
-        language = gr.Radio(_FIXED_LANGUAGES, value="All", label="Language", elem_id="voice-language",
-                            render=False)
 
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
@@ -223,32 +228,32 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
                         )
                         char_count = gr.Markdown(f"0 / {settings.max_text_chars} characters",
                                                  elem_id="char-count")
+                        with gr.Tabs():
+                            with gr.Tab("Preset voice", id="preset") as preset_tab:
+                                language = gr.Radio(_FIXED_LANGUAGES, value="All", label="Language",
+                                                    elem_id="voice-language")
+                                voice = gr.Dropdown(label="Voice", elem_id="voice-select",
+                                                    info="Voices appear when the model has loaded.")
+                                clip = gr.HTML("", elem_id="voice-clip", js_on_load=None)
+                            with gr.Tab("Clone a voice", id="clone") as clone_tab:
+                                ref_audio = gr.Audio(sources=["upload", "microphone"], type="filepath",
+                                                     format="wav", label="Reference clip (3-10 s of clean speech)",
+                                                     elem_id="ref-audio")
+                                ref_info = gr.Markdown(elem_id="ref-info")
+                                ref_text = gr.Textbox(
+                                    label="Transcript of the clip (optional)", elem_id="ref-text",
+                                    info="If given, the model continues the clip (continuation mode); "
+                                         "leave empty to clone the voice only.",
+                                )
                         gr.Examples(EXAMPLES, inputs=[text, language], label="Examples (中文 · English · 日本語)")
                     with gr.Tab("Voice audition", id="audition"):
-                        gr.Markdown("Hear one sentence in several voices, one after another.")
+                        gr.Markdown("Hear one sentence in several preset voices, one after another.")
                         audition_text = gr.Textbox(label="Sentence", elem_id="audition-text",
                                                    value="Hello! This is what my voice sounds like.",
                                                    max_length=settings.max_text_chars)
                         audition_voices = gr.CheckboxGroup(label="Voices to compare", elem_id="audition-voices",
                                                            info=f"Up to {MAX_AUDITION_VOICES}.")
                         audition_btn = gr.Button("Compare voices", elem_id="audition-btn")
-
-                with gr.Tabs():
-                    with gr.Tab("Preset voice", id="preset") as preset_tab:
-                        language.render()
-                        voice = gr.Dropdown(label="Voice", elem_id="voice-select",
-                                            info="Voices appear when the model has loaded.")
-                        clip = gr.HTML("", label="Reference clip", elem_id="voice-clip", js_on_load=None)
-                    with gr.Tab("Clone a voice", id="clone") as clone_tab:
-                        ref_audio = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav",
-                                             label="Reference clip (3-10 s of clean speech)",
-                                             elem_id="ref-audio")
-                        ref_info = gr.Markdown(elem_id="ref-info")
-                        ref_text = gr.Textbox(
-                            label="Transcript of the clip (optional)", elem_id="ref-text",
-                            info="If given, the model continues the clip (continuation mode); "
-                                 "leave empty to clone the voice only.",
-                        )
 
                 with gr.Accordion("Advanced sampling", open=False, elem_id="advanced"):
                     do_sample = gr.Checkbox(True, label="Sample (off = greedy: always the most likely sound)")
@@ -278,6 +283,7 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
                     stop_btn = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                 message = gr.Markdown(elem_id="tts-message")
                 gr.HTML(_PLAYER_IFRAME, elem_id="player-panel", js_on_load=None)
+                gr.Markdown(_TIPS, elem_id="tips")
 
         sampling = [do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty, text_temperature]
         pickers = [status, voice, audition_voices, language, clip, timer]

@@ -102,12 +102,22 @@ class Runner:
 
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], codes: np.ndarray) -> np.ndarray:
-        """Streaming codec decode of n new frames per slot: codes [B, n, 16] -> pcm float32 [B, 2, 3840n]."""
-        _, num_frames, _ = codes.shape
-        all_codes = torch.zeros(self.num_slots, self.n_vq, num_frames, dtype=torch.long, device=self.device)
-        index = torch.as_tensor(list(slots), dtype=torch.long, device=self.device)
-        all_codes[index] = torch.as_tensor(np.array(codes, dtype=np.int64), device=self.device).transpose(1, 2)  # [B, 16, n]
-        active = torch.zeros(self.num_slots, dtype=torch.bool, device=self.device)
-        active[index] = True
-        pcm = self.codec.decode_step(all_codes, self.codec_state, active)  # [S, 2, 3840n]
+        """Streaming codec decode of n new frames per slot: codes [B, n, 16] -> pcm float32 [B, 2, 3840n].
+
+        Runs on the smallest contiguous band of slots that holds them (a view of the state, so no
+        copy); slots inside the band that are not decoding are masked and keep their state.
+        """
+        order = sorted(slots)
+        low, high = order[0], order[-1] + 1
+        num_frames = codes.shape[1]
+        band_codes = torch.zeros(high - low, self.n_vq, num_frames, dtype=torch.long, device=self.device)
+        index = torch.as_tensor([s - low for s in slots], dtype=torch.long, device=self.device)
+        band_codes[index] = torch.as_tensor(np.array(codes, dtype=np.int64), device=self.device).transpose(1, 2)
+        active = None
+        if len(order) != high - low:
+            active = torch.zeros(high - low, dtype=torch.bool, device=self.device)
+            active[index] = True
+        band = self.codec_state if (low, high) == (0, self.num_slots) else self.codec_state.narrow(low, high)
+        pcm = self.codec.decode_step(band_codes, band, active)  # [band, 2, 3840n]
         return pcm[index].float().cpu().numpy()
+

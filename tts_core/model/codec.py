@@ -59,6 +59,22 @@ class CodecDecodeState:
         """[B] code frames each row has decoded since its last reset."""
         return self.stages[0].offsets // self.tokens_per_frame[0]
 
+    def narrow(self, low: int, high: int) -> CodecDecodeState:
+        """Rows [low, high) as a view: decoding with it updates this state in place, copying nothing."""
+        if not 0 <= low < high <= self.batch_size:
+            raise ValueError(f"row range [{low}, {high}) is outside [0, {self.batch_size})")
+        stages = [
+            StageCache(
+                keys=[k[low:high] for k in stage.keys],
+                values=[v[low:high] for v in stage.values],
+                positions=stage.positions[low:high],
+                offsets=stage.offsets[low:high],
+                window=stage.window,
+            )
+            for stage in self.stages
+        ]
+        return CodecDecodeState(stages, self.tokens_per_frame, self.max_frames_per_pass)
+
     def reset(self, rows: torch.Tensor | Sequence[int] | None = None) -> None:
         """Forget all rows (None), the rows of a bool mask [B], or the listed row indices."""
         mask = _row_mask(rows, self.batch_size, self.stages[0].offsets.device)
@@ -86,6 +102,9 @@ class MossAudioCodec(nn.Module):
 
     Args:
         config: the checkpoint's architecture (`CodecConfig.from_json`).
+
+    Keep the parameters fp32 (do not `.to(torch.bfloat16)` the module): reduced precision is chosen
+    with `set_compute_dtype`, which autocasts the transformer stages and leaves the quantiser in fp32.
     """
 
     def __init__(self, config: CodecConfig):
@@ -227,9 +246,10 @@ class MossAudioCodec(nn.Module):
         Each row continues from its own position. Rows with active[b] False keep their state untouched;
         their output is zeros.
         """
-        codes = self._check_codes(codes)
-        if codes.shape[0] != state.batch_size:
-            raise ValueError(f"codes batch {codes.shape[0]} != decode state batch {state.batch_size}")
+        if codes.dim() != 3 or codes.shape[0] != state.batch_size:
+            raise ValueError(
+                f"codes must be [{state.batch_size}, 16, n] for this decode state, got {list(codes.shape)}"
+            )
         if active is not None:
             active = torch.as_tensor(active, dtype=torch.bool, device=codes.device)
             if active.shape != (state.batch_size,):
@@ -237,9 +257,13 @@ class MossAudioCodec(nn.Module):
             if bool(active.all()):
                 active = None
             elif not bool(active.any()):
-                return codes.new_zeros(
-                    codes.shape[0], 2, codes.shape[-1] * self.config.downsample_rate
-                ).float()
+                return torch.zeros(
+                    codes.shape[0], 2, codes.shape[-1] * self.config.downsample_rate, device=self.device
+                )
+            else:  # idle rows may hold anything (e.g. the pad id 1024): their output is discarded
+                codes = torch.where(active[:, None, None], codes, torch.zeros_like(codes))
+        codes = self._check_codes(codes)
+        active = None if active is None else active.to(codes.device)
         pieces = []
         for start in range(0, codes.shape[-1], state.max_frames_per_pass):
             h = self.quantizer.decode(codes[:, :, start : start + state.max_frames_per_pass]).transpose(1, 2)

@@ -66,6 +66,11 @@ class QuantizerSpec:
 
 @dataclass(frozen=True, slots=True)
 class CodecConfig:
+    """The whole codec: stage lists in order (encoder: waveform -> latent; decoder: latent -> waveform).
+
+    `compute_dtype` is the config's own hint ("fp32" for Nano); `load_codec(dtype=...)` decides.
+    """
+
     sample_rate: int
     num_channels: int
     downsample_rate: int  # samples per channel per code frame

@@ -207,7 +207,15 @@ class MossTTSNanoLM(nn.Module):
 
     def _get_local_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> LocalKVCache:
         cache = self._local_cache
-        if cache is None or cache.batch < batch or cache.k[0].device != device or cache.k[0].dtype != dtype:
+        # A cache made under torch.inference_mode() cannot be written outside it: remake it then.
+        stale_mode = cache is not None and cache.k[0].is_inference() and not torch.is_inference_mode_enabled()
+        if (
+            cache is None
+            or stale_mode
+            or cache.batch < batch
+            or cache.k[0].device != device
+            or cache.k[0].dtype != dtype
+        ):
             c = self.config
             cache = LocalKVCache(
                 c.local_num_layers, batch, c.num_heads, c.local_max_len, c.head_dim, device, dtype

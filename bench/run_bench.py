@@ -1,0 +1,11 @@
+"""Benchmark entry point: same as `python -m tts_core bench` (see tts_core/bench.py and the README)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tts_core.cli import main
+
+if __name__ == "__main__":
+    raise SystemExit(main(["bench", *sys.argv[1:]]))
