@@ -99,15 +99,12 @@
     const run = current;
     if (!run || m.id !== run.id) return;
     if (m.type === 'first-audio') {
+      // The first sample was rendered at context time m.time; it is heard one output latency later.
+      // (Going back by the context clock removes the delay of this message itself.)
       const now = performance.now();
-      let heardAt = now;
-      // Map the context time of the first sample to page time at the speaker (includes output latency).
-      const ts = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
-      if (ts && ts.performanceTime > 0) {
-        const t = ts.performanceTime + (m.time - ts.contextTime) * 1000;
-        if (Math.abs(t - now) < 1000) heardAt = t;
-      }
-      stats.ttfpMs = heardAt - run.t0;
+      const sinceRenderMs = Math.max(0, (ctx.currentTime - m.time) * 1000);
+      const latencyMs = Math.min(500, (ctx.outputLatency || ctx.baseLatency || 0) * 1000);
+      stats.ttfpMs = now - sinceRenderMs + latencyMs - run.t0;
       stats.ttfpMsgMs = now - run.t0;
       if (stats.state === 'buffering') setState('playing');
       return;
@@ -477,9 +474,10 @@
     }
   }
 
-  if ('ResizeObserver' in window && window.parent !== window) {
-    new ResizeObserver(() => notifyParent({ type: 'moss-player:height', height: document.documentElement.scrollHeight }))
-      .observe(document.body);
+  if ('ResizeObserver' in window && window.parent !== window) {   // let the page size the iframe to fit
+    const main = $('player');
+    new ResizeObserver(() => notifyParent({ type: 'moss-player:height', height: main.offsetHeight + 4 }))
+      .observe(main);
   }
 
   initAudio().catch((err) => setMessage(err.message));   // pre-warm: context + worklet before the first click

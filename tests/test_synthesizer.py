@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import threading
 import time
@@ -180,10 +181,8 @@ def test_queue_full_is_refused_clearly(synth, zh1_codes):
         assert info.value.status_code == 503 and "busy" in info.value.message
     finally:
         for h in holders:
-            try:
+            with contextlib.suppress(ValueError):  # a generator still running in its thread
                 h.close()
-            except ValueError:  # a generator still running in its thread: cancel through the engine
-                pass
     _wait_idle(synth, timeout_s=30)
 
 

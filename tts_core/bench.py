@@ -48,6 +48,9 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         help="also run with CUDA graphs disabled and print the ratio (CUDA only)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--components", action="store_true", help="also time prefill / LM step / codec decode")
+    parser.add_argument("--quantize", choices=["int8"], help="CPU: int8 dynamic quantisation of the linears")
+    parser.add_argument("--fidelity", action="store_true",
+                        help="with --quantize: greedy code agreement and waveform SNR against fp32")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -206,10 +209,23 @@ def run_bench(args: argparse.Namespace) -> int:
     sampling = SamplingParams.greedy() if args.greedy else SamplingParams()
     lm, codec = build_random_models(args.lm_config, args.codec_config, device, lm_dtype)
     prompt = make_prompt(LMConfig.from_json(args.lm_config), args.prompt_rows)
+    fidelity = None
+    if args.quantize:
+        import copy
+
+        from .model.quant import quantize_codec_int8, quantize_lm_int8
+
+        reference = (copy.deepcopy(lm), copy.deepcopy(codec)) if args.fidelity else None
+        quantize_lm_int8(lm)
+        quantize_codec_int8(codec)
+        if reference is not None:
+            fidelity = measure_fidelity(reference, (lm, codec), prompt, frames)
     report = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if is_cuda else
               f"cpu x{torch.get_num_threads()} threads", "lm_dtype": str(lm_dtype).removeprefix("torch."),
               "prompt_rows": int(prompt.shape[0]), "frames": frames, "sampling": "greedy" if args.greedy
-              else "default", "torch": torch.__version__, "modes": {}}
+              else "default", "torch": torch.__version__, "quantize": args.quantize, "modes": {}}
+    if fidelity is not None:
+        report["fidelity"] = fidelity
     modes = [False, True] if (args.eager_compare and is_cuda) else [False]
     for enforce_eager in modes:
         label = "eager" if (enforce_eager or not is_cuda) else "graphed"
@@ -233,10 +249,43 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+@torch.inference_mode()
+def measure_fidelity(reference, quantized, prompt: np.ndarray, frames: int) -> dict:
+    """Greedy agreement of a quantised LM with the fp32 one, teacher-forced on the fp32 codes
+    (every frame sees the same history), and the SNR of the quantised codec's decode of those codes."""
+    from .config import SamplingParams
+    from .sampling import SamplingBatch, StreamSampler
+
+    def greedy_frames(lm, forced: np.ndarray | None) -> np.ndarray:
+        cache = lm.new_cache(1, len(prompt) + frames + 1)
+        hidden = lm.prefill(torch.as_tensor(prompt), cache, 0)[None]
+        sampler = StreamSampler(SamplingParams.greedy(), 0)
+        out = []
+        for i in range(frames):
+            _, codes = lm.generate_frame(hidden, SamplingBatch.for_frame([sampler]))
+            out.append(codes[0].numpy())
+            step = codes if forced is None else torch.as_tensor(forced[i : i + 1])
+            hidden = lm.decode(lm.frame_rows(step), cache, [0])
+        return np.stack(out)
+
+    ref_codes = greedy_frames(reference[0], None)
+    q_codes = greedy_frames(quantized[0], ref_codes)
+    codes_t = torch.as_tensor(ref_codes.T[None])  # [1, 16, F]
+    ref_pcm = reference[1].decode(codes_t)
+    q_pcm = quantized[1].decode(codes_t)
+    noise = (ref_pcm - q_pcm).pow(2).sum().item()
+    snr = 10 * np.log10(ref_pcm.pow(2).sum().item() / noise) if noise > 0 else float("inf")
+    return {"greedy_code_agreement": float((q_codes == ref_codes).mean()),
+            "first_codebook_agreement": float((q_codes[:, 0] == ref_codes[:, 0]).mean()),
+            "codec_snr_db": float(snr), "frames": frames}
+
+
 def _print_report(report: dict) -> None:
     print(f"# bench on {report['device_name']} ({report['device']}), LM {report['lm_dtype']}, "
           f"prompt {report['prompt_rows']} rows, {report['frames']} frames/stream, sampling {report['sampling']}, "
-          f"torch {report['torch']}")
+          f"torch {report['torch']}, quantize {report.get('quantize')}")
+    if report.get("fidelity"):
+        print("fidelity vs fp32: " + ", ".join(f"{k} {v:.4g}" for k, v in report["fidelity"].items()))
     for label, comp in report.get("components", {}).items():
         print(f"components ({label}): " + ", ".join(f"{k} {v:.2f}" for k, v in comp.items()))
     print("| mode | streams | TTFP p50 ms | TTFP p95 ms | RTF p50 | RTF max | x realtime | peak MiB |")

@@ -21,6 +21,7 @@ from .errors import ModelLoadError
 from .model.checkpoint import resolve_checkpoint_dir
 from .model.codec_loading import load_codec
 from .model.lm_loading import load_lm
+from .model.quant import QUANT_MODES, quantize_codec_int8, quantize_lm_int8
 from .tokenizer import TextTokenizer
 from .voices import VoiceBank, load_catalog
 
@@ -64,7 +65,7 @@ def _find_tokenizer(tokenizer: str | None, lm_dir: Path) -> Path:
 def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: str, dtype: str,
                       tokenizer: str | None, voices_dir: str | Path | None, engine_config: EngineConfig,
                       cache_dir: str | Path | None, allow_download: bool | None, warmup: bool,
-                      report: Callable[[str], None]) -> Synthesizer:
+                      report: Callable[[str], None], quantize: str | None = None) -> Synthesizer:
     torch_device = resolve_device(device)
     lm_dtype = resolve_lm_dtype(dtype, torch_device)
     configure_cpu_threads(torch_device)
@@ -82,6 +83,14 @@ def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: st
     report(f"loading codec on {torch_device} (float32)…")
     codec_model = load_codec(codec_dir, device=torch_device, dtype=torch.float32)
     text_tokenizer = TextTokenizer.from_file(tokenizer_path)
+    if quantize:
+        if quantize not in QUANT_MODES:
+            raise ModelLoadError(f"unknown quantisation {quantize!r}; use one of {', '.join(QUANT_MODES)}")
+        if torch_device.type != "cpu":
+            raise ModelLoadError("int8 quantisation is a CPU mode; drop it on CUDA (the LM runs in bf16 there)")
+        report("quantising linear layers to int8…")
+        quantize_lm_int8(lm_model)
+        quantize_codec_int8(codec_model)
 
     def encode_reference(pcm: np.ndarray) -> np.ndarray:
         """float32 [2, n] at 48 kHz -> codes int64 [F, 16]."""
@@ -107,6 +116,7 @@ def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: st
         "device": str(torch_device),
         "dtype": str(lm_dtype).removeprefix("torch."),
         "codec_dtype": "float32",
+        "quantize": quantize,
         "threads": torch.get_num_threads() if torch_device.type == "cpu" else None,
     }
     synth = cls(tokenizer=text_tokenizer, engine=engine, voices=voices, config=engine_config, info=info,

@@ -59,7 +59,7 @@ class Synthesizer:
     def from_pretrained(cls, lm: str = DEFAULT_LM, codec: str = DEFAULT_CODEC, *, device: str = "auto",
                         dtype: str = "auto", tokenizer: str | None = None, voices_dir: str | Path | None = None,
                         engine_config: EngineConfig | None = None, cache_dir: str | Path | None = None,
-                        allow_download: bool | None = None, warmup: bool = True,
+                        allow_download: bool | None = None, warmup: bool = True, quantize: str | None = None,
                         report: Callable[[str], None] | None = None) -> Synthesizer:
         """Load the LM and the codec (Hub ids or local directories) and start the engine.
 
@@ -74,6 +74,8 @@ class Synthesizer:
             cache_dir: where encoded voice codes are cached (default ~/.cache/moss_tts_studio).
             allow_download: fetch preset clips from the network (default: unless HF_HUB_OFFLINE=1).
             warmup: run a short generation so the first listener does not pay for it.
+            quantize: None (default, fp32 on CPU) or "int8": int8 dynamic quantisation of the LM and
+                codec linear layers on CPU, faster but not bit-faithful (see `bench --fidelity`).
             report: callback receiving human-readable progress lines.
         """
         from .loader import build_synthesizer
@@ -81,7 +83,7 @@ class Synthesizer:
         return build_synthesizer(cls, lm=lm, codec=codec, device=device, dtype=dtype, tokenizer=tokenizer,
                                  voices_dir=voices_dir, engine_config=engine_config or EngineConfig(),
                                  cache_dir=cache_dir, allow_download=allow_download, warmup=warmup,
-                                 report=report or (lambda _line: None))
+                                 quantize=quantize, report=report or (lambda _line: None))
 
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))

@@ -203,7 +203,8 @@ class MossTTSNanoLM(nn.Module):
         return F.linear(local_hidden, self.transformer.wte.weight.index_select(0, ids))
 
     def audio_logits(self, local_hidden: torch.Tensor, channel: int) -> torch.Tensor:
-        return F.linear(local_hidden, self.audio_embeddings[channel].weight)
+        # Through the (tied) head module rather than the table, so a quantised head can stand in.
+        return self.audio_lm_heads[channel](local_hidden)
 
     def _get_local_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> LocalKVCache:
         cache = self._local_cache
