@@ -5,15 +5,19 @@
 //   {type:'moss-tts:stop'}
 // Opened directly it shows its own text box and voice picker. Every figure it shows is also on
 // window.playerStats (read by the end-to-end tests).
+// URL parameters: embed=1 (no form), prebufferMs (default 200), ctxRate (ask the AudioContext for
+// another rate, to exercise the worklet's resampler), and seed / max_frames for the standalone form.
 'use strict';
 
 (() => {
   const params = new URLSearchParams(location.search);
   const EMBEDDED = params.get('embed') === '1';
   const WANT_RATE = Number(params.get('ctxRate')) || 48000;   // tests force another rate to exercise the resampler
-  const PREBUFFER_MS = Number(params.get('prebufferMs')) || 120;
+  // Audio buffered before playback starts. The first chunks are single 80 ms frames, so 200 ms means
+  // three frames: on a loaded CPU that cushion is what keeps the start gapless, and it costs only the
+  // generation time of one more frame (~25 ms at RTF 0.3) over two.
+  const PREBUFFER_MS = Number(params.get('prebufferMs')) || 200;
   const STREAM_URL = new URL('../api/tts/stream', location.href).href;   // relative: works under any mount prefix
-  const VOICES_URL = new URL('../api/voices', location.href).href;
   const AUDITION_GAP_MS = 350;
 
   const $ = (id) => document.getElementById(id);
@@ -59,6 +63,8 @@
     } catch (err) {   // a browser may refuse the rate: take its own, the worklet resamples
       ctx = new AudioContext({ latencyHint: 'interactive' });
     }
+    stats.audioState = ctx.state;   // 'suspended' until a user gesture where autoplay is restricted
+    ctx.onstatechange = () => { stats.audioState = ctx.state; };
     Object.assign(stats, {
       sampleRate: ctx.sampleRate, baseLatency: ctx.baseLatency ?? null,
       destinationChannels: ctx.destination.channelCount, maxChannelCount: ctx.destination.maxChannelCount,
@@ -231,7 +237,10 @@
     if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
     const how = await run.outcome;
     keepResult(run, rate, item.label);
-    if (how !== 'finished') return false;
+    if (how !== 'finished') {   // stopped while playing out: the whole result can still be replayed
+      if (current === run) setButtons({ stop: false, replay: !!last, download: !!last });
+      return false;
+    }
     stats.completed.push({
       label: item.label, ttfpMs: stats.ttfpMs, rtf: stats.rtf, frames: stats.framesReceived,
       framesRendered: stats.framesRendered, underruns: stats.underruns, requestId: stats.requestId,
@@ -241,7 +250,7 @@
     return true;
   }
 
-  function pushFrames(run, stereo, rate) {
+  function pushFrames(run, stereo, rate, keep = true) {
     const frames = stereo.length >> 1;
     let sl = 0, sr = 0;
     for (let i = 0; i < stereo.length; i += 2) { sl += stereo[i] * stereo[i]; sr += stereo[i + 1] * stereo[i + 1]; }
@@ -251,7 +260,7 @@
     if (stats.arrivals.length < 400) {   // [ms since the request, frames so far]: for diagnosing underruns
       stats.arrivals.push([Math.round(performance.now() - (run.sentAt ?? run.t0)), stats.framesReceived]);
     }
-    run.chunks.push(stereo.slice());   // kept for replay/download; the original is transferred
+    if (keep) run.chunks.push(stereo.slice());   // kept for replay/download; the original is transferred
     run.frames += frames;
     node.port.postMessage({ type: 'pcm', data: stereo }, [stereo.buffer]);
     stats.chunksPosted += 1;
@@ -329,7 +338,7 @@
     const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
     let offset = 0;
     for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
-    pushFrames(run, all, result.rate);
+    pushFrames(run, all, result.rate, false);
     run.chunks = result.chunks;
     node.port.postMessage({ type: 'end' });
     const how = await run.outcome;
@@ -337,27 +346,11 @@
     setButtons({ stop: false, replay: true, download: true });
   }
 
-  // ---- WAV download (32-bit float, built from the received samples) ------------------------------
-
-  function wavBlob(chunks, rate, channels) {
-    const frames = chunks.reduce((n, c) => n + c.length, 0) / channels;
-    const dataBytes = frames * channels * 4;
-    const h = new DataView(new ArrayBuffer(58));
-    const text = (off, s) => { for (let i = 0; i < s.length; i++) h.setUint8(off + i, s.charCodeAt(i)); };
-    text(0, 'RIFF'); h.setUint32(4, 50 + dataBytes, true); text(8, 'WAVE');
-    text(12, 'fmt '); h.setUint32(16, 18, true);
-    h.setUint16(20, 3, true);                       // WAVE_FORMAT_IEEE_FLOAT
-    h.setUint16(22, channels, true); h.setUint32(24, rate, true);
-    h.setUint32(28, rate * channels * 4, true); h.setUint16(32, channels * 4, true);
-    h.setUint16(34, 32, true); h.setUint16(36, 0, true);
-    text(38, 'fact'); h.setUint32(42, 4, true); h.setUint32(46, frames, true);
-    text(50, 'data'); h.setUint32(54, dataBytes, true);
-    return new Blob([h.buffer, ...chunks], { type: 'audio/wav' });
-  }
+  // ---- WAV download (wav.js builds the file from the received samples) ---------------------------
 
   function download() {
     if (!last) return;
-    const url = URL.createObjectURL(wavBlob(last.chunks, last.rate, 2));
+    const url = URL.createObjectURL(window.mossWav.floatWavBlob(last.chunks, last.rate, 2));
     const a = document.createElement('a');
     a.href = url;
     a.download = `moss-tts-${last.requestId || 'audio'}.wav`;
@@ -438,42 +431,6 @@
   $('replay').onclick = replay;
   $('download').onclick = download;
 
-  if (!EMBEDDED) {
-    const form = $('standalone');
-    form.hidden = false;
-    form.onsubmit = (e) => {
-      e.preventDefault();
-      const clickedAt = performance.timeOrigin + performance.now();
-      unlock();
-      const voice = $('voice').value;
-      const request = { text: $('text').value };
-      if (voice) request.voice = voice;
-      for (const key of ['seed', 'max_frames']) if (params.has(key)) request[key] = Number(params.get(key));
-      play({ items: [{ label: voice || 'default voice', request }] }, clickedAt);
-    };
-    loadVoices();
-  }
-
-  async function loadVoices() {
-    for (;;) {
-      try {
-        const resp = await fetch(VOICES_URL);
-        if (resp.ok) {
-          const body = await resp.json();
-          for (const v of body.voices.filter((x) => x.available)) {
-            const option = new Option(`${v.name} (${v.language}, ${v.gender})`, v.name);
-            $('voice').add(option);
-          }
-          $('voice').value = body.default;
-          setMessage('');
-          return;
-        }
-        setMessage(await errorMessage(resp), 'info');
-      } catch (_) { /* server not up yet */ }
-      await sleep(2000);
-    }
-  }
-
   if ('ResizeObserver' in window && window.parent !== window) {   // let the page size the iframe to fit
     const main = $('player');
     new ResizeObserver(() => notifyParent({ type: 'moss-player:height', height: main.offsetHeight + 4 }))
@@ -481,6 +438,7 @@
   }
 
   initAudio().catch((err) => setMessage(err.message));   // pre-warm: context + worklet before the first click
-  window.mossPlayer = { unlock, play, stop, replay, download, stats };
+  window.mossPlayer = { unlock, play, stop, replay, download, stats, setMessage, errorMessage };
+  if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
   render();
 })();

@@ -10,9 +10,9 @@
 //
 // Playback starts once `prebufferMs` of audio is buffered (or the stream has ended). A shortfall
 // before 'end' is an underrun: the last samples before the gap fade out, silence is counted, and
-// playback resumes with a fade-in after a larger rebuffer. Fades happen only there and at stop, so
-// normal chunk joins are bit-exact. If the context does not run at inputRate, the input is
-// resampled here (Catmull-Rom cubic, streaming).
+// playback resumes with a fade-in after a larger rebuffer. Fades happen only there, at stop and over
+// the stream's last 2 ms, so every normal chunk join is bit-exact. If the context does not run at
+// inputRate, the input is resampled here (Catmull-Rom cubic, streaming).
 
 const FADE_FRAMES = 96;        // 2 ms at 48 kHz: short enough to be inaudible, long enough to kill the click
 const STOP_FADE_MS = 12;
@@ -67,7 +67,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.capacity = sampleRate * 20;           // grows when a fast producer gets far ahead
     this.L = new Float32Array(this.capacity);
     this.R = new Float32Array(this.capacity);
-    this.reset(sampleRate, 120);
+    this.reset(sampleRate, 200);
     this.state = 'idle';
     this.port.onmessage = (e) => this.onMessage(e.data);
   }
@@ -92,7 +92,7 @@ class PcmPlayer extends AudioWorkletProcessor {
   onMessage(m) {
     if (m.type === 'start') {
       this.id = m.id;
-      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 120);
+      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200);
       this.state = 'prebuffering';
     } else if (m.type === 'pcm') {
       if (this.state === 'idle' || this.state === 'stopping') return;
@@ -102,6 +102,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     } else if (m.type === 'end') {
       if (this.resampler) { const r = this.resampler.push(new Float32Array(0), true); this.write(r.L, r.R); }
       this.ended = true;
+      this.fadeOutTail();   // the stream stops here: its last samples go to silence without a click
     } else if (m.type === 'stop') {
       if (this.state !== 'playing') {   // nothing audible yet (or a gap): stop at once
         this.state = 'idle'; this.avail = 0; this.readIdx = this.writeIdx = 0;
@@ -145,6 +146,15 @@ class PcmPlayer extends AudioWorkletProcessor {
       if (++w === this.capacity) w = 0;
     }
     this.writeIdx = w; this.avail += n; this.s.framesQueued += n;
+  }
+
+  fadeOutTail() {
+    const f = Math.min(this.avail, FADE_FRAMES);
+    for (let i = 0; i < f; i++) {
+      const j = (this.writeIdx - f + i + this.capacity) % this.capacity;
+      const g = (f - i) / (f + 1);
+      this.L[j] *= g; this.R[j] *= g;
+    }
   }
 
   // Copy k buffered frames into the outputs starting at `offset`; returns nothing, advances the ring.
@@ -209,8 +219,8 @@ class PcmPlayer extends AudioWorkletProcessor {
         oL[i] *= g; oR[i] *= g;
       }
     }
-    if (k < n) {
-      // Out of data inside this quantum: fade the tail so the gap (underrun) or the end does not click.
+    if (k < n && !this.ended) {
+      // Out of data inside this quantum (an underrun): fade the tail so the gap does not click.
       const f = Math.min(k, FADE_FRAMES);
       for (let i = 0; i < f; i++) {
         const g = (f - i) / (f + 1);
@@ -226,7 +236,10 @@ class PcmPlayer extends AudioWorkletProcessor {
         this.s.underruns += 1;
         if (this.s.underrunsAt.length < 20) this.s.underrunsAt.push(this.s.framesRendered);
         this.s.underrunFrames += n - k;
-        this.rebufferFrames = Math.min(this.rebufferFrames * 2, Math.round(MAX_REBUFFER_MS * sampleRate / 1000));
+        // Wait for more before resuming (at least 50 ms, doubling per underrun): fewer, longer gaps
+        // are less annoying than a stutter when the stream runs at about real time.
+        const floor = Math.round(0.05 * sampleRate), ceiling = Math.round(MAX_REBUFFER_MS * sampleRate / 1000);
+        this.rebufferFrames = Math.min(Math.max(this.rebufferFrames * 2, floor), ceiling);
       }
     } else if (this.avail === 0 && this.ended) {
       this.finish();

@@ -19,6 +19,8 @@ import httpx
 import numpy as np
 import pytest
 
+PlaywrightTimeout = pytest.importorskip("playwright.sync_api").TimeoutError
+
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
 
@@ -64,14 +66,21 @@ def set_max_seconds(page, seconds: float) -> None:
     """Advanced sampling → Maximum length, so a test plays a known, short clip."""
     page.locator("#advanced").get_by_role("button", name=re.compile("Advanced sampling")).click()
     box = page.locator("#max-seconds input[type=number]")
-    box.fill(str(seconds))
-    box.press("Enter")
-    page.locator("#max-seconds input[type=number]").blur()
+    box.wait_for(state="visible")
+    moved = f"Number(document.querySelector('#max-seconds input[type=range]').value) === {seconds}"
+    for _ in range(3):  # the accordion may still be rendering on the first try
+        box.fill(str(seconds))
+        box.press("Enter")
+        box.blur()
+        with contextlib.suppress(PlaywrightTimeout):
+            page.wait_for_function(moved, timeout=3_000)  # the slider moved: Gradio has the value
+            return
+    raise AssertionError(f"could not set the maximum length to {seconds} s")
 
 
 def pick_voice(page, name: str) -> None:
     page.click("#voice-select input")
-    page.get_by_role("option", name=re.compile(rf"· {re.escape(name)} —")).click()
+    page.get_by_role("option", name=re.compile(rf"· {re.escape(name)} \(")).click()
 
 
 def generate(page, button: str = "#generate-btn"):
@@ -94,6 +103,19 @@ def generated_pcm(app_server, response) -> np.ndarray:
     return np.frombuffer(again.content, dtype="<f4").reshape(-1, 2)  # interleaved L R
 
 
+def played(pcm: np.ndarray, fade_frames: int = 96) -> np.ndarray:
+    """What the worklet should output for `pcm`: the same samples, the last 2 ms faded to silence."""
+    out = pcm.astype(np.float64)
+    f = min(fade_frames, len(out))
+    out[len(out) - f:] *= ((f - np.arange(f)) / (f + 1))[:, None]
+    return out
+
+
+def assert_no_underruns(s: dict) -> None:
+    assert s["underruns"] == 0 and s["underrunFrames"] == 0, (
+        f"{s['underruns']} underruns at frames {s['underrunsAt']}; arrivals [ms, frames]: {s['arrivals']}")
+
+
 def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
     """Every generated frame went through the worklet, at 48 kHz, in two channels, without a gap."""
     assert s["state"] == "finished", s
@@ -103,16 +125,17 @@ def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
     assert len(pcm) > 0
     assert s["bytesReceived"] == pcm.size * 4
     assert s["framesReceived"] == len(pcm) == s["framesRendered"]
-    assert s["underruns"] == 0 and s["underrunFrames"] == 0, (
-        f"underruns at frames {s['underrunsAt']}; arrivals [ms, frames]: {s['arrivals']}")
+    assert_no_underruns(s)
     assert s["trailingBytes"] == 0
-    # The worklet rendered these very samples, per channel (not a mono mix): same energy on L and R,
-    # and the same L-R difference as the source.
-    src = pcm.astype(np.float64)
-    assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=1e-3, abs=1e-6)
-    assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=1e-3, abs=1e-6)
+    # The worklet rendered these very samples, per channel (not a mono mix), in order and without a
+    # seam of its own: same energy on L and R, same L-R difference, same largest sample-to-sample step.
+    src = played(pcm)
+    assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=1e-5)
+    assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=1e-5)
     diff = float(np.sqrt(((src[:, 0] - src[:, 1]) ** 2).mean()))
-    assert s["rmsDiff"] == pytest.approx(diff, rel=1e-2, abs=1e-6)
+    assert diff > 1e-3, "the test clip is mono, so it cannot show that both channels are kept"
+    assert s["rmsDiff"] == pytest.approx(diff, rel=1e-4)
+    assert s["maxStep"] == pytest.approx(float(np.abs(np.diff(src, axis=0)).max()), rel=1e-4)
     assert 0 < s["ttfpMs"] < 60_000 and s["ttfbMs"] <= s["ttfpMs"]
     assert 0 < s["rtf"] < 100 and s["xRealtime"] == pytest.approx(1 / s["rtf"])
     assert s["audioSeconds"] == pytest.approx(len(pcm) / 48_000)
@@ -218,7 +241,7 @@ def test_voice_audition_plays_each_voice_in_turn(browser_context, app_server):
     for i in checked[2:]:
         boxes.nth(i).uncheck()
     labels = page.locator("#audition-voices label")
-    expected = [re.search(r"· (.+?) —", labels.nth(i).inner_text()).group(1) for i in checked[:2]]
+    expected = [re.search(r"· (.+?) \(", labels.nth(i).inner_text()).group(1) for i in checked[:2]]
 
     page.click("#audition-btn")
     frame.wait_for_function("window.playerStats.completed.length === 2", timeout=60_000)
@@ -244,7 +267,8 @@ def test_replay_and_wav_download(browser_context, app_server, artifacts_dir):
     frame.wait_for_function(f"window.playerStats.runs === {first['runs'] + 1}")
     again = wait_done(frame)
     assert again["state"] == "finished" and again["framesRendered"] == len(pcm)
-    assert again["underruns"] == 0 and again["label"].endswith("(replay)")
+    assert again["label"].endswith("(replay)")
+    assert_no_underruns(again)
 
     with page.expect_download() as info:
         frame.click("#download")
@@ -262,7 +286,9 @@ def test_replay_and_wav_download(browser_context, app_server, artifacts_dir):
 
 def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context, app_server):
     page = browser_context.new_page()
-    page.goto(app_server.url + "player/player.html?ctxRate=44100&max_frames=12&seed=5")
+    # A 44.1 kHz context makes Chromium resample again on its way out, which loads this small box:
+    # a longer prebuffer keeps this test about the resampler, not about CPU contention.
+    page.goto(app_server.url + "player/player.html?ctxRate=44100&max_frames=12&seed=5&prebufferMs=1000")
     page.wait_for_function("document.querySelector('#voice').options.length > 1")
     page.wait_for_function("window.playerStats.workletLoaded")
     page.fill("#text", "Resampled in the worklet.")
@@ -272,7 +298,8 @@ def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context
     assert s["sampleRate"] == 44_100 and s["resampling"] and s["streamSampleRate"] == 48_000
     assert s["framesReceived"] == 12 * SAMPLES_PER_FRAME
     assert abs(s["framesRendered"] - round(s["framesReceived"] * 44_100 / 48_000)) <= 2
-    assert s["underruns"] == 0 and s["outputChannels"] == 2
+    assert s["outputChannels"] == 2
+    assert_no_underruns(s)
 
 
 def test_player_shows_server_errors(browser_context, app_server):
@@ -312,7 +339,8 @@ def loading_app():
 
     service = SynthesizerService(factory)
     server = uvicorn.Server(uvicorn.Config(create_app(service, ServerSettings()), host="127.0.0.1",
-                                           port=free_port(), log_config=None, access_log=False))
+                                           port=free_port(), log_config=None, access_log=False,
+                                           timeout_graceful_shutdown=2))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -325,7 +353,7 @@ def loading_app():
     thread.join(10)
 
 
-def test_status_line_while_loading_and_after_a_failure(browser_context, loading_app):
+def test_status_line_while_loading_and_after_a_failure(loading_app, browser_context):
     url, gate = loading_app
     page = browser_context.new_page()
     page.goto(url)

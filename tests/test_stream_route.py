@@ -118,11 +118,10 @@ def test_abort_mid_stream_frees_the_engine_slot(client, app_server):
     before = app_server.wait_for_idle()
     with client.stream("POST", "/api/tts/stream", json={"text": LONG_TEXT, "seed": 1}) as response:
         assert response.status_code == 200
+        pieces = response.iter_raw()  # next(), not a for-break: leaving the loop would close the stream
         received = 0
-        for piece in response.iter_raw():
-            received += len(piece)
-            if received >= SAMPLES_PER_FRAME * 8:
-                break
+        while received < SAMPLES_PER_FRAME * 8:
+            received += len(next(pieces))
         during = app_server.health()
         assert during["active_streams"] + during["queued"] == 1, (during, app_server.log_tail())
     aborted_at = time.monotonic()  # leaving the block closed the connection mid-stream

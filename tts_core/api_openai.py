@@ -10,7 +10,8 @@ Differences from OpenAI's API, all deliberate:
 - `stream: true` streams `pcm` and `wav` as they are generated (a WAV header with "unknown"
   sizes first) and is refused for mp3/flac/opus. `stream_format: "audio"` (OpenAI's default)
   streams pcm/wav too and, for the other formats, returns the whole file once it is encoded.
-- Extensions: `ref_audio` (voice cloning from a base64 or data: URL clip), `ref_text`
+- Extensions: `ref_audio` (voice cloning from a base64 or data: URL clip, decoded and checked by
+  `tts_core.ref_audio`), `ref_text`
   (its transcript, switching to continuation mode), `seed`, sampling fields, `max_frames`.
 
 Every error is raised before the first byte of audio, so it arrives as OpenAI's JSON error shape.
@@ -18,8 +19,6 @@ Every error is raised before the first byte of audio, so it arrives as OpenAI's 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import os
 import re
@@ -36,7 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .audio import encode_audio, pcm_to_int16_bytes, wav_stream_header
 from .config import SamplingParams
-from .errors import InvalidRequestError, PayloadTooLargeError, VoiceNotFoundError, VoiceUnavailableError
+from .errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
+from .http_errors import scrub_paths
+from .ref_audio import read_ref_audio
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, Voice
@@ -56,8 +57,6 @@ SAMPLING_FIELDS = {
     "repetition_penalty": "audio_repetition_penalty", "text_temperature": "text_temperature",
     "text_top_p": "text_top_p", "text_top_k": "text_top_k", "do_sample": "do_sample",
 }
-_PATH_LIKE = re.compile(r"^(~|\.{1,2}[\\/]|[A-Za-z]:[\\/]|/(?!/)|\\\\)")
-_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -98,8 +97,9 @@ class SpeechRequest(BaseModel):
         "'sse' is not supported."))
     ref_audio: str | None = Field(None, description=(
         "Extension. Reference clip to clone (3-10 s is best): base64 or a data: URL of any common "
-        "audio file, at most max_upload_bytes. http(s) URLs only where the server allows them; "
-        "never a file path."))
+        "audio file (mono or stereo, 16 kHz or more), at most max_upload_bytes (default 10 MiB) and "
+        "max_ref_audio_s (default 60 s; only the first 20 s are used). http(s) URLs only where the "
+        "server allows them, and only to public addresses; never a file path."))
     ref_text: str | None = Field(None, description=(
         "Extension. Transcript of ref_audio; switches to continuation mode (the model continues the clip)."))
     seed: int | None = Field(None, description="Extension. Same seed and settings -> same audio.")
@@ -162,8 +162,8 @@ _SPEECH_RESPONSES: dict = {
     },
     400: {"model": ErrorResponse, "description": "Invalid field; `param` names it."},
     404: {"model": ErrorResponse, "description": "Unknown voice or model."},
-    413: {"model": ErrorResponse, "description": "ref_audio larger than the server's limit."},
-    503: {"model": ErrorResponse, "description": "Busy or still loading; see Retry-After."},
+    413: {"model": ErrorResponse, "description": "Request body, ref_audio or its duration over the server's limit."},
+    503: {"model": ErrorResponse, "description": "Busy (queue full) or still loading; see Retry-After."},
 }
 
 
@@ -251,6 +251,11 @@ async def _build_request(body: SpeechRequest, synth, settings: ServerSettings) -
         )
     if body.ref_text is not None and body.ref_audio is None:
         raise InvalidRequestError("ref_text is the transcript of ref_audio: send ref_audio too", param="ref_text")
+    if body.ref_text is not None and len(body.ref_text) > settings.max_text_chars:
+        raise InvalidRequestError(
+            f"ref_text is {len(body.ref_text)} characters; the limit is {settings.max_text_chars}: it is the "
+            "transcript of a short clip", param="ref_text", code="string_above_max_length",
+        )
     sampling = _sampling(body)
     if body.ref_audio is not None:
         clip = await read_ref_audio(body.ref_audio, settings)
@@ -265,99 +270,6 @@ async def _build_request(body: SpeechRequest, synth, settings: ServerSettings) -
     except InvalidRequestError as exc:
         raise (_renamed(exc, "text", "input") if exc.param == "text" else exc) from None
     return request, label
-
-
-# ---- ref_audio --------------------------------------------------------------------------------
-
-
-def _bad_ref(message: str, code: str) -> InvalidRequestError:
-    return InvalidRequestError(f"ref_audio {message}", param="ref_audio", code=code)
-
-
-def _too_large(size: int, limit: int) -> PayloadTooLargeError:
-    def human(n: int) -> str:
-        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.0f} KiB"
-
-    return PayloadTooLargeError(f"ref_audio is {human(size)}; the limit is {human(limit)}: send a shorter clip "
-                                "(3-10 s is best)", param="ref_audio", code="ref_audio_too_large")
-
-
-def _decode_base64(text: str, limit: int) -> bytes:
-    compact = "".join(text.split()).translate(str.maketrans("-_", "+/"))
-    size = len(compact) * 3 // 4 - compact[-2:].count("=")
-    if size > limit:  # refused before decoding anything
-        raise _too_large(size, limit)
-    compact += "=" * (-len(compact) % 4)
-    try:
-        return base64.b64decode(compact, validate=True)
-    except (binascii.Error, ValueError):
-        raise _bad_ref("is not valid base64: send the audio file's bytes base64-encoded, or a data: URL",
-                       "invalid_base64") from None
-
-
-def _decode_data_url(text: str, limit: int) -> bytes:
-    header, sep, payload = text.partition(",")
-    if not sep:
-        raise _bad_ref("data: URL has no ',': expected data:audio/wav;base64,<data>", "invalid_data_url")
-    if header.lower().endswith(";base64"):
-        return _decode_base64(payload, limit)
-    if len(payload) > 3 * limit:
-        raise _too_large(len(payload) // 3, limit)
-    data = urllib.parse.unquote_to_bytes(payload)
-    if len(data) > limit:
-        raise _too_large(len(data), limit)
-    return data
-
-
-async def _download(url: str, settings: ServerSettings) -> bytes:
-    import httpx  # only needed when remote audio is allowed
-
-    limit = settings.max_upload_bytes
-    try:
-        async with httpx.AsyncClient(timeout=settings.remote_audio_timeout_s, follow_redirects=True,
-                                     max_redirects=3) as client, client.stream("GET", url) as response:
-            if response.status_code != 200:
-                raise _bad_ref(f"URL answered HTTP {response.status_code}", "ref_audio_fetch")
-            declared = int(response.headers.get("content-length") or 0)
-            if declared > limit:
-                raise _too_large(declared, limit)
-            data = bytearray()
-            async for piece in response.aiter_bytes():
-                data += piece
-                if len(data) > limit:
-                    raise _too_large(len(data), limit)
-            return bytes(data)
-    except httpx.HTTPError as exc:
-        raise _bad_ref(f"could not be downloaded ({type(exc).__name__}): check the URL", "ref_audio_fetch") from None
-
-
-async def read_ref_audio(value: str, settings: ServerSettings) -> bytes:
-    """Bytes of a `ref_audio` field: base64, a data: URL, or an http(s) URL where settings allow it.
-
-    Never opens a local file, whatever the string looks like. Over `settings.max_upload_bytes`:
-    PayloadTooLargeError (413) before decoding; anything else unusable: InvalidRequestError (400).
-    """
-    text = value.strip()
-    lowered = text[:16].lower()
-    if not text:
-        raise _bad_ref("is empty: send base64 audio or a data: URL", "empty_audio")
-    if lowered.startswith("data:"):
-        return _decode_data_url(text, settings.max_upload_bytes)
-    if lowered.startswith(("http://", "https://")):
-        if not settings.allow_remote_audio:
-            raise _bad_ref("URLs are disabled on this server: send the clip as base64 or a data: URL",
-                           "remote_audio_disabled")
-        return await _download(text, settings)
-    if lowered.startswith("file:"):
-        raise _bad_ref("cannot be a file: URL (the server never reads its own files): send the clip as base64 "
-                       "or a data: URL", "local_path_refused")
-    if len(text) < 1024 and _PATH_LIKE.match(text):
-        raise _bad_ref("looks like a file path; the server never reads its own files: send the clip's bytes "
-                       "as base64 or a data: URL", "local_path_refused")
-    if _URL_SCHEME.match(text):
-        raise _bad_ref("URL scheme is not supported: send base64, a data: URL or (where allowed) an http(s) URL",
-                       "unsupported_url")
-    return _decode_base64(text, settings.max_upload_bytes)
 
 
 # ---- responses --------------------------------------------------------------------------------
@@ -460,7 +372,7 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
         synth = service.get()
         voices = [
             VoiceInfo(name=p.name, language=p.language, gender=p.gender, description=p.description,
-                      available=p.available, unavailable_reason=p.unavailable_reason)
+                      available=p.available, unavailable_reason=scrub_paths(p.unavailable_reason))
             for p in synth.list_voices()
         ]
         return VoiceList(default=synth.default_voice, data=voices)
@@ -488,4 +400,4 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
     return router
 
 
-_read_ref_audio = read_ref_audio  # the name tts_core.server imported first
+_read_ref_audio = read_ref_audio  # the name tts_core.server imports (decoding lives in tts_core.ref_audio)

@@ -48,6 +48,10 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         help="also run with CUDA graphs disabled and print the ratio (CUDA only)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--components", action="store_true", help="also time prefill / LM step / codec decode")
+    parser.add_argument("--devices", default=None,
+                        help="CUDA: one engine per device, e.g. cuda:0,cuda:1 (streams routed to the least loaded)")
+    parser.add_argument("--codec-dtype", default="fp32", choices=["fp32", "bf16"],
+                        help="codec compute precision on CUDA (the LM follows --dtype)")
     parser.add_argument("--quantize", choices=["int8"], help="CPU: int8 dynamic quantisation of the linears")
     parser.add_argument("--fidelity", action="store_true",
                         help="with --quantize: greedy code agreement and waveform SNR against fp32")
@@ -110,11 +114,15 @@ def _sync(device: torch.device) -> None:
 
 
 def run_level(engine, prompt: np.ndarray, streams: int, frames: int, sampling, device) -> dict:
+    """`device` may be a list (an `EnginePool` over several GPUs): peak memory is then summed."""
     from .engine.types import Segment, StreamJob
     from .types import SAMPLE_RATE_HZ
 
+    devices = list(device) if isinstance(device, (list, tuple)) else [device]
+    device = devices[0]
     if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+        for d in devices:
+            torch.cuda.reset_peak_memory_stats(d)
     results: list[dict] = [{} for _ in range(streams)]
     handles = []
     start = time.monotonic()
@@ -151,7 +159,7 @@ def run_level(engine, prompt: np.ndarray, streams: int, frames: int, sampling, d
     rtf = [r["elapsed"] / r["audio_s"] for r in results]
     total_audio = sum(r["audio_s"] for r in results)
     if device.type == "cuda":
-        peak = torch.cuda.max_memory_allocated(device) / 2**20
+        peak = sum(torch.cuda.max_memory_allocated(d) for d in devices) / 2**20
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
     return {
@@ -177,6 +185,8 @@ def time_components(runner, prompt: np.ndarray, device: torch.device, repeats: i
         _sync(device)
         t0 = time.perf_counter()
         runner.start_segment(0, prompt, None)
+        if hasattr(runner, "flush_prefills"):
+            runner.flush_prefills()  # the static path defers prefill to the next step
         _sync(device)
         timings["prefill_ms"].append(1000 * (time.perf_counter() - t0))
     for _ in range(repeats):
@@ -195,6 +205,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from .config import EngineConfig, SamplingParams
     from .devices import configure_cpu_threads, resolve_device, resolve_lm_dtype
     from .engine.engine import Engine
+    from .engine.pool import EnginePool
     from .engine.runner import Runner
     from .model.lm_config import LMConfig
 
@@ -207,7 +218,11 @@ def run_bench(args: argparse.Namespace) -> int:
     levels = [int(x) for x in (args.streams or ("1,4,16,64" if is_cuda else "1,2")).split(",")]
     frames = args.frames or (100 if is_cuda else 40)
     sampling = SamplingParams.greedy() if args.greedy else SamplingParams()
-    lm, codec = build_random_models(args.lm_config, args.codec_config, device, lm_dtype)
+    devices = [resolve_device(d.strip()) for d in args.devices.split(",")] if args.devices else [device]
+    models = [build_random_models(args.lm_config, args.codec_config, d, lm_dtype) for d in devices]
+    for _, model_codec in models:
+        model_codec.set_compute_dtype(args.codec_dtype if is_cuda else "fp32")
+    lm, codec = models[0]
     prompt = make_prompt(LMConfig.from_json(args.lm_config), args.prompt_rows)
     fidelity = None
     if args.quantize:
@@ -223,7 +238,8 @@ def run_bench(args: argparse.Namespace) -> int:
     report = {"device": str(device), "device_name": torch.cuda.get_device_name(device) if is_cuda else
               f"cpu x{torch.get_num_threads()} threads", "lm_dtype": str(lm_dtype).removeprefix("torch."),
               "prompt_rows": int(prompt.shape[0]), "frames": frames, "sampling": "greedy" if args.greedy
-              else "default", "torch": torch.__version__, "quantize": args.quantize, "modes": {}}
+              else "default", "torch": torch.__version__, "quantize": args.quantize, "modes": {},
+              "devices": [str(d) for d in devices], "codec_dtype": args.codec_dtype if is_cuda else "fp32"}
     if fidelity is not None:
         report["fidelity"] = fidelity
     modes = [False, True] if (args.eager_compare and is_cuda) else [False]
@@ -231,14 +247,18 @@ def run_bench(args: argparse.Namespace) -> int:
         label = "eager" if (enforce_eager or not is_cuda) else "graphed"
         rows = []
         for level in levels:
-            runner = Runner(lm, codec, num_slots=level, max_context_rows=args.prompt_rows + frames + 8,
-                            device=device)
+            slots = -(-level // len(devices))  # per engine
+            config = EngineConfig(max_active_streams=slots, max_queue=0, enforce_eager=enforce_eager)
+            runners = [Runner(m_lm, m_codec, num_slots=slots, max_context_rows=args.prompt_rows + frames + 8,
+                              device=d, enforce_eager=enforce_eager) for (m_lm, m_codec), d in zip(models, devices)]
+            if is_cuda and not enforce_eager and not runners[0].uses_graphs:
+                label = "eager (graphs off by TTS_NO_CUDA_GRAPH)"
             if args.components and level == levels[0]:
-                report.setdefault("components", {})[label] = time_components(runner, prompt, device)
-            engine = Engine(runner, EngineConfig(max_active_streams=level, max_queue=0,
-                                                 enforce_eager=enforce_eager))
-            run_level(engine, prompt, level, min(frames, 8), sampling, device)  # warm-up (and graph capture)
-            row = run_level(engine, prompt, level, frames, sampling, device)
+                report.setdefault("components", {})[label] = time_components(runners[0], prompt, device)
+            engines = [Engine(runner, config) for runner in runners]
+            engine = engines[0] if len(engines) == 1 else EnginePool(engines)
+            run_level(engine, prompt, level, min(frames, 8), sampling, devices)  # warm-up
+            row = run_level(engine, prompt, level, frames, sampling, devices)
             engine.close()
             rows.append(row)
             logger.info("%s %s", label, json.dumps(row))
@@ -283,7 +303,8 @@ def measure_fidelity(reference, quantized, prompt: np.ndarray, frames: int) -> d
 def _print_report(report: dict) -> None:
     print(f"# bench on {report['device_name']} ({report['device']}), LM {report['lm_dtype']}, "
           f"prompt {report['prompt_rows']} rows, {report['frames']} frames/stream, sampling {report['sampling']}, "
-          f"torch {report['torch']}, quantize {report.get('quantize')}")
+          f"torch {report['torch']}, quantize {report.get('quantize')}, codec {report.get('codec_dtype')}, "
+          f"engines on {','.join(report.get('devices', [report['device']]))}")
     if report.get("fidelity"):
         print("fidelity vs fp32: " + ", ".join(f"{k} {v:.4g}" for k, v in report["fidelity"].items()))
     for label, comp in report.get("components", {}).items():

@@ -2,12 +2,19 @@
 
 `{"error": {"message", "type", "param", "code"}}` with the status of the exception class
 (400 bad input, 404 unknown voice, 413 too large, 503 busy + Retry-After).
+
+No message reveals a file-system path: `scrub_paths` cuts absolute, home-relative and Windows
+paths down to their last component ("could not load --lm /srv/models/x" -> "... --lm x") before
+any message or health field leaves the server; the full text stays in the server log.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
+import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -19,8 +26,66 @@ from .errors import QueueFullError, TTSError
 logger = logging.getLogger(__name__)
 
 
+# Route prefixes of this app: "/v1/voices" in a message is an address to call, not a file.
+_ROUTE_ROOTS = frozenset({"v1", "api", "health", "player", "docs", "redoc", "openapi.json", "gradio_api"})
+_PATH_CHARS = r"[^\s/\\'\"`()\[\]{}<>,;|]"
+_POSIX_PATH = re.compile(rf"(?<![\w.:/~\\-])(?:file://)?(~?/(?:{_PATH_CHARS}+/*)+)")
+_WINDOWS_PATH = re.compile(rf"(?<![\w])(?:[A-Za-z]:[\\/]|\\\\)(?:{_PATH_CHARS}+[\\/]*)+")
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+def _last_component(path: str) -> str:
+    parts = [p for p in re.split(r"[\\/]+", path) if p and p != "~"]
+    return parts[-1] if parts else "<path>"
+
+
+def _scrub_posix(match: re.Match[str]) -> str:
+    path = match.group(1)
+    first = path.lstrip("~/").split("/", 1)[0]
+    if not path.startswith("~") and first in _ROUTE_ROOTS:
+        return match.group(0)
+    return _last_component(path)
+
+
+def scrub_paths(text: str | None) -> str | None:
+    """`text` with every file-system path replaced by its last component (None stays None)."""
+    if not text:
+        return text
+    text = _WINDOWS_PATH.sub(lambda m: _last_component(m.group(0)), text)
+    return _POSIX_PATH.sub(_scrub_posix, text)
+
+
+def _scrub_tree(value: Any) -> Any:
+    if isinstance(value, str):
+        return scrub_paths(value)
+    if isinstance(value, dict):
+        return {k: _scrub_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrub_tree(v) for v in value]
+    return value
+
+
+def public_checkpoint_name(value: str | None) -> str | None:
+    """A Hugging Face repo id as is; anything that is (or may be) a local path as "local checkpoint"."""
+    if value is None:
+        return None
+    if _REPO_ID.match(value) and not os.path.exists(value):
+        return value
+    return "local checkpoint"
+
+
+def sanitize_health(health: dict) -> dict:
+    """The /health payload with no internal path: checkpoints named by repo id or "local checkpoint",
+    every other string scrubbed by `scrub_paths`."""
+    out = _scrub_tree(health)
+    for key in ("lm", "codec"):
+        if isinstance(health.get(key), str):
+            out[key] = public_checkpoint_name(health[key])
+    return out
+
+
 def error_body(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> dict:
-    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+    return {"error": {"message": scrub_paths(message), "type": error_type, "param": param, "code": code}}
 
 
 def error_response(exc: TTSError) -> JSONResponse:
@@ -64,7 +129,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         error_type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return JSONResponse(
-            error_body(str(exc.detail), error_type=error_type),
+            error_body(str(exc.detail), error_type=error_type, code=getattr(exc, "code", None)),
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )

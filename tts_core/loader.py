@@ -6,7 +6,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ import torch
 from .config import EngineConfig
 from .devices import configure_cpu_threads, resolve_device, resolve_lm_dtype
 from .engine.engine import Engine
+from .engine.pool import EnginePool
 from .engine.runner import Runner
 from .errors import ModelLoadError
 from .model.checkpoint import resolve_checkpoint_dir
@@ -62,11 +63,30 @@ def _find_tokenizer(tokenizer: str | None, lm_dir: Path) -> Path:
     return path
 
 
+def resolve_devices(device: str, devices: str | Sequence[str] | None) -> list[torch.device]:
+    """Engines' devices: `devices` ("cuda:0,cuda:1" or a list) if given; else every visible GPU
+    when `device` is "auto" or "cuda" on a CUDA machine; else just `device`."""
+    if devices:
+        names = devices.split(",") if isinstance(devices, str) else list(devices)
+        resolved = [resolve_device(str(name).strip()) for name in names if str(name).strip()]
+        if not resolved:
+            raise ValueError(f"devices {devices!r} names no device")
+        if len(set(resolved)) != len(resolved):
+            raise ValueError(f"devices {devices!r} lists a device twice")
+        return resolved
+    first = resolve_device(device)
+    if first.type == "cuda" and (device or "auto").strip().lower() in ("auto", "cuda"):
+        return [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
+    return [first]
+
+
 def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: str, dtype: str,
                       tokenizer: str | None, voices_dir: str | Path | None, engine_config: EngineConfig,
                       cache_dir: str | Path | None, allow_download: bool | None, warmup: bool,
-                      report: Callable[[str], None], quantize: str | None = None) -> Synthesizer:
-    torch_device = resolve_device(device)
+                      report: Callable[[str], None], quantize: str | None = None,
+                      devices: str | Sequence[str] | None = None) -> Synthesizer:
+    engine_devices = resolve_devices(device, devices)
+    torch_device = engine_devices[0]
     lm_dtype = resolve_lm_dtype(dtype, torch_device)
     configure_cpu_threads(torch_device)
     if allow_download is None:
@@ -107,13 +127,22 @@ def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: st
         codec_fingerprint=checkpoint_fingerprint(codec_dir),
         allow_download=allow_download,
     )
-    runner = Runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
-                    max_context_rows=engine_config.max_context_rows, device=torch_device)
-    engine = Engine(runner, engine_config)
+    engines = []
+    for index, engine_device in enumerate(engine_devices):
+        if index > 0:  # one engine per device, each with its own copy of both models
+            report(f"loading LM and codec on {engine_device}…")
+            lm_model = load_lm(lm_dir, device=engine_device, dtype=lm_dtype)
+            codec_model = load_codec(codec_dir, device=engine_device, dtype=torch.float32)
+        runner = Runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
+                        max_context_rows=engine_config.max_context_rows, device=engine_device,
+                        enforce_eager=engine_config.enforce_eager)
+        engines.append(Engine(runner, engine_config))
+    engine = engines[0] if len(engines) == 1 else EnginePool(engines)
     info = {
         "lm": str(lm),
         "codec": str(codec),
         "device": str(torch_device),
+        "devices": [str(d) for d in engine_devices],
         "dtype": str(lm_dtype).removeprefix("torch."),
         "codec_dtype": "float32",
         "quantize": quantize,

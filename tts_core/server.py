@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import anyio
 import gradio as gr
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from .api_openai import _read_ref_audio as read_ref_audio
 from .api_openai import build_openai_router
 from .config import SamplingParams
-from .errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
+from .errors import InvalidRequestError, TTSError, VoiceNotFoundError, VoiceUnavailableError
 from .http_errors import install_error_handlers
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
@@ -150,9 +151,9 @@ async def _pcm_body(gen: Iterator[AudioChunk], first: AudioChunk | None, request
                 yield pcm_bytes(chunk)
             chunk = None if chunk.is_last else await anyio.to_thread.run_sync(next, gen, None)
         outcome = "done"
-    except Exception:
+    except Exception as exc:  # headers are gone: abort the connection so the client sees a broken stream
         outcome = "failed"
-        logger.exception("stream %s failed mid-way", request_id)
+        logger.error("stream %s failed mid-way: %s", request_id, exc, exc_info=not isinstance(exc, TTSError))
         raise
     finally:
         with anyio.CancelScope(shield=True):
@@ -260,7 +261,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
                     "description": p.description,
                     "available": p.available,
                     "unavailable_reason": p.unavailable_reason,
-                    "clip_url": f"/api/voices/{p.name}/clip" if p.has_clip else None,
+                    "clip_url": f"/api/voices/{quote(p.name, safe='')}/clip" if p.has_clip else None,
                 }
                 for p in synth.list_voices()
             ],

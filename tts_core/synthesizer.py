@@ -11,7 +11,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +20,7 @@ import numpy as np
 from .config import EngineConfig, SamplingParams
 from .engine.engine import Engine
 from .engine.pacing import default_max_frames
+from .engine.pool import EnginePool
 from .engine.types import Segment, StreamJob, StreamStatus
 from .errors import InvalidRequestError, TTSError
 from .model.lm_config import LMConfig
@@ -45,7 +46,7 @@ class Synthesizer:
 
     sample_rate = SAMPLE_RATE_HZ
 
-    def __init__(self, *, tokenizer: TextTokenizer, engine: Engine, voices: VoiceBank,
+    def __init__(self, *, tokenizer: TextTokenizer, engine: Engine | EnginePool, voices: VoiceBank,
                  config: EngineConfig, info: dict, lm_config: LMConfig):
         self.tokenizer = tokenizer
         self.template = PromptTemplate.from_tokenizer(tokenizer, lm_config)
@@ -60,7 +61,8 @@ class Synthesizer:
                         dtype: str = "auto", tokenizer: str | None = None, voices_dir: str | Path | None = None,
                         engine_config: EngineConfig | None = None, cache_dir: str | Path | None = None,
                         allow_download: bool | None = None, warmup: bool = True, quantize: str | None = None,
-                        report: Callable[[str], None] | None = None) -> Synthesizer:
+                        report: Callable[[str], None] | None = None,
+                        devices: str | Sequence[str] | None = None) -> Synthesizer:
         """Load the LM and the codec (Hub ids or local directories) and start the engine.
 
         Args:
@@ -77,13 +79,17 @@ class Synthesizer:
             quantize: None (default, fp32 on CPU) or "int8": int8 dynamic quantisation of the LM and
                 codec linear layers on CPU, faster but not bit-faithful (see `bench --fidelity`).
             report: callback receiving human-readable progress lines.
+            devices: engines' devices, e.g. "cuda:0,cuda:1": one engine per device, each request
+                going to the least loaded. Default: every visible GPU when `device` is "auto" or
+                "cuda", else `device` alone.
         """
         from .loader import build_synthesizer
 
         return build_synthesizer(cls, lm=lm, codec=codec, device=device, dtype=dtype, tokenizer=tokenizer,
                                  voices_dir=voices_dir, engine_config=engine_config or EngineConfig(),
                                  cache_dir=cache_dir, allow_download=allow_download, warmup=warmup,
-                                 quantize=quantize, report=report or (lambda _line: None))
+                                 quantize=quantize, report=report or (lambda _line: None),
+                                 devices=devices)
 
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))

@@ -8,6 +8,7 @@ shown in the page (#tts-message); errors of the stream itself are shown in the p
 
 from __future__ import annotations
 
+import html
 import json
 import secrets
 import uuid
@@ -41,7 +42,7 @@ _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
 _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
 _TIPS = """**Tips**
-- The player starts once about 0.1 s of audio is buffered. **TTFP** is the time from your click to the
+- The player starts once 0.2 s of audio is buffered. **TTFP** is the time from your click to the
   first sound; **RTF** is generation time ÷ audio length (below 1 = faster than real time).
 - 3-10 s of clean, single-speaker speech clones best.
 - Same seed + same settings = the same audio (see *Advanced sampling*).
@@ -65,7 +66,7 @@ def _voice_choices(presets: list, language: str = "All") -> list[tuple[str, str]
     """(label, name) pairs grouped by language, then by name."""
     chosen = [p for p in presets if language == "All" or language_name(p.language) == language]
     chosen.sort(key=lambda p: (language_name(p.language), p.name))
-    return [(f"{language_name(p.language)} · {p.name} — {p.gender}, {p.description}", p.name) for p in chosen]
+    return [(f"{language_name(p.language)} · {p.name} ({p.gender})", p.name) for p in chosen]
 
 
 def _status_line(service: SynthesizerService) -> str:
@@ -80,13 +81,16 @@ def _status_line(service: SynthesizerService) -> str:
 
 def _clip_player(name: str | None, presets: list) -> str:
     preset = next((p for p in presets if p.name == name), None)
-    if preset is None or not preset.has_clip:
-        return "<p class='clip-none'>No reference clip for this voice.</p>"
-    return f"<audio controls preload='none' src='/api/voices/{quote(name, safe='')}/clip'></audio>"
+    if preset is None:
+        return ""
+    about = html.escape(preset.description)
+    if not preset.has_clip:
+        return f"<p>{about} <em>(no reference clip to play)</em></p>"
+    return f"<p>{about}</p><audio controls preload='none' src='/api/voices/{quote(preset.name, safe='')}/clip'></audio>"
 
 
 def _error(message: str) -> str:
-    return f"⚠️ {message}"
+    return f"⚠️ {message[:1].upper()}{message[1:]}"
 
 
 def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> gr.Blocks:
@@ -102,11 +106,17 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
             return status, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
         default = service.get().default_voice
         languages = _FIXED_LANGUAGES + sorted({language_name(p.language) for p in presets} - set(_FIXED_LANGUAGES))
-        compare = [p.name for p in presets if p.name == default] + [
-            p.name for p in presets if p.name != default][: 2]
+        # Audition defaults: the default voice plus the first voice of two other languages.
+        compare, seen = [default], {next((p.language for p in presets if p.name == default), "")}
+        for p in presets:
+            if p.language not in seen and len(compare) < 3:
+                compare.append(p.name)
+                seen.add(p.language)
+        num_languages = len({p.language for p in presets})
         return (
             status,
-            gr.Dropdown(choices=_voice_choices(presets), value=default),
+            gr.Dropdown(choices=_voice_choices(presets), value=default,
+                        info=f"{len(presets)} voices in {num_languages} languages; the clip below is its reference."),
             gr.CheckboxGroup(choices=_voice_choices(presets), value=compare),
             gr.Radio(choices=languages),
             _clip_player(default, presets),
@@ -154,12 +164,13 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
         }
         if source == "clone":
             if not ref_path:
-                raise InvalidRequestError("Upload or record a reference clip first (or switch back to a preset voice).",
-                               param="ref_audio")
+                raise InvalidRequestError(
+                    "Upload or record a reference clip first (or switch back to a preset voice).", param="ref_audio")
             data = Path(ref_path).read_bytes()
             if len(data) > settings.max_upload_bytes:
-                raise InvalidRequestError(f"The reference clip is larger than {settings.max_upload_bytes >> 20} MB; "
-                               "use a shorter one (3-10 s).", param="ref_audio")
+                raise InvalidRequestError(
+                    f"The reference clip is larger than {settings.max_upload_bytes >> 20} MB; "
+                    "use a shorter one (3-10 s).", param="ref_audio")
             fields["ref_audio_id"] = uploads.put(data)
             fields["ref_text"] = (ref_text or "").strip() or None
         else:
@@ -174,7 +185,7 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
         return secrets.randbelow(2**31) if random_seed or seed is None else int(seed)
 
     async def prepare_speak(text, voice, source, ref_path, ref_text, do_sample, audio_temperature, audio_top_p,
-                      audio_top_k, repetition_penalty, text_temperature, seed, random_seed, max_seconds):
+                            audio_top_k, repetition_penalty, text_temperature, seed, random_seed, max_seconds):
         seed = fresh_seed(seed, random_seed)
         try:
             fields = request_fields(text, voice, source, ref_path, ref_text, do_sample, audio_temperature,
@@ -188,7 +199,7 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
         return json.dumps(payload), f"▶ Speaking {len(text)} characters as **{label}** (seed {seed}).", seed
 
     async def prepare_audition(text, names, do_sample, audio_temperature, audio_top_p, audio_top_k,
-                         repetition_penalty, text_temperature, seed, random_seed, max_seconds):
+                               repetition_penalty, text_temperature, seed, random_seed, max_seconds):
         seed = fresh_seed(seed, random_seed)  # one seed for every voice: a fair comparison
         if not names:
             return "", _error("Pick at least one voice to compare."), seed

@@ -2,6 +2,10 @@
 
 Only the engine thread calls it. Every method works on slots (rows of the static caches), so any
 subset of streams can be stepped or decoded together; a slot's state never touches another's.
+
+Two paths behind the same methods: on CUDA the static-shape step of `graphs.StaticStepper`
+(CUDA graphs per batch-size bucket, or the same functions eagerly with `enforce_eager` /
+TTS_NO_CUDA_GRAPH=1); on CPU the plain eager step over exactly the given slots.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 
 from ..config import SamplingParams
 from ..sampling import SamplingBatch, StreamSampler
+from .graphs import StaticStepper, bucket_sizes, graphs_enabled, padded_step_input, pick_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -26,27 +31,57 @@ class Runner:
         codec: `MossAudioCodec` (eval mode, on `device`).
         num_slots: streams that can run at once.
         max_context_rows: KV length per slot (prompt + generated rows).
+        enforce_eager: never capture CUDA graphs (also env TTS_NO_CUDA_GRAPH=1).
+        static: use the static-shape step (default: on CUDA); on CPU it runs eagerly (tests).
+        buckets: batch-size buckets of the static step (default 1, 2, 4, ... >= num_slots).
+        batch_invariant: static path with a single bucket (every step runs all rows) and one prefill
+            per stream: a stream's codes are then bit-identical whatever else runs beside it, in
+            bf16 too, at the cost of full-size steps for small batches.
     """
 
-    def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device):
+    def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device,
+                 enforce_eager: bool = False, static: bool | None = None, buckets: list[int] | None = None,
+                 batch_invariant: bool = False):
         self.lm = lm
         self.codec = codec
         self.num_slots = num_slots
         self.max_context_rows = max_context_rows
-        self.device = device
+        self.device = device = torch.device(device)
         self.n_vq = lm.config.n_vq
         self.assistant_slot_id = lm.config.audio_assistant_slot_id
         lm_dtype = next(lm.parameters()).dtype
-        self.cache = lm.new_cache(num_slots, max_context_rows, device=device, dtype=lm_dtype)
-        self.codec_state = codec.new_decode_state(num_slots, device=device)
-        self.hidden = torch.zeros(num_slots, lm.config.hidden_size, device=device, dtype=lm_dtype)
+        self.stepper: StaticStepper | None = None
+        rows, cache_len = num_slots, max_context_rows
+        is_static = device.type == "cuda" if static is None else static
+        if is_static:
+            self.buckets = sorted(buckets) if buckets else bucket_sizes(num_slots)
+            # Spare rows so every bucket fits; one more column (rounded up for aligned attention
+            # masks) that rows not advancing in a step write to.
+            rows = max(num_slots, pick_bucket(num_slots, self.buckets))
+            if batch_invariant:
+                self.buckets = [rows]
+            cache_len = -(-(max_context_rows + 1) // 16) * 16
+        self.batch_invariant = batch_invariant
+        self._pending: dict[int, np.ndarray] = {}  # slot -> prompt rows not yet prefilled (static path)
+        self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
+        self.codec_state = codec.new_decode_state(rows, device=device)
+        self.hidden = torch.zeros(rows, lm.config.hidden_size, device=device, dtype=lm_dtype)
         self.lengths = [0] * num_slots  # rows in each slot's KV cache (host mirror)
         self.samplers: list[StreamSampler | None] = [None] * num_slots
+        if is_static:
+            self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
+                                         buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager))
+
+    @property
+    def uses_graphs(self) -> bool:
+        return self.stepper is not None and self.stepper.use_graphs
 
     # ---- stream lifecycle ----------------------------------------------------------------------
 
     def begin_stream(self, slot: int, sampling: SamplingParams, seed: int) -> None:
         self.samplers[slot] = StreamSampler(sampling, seed, n_vq=self.n_vq)
+        if self.stepper is not None:
+            self.stepper.set_sampling(slot, sampling)
 
     @torch.inference_mode()
     def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None) -> None:
@@ -55,20 +90,51 @@ class Runner:
         assert sampler is not None, f"slot {slot} has no stream"
         # Each text chunk is an independent prompt: repetition history restarts, the RNG goes on.
         sampler.seen.zero_()
+        if self.stepper is not None and rows.shape[0] > self.max_context_rows:
+            raise ValueError(f"a prompt of {rows.shape[0]} rows exceeds max_context_rows={self.max_context_rows}")
         self.cache.reset(slot)
-        rows_t = torch.as_tensor(rows, dtype=torch.long, device=self.device)  # [T, 17]
-        self.hidden[slot] = self.lm.prefill(rows_t, self.cache, slot)
+        if self.stepper is not None and not self.batch_invariant:
+            # Deferred: the next step prefills every new prompt in one batched pass.
+            self._pending[slot] = np.asarray(rows, dtype=np.int64)
+        else:
+            rows_t = torch.as_tensor(rows, dtype=torch.long, device=self.device)  # [T, 17]
+            self.hidden[slot] = self.lm.prefill(rows_t, self.cache, slot)
         self.lengths[slot] = int(rows.shape[0])
-        self.codec_state.reset([slot])
+        if self.stepper is not None:
+            self.stepper.reset_slot(slot, int(rows.shape[0]))
+        self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
         if prime_codes is not None and len(prime_codes):
             # Continuation: the decoder must continue the reference audio; its output is dropped.
-            self.decode([slot], prime_codes[None])
+            # (Many frames at once: the plain eager pass, not the graphs.)
+            self._decode_eager([slot], prime_codes[None])
+
+    @torch.inference_mode()
+    def flush_prefills(self, max_rows_per_pass: int = 32768) -> None:
+        """Prefill the deferred prompts: similar lengths together, right-padded, in few passes."""
+        if not self._pending:
+            return
+        order = sorted(self._pending.items(), key=lambda item: item[1].shape[0])
+        self._pending.clear()
+        while order:
+            count = 1
+            while count < len(order) and (count + 1) * order[count][1].shape[0] <= max_rows_per_pass:
+                count += 1
+            group, order = order[:count], order[count:]
+            slots = [slot for slot, _ in group]
+            lengths = [rows.shape[0] for _, rows in group]
+            padded = np.stack([np.concatenate([rows, np.repeat(rows[-1:], lengths[-1] - len(rows), 0)])
+                               for _, rows in group])  # [P, T_max, 17]; padding repeats a real row
+            hidden = self.lm.prefill_many(torch.from_numpy(padded), lengths, self.cache, slots)
+            self.hidden[torch.as_tensor(slots, device=self.device)] = hidden
 
     def release(self, slot: int) -> None:
+        self._pending.pop(slot, None)
         self.samplers[slot] = None
         self.lengths[slot] = 0
         self.cache.reset(slot)
-        self.codec_state.reset([slot])
+        self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
+        if self.stepper is not None:
+            self.stepper.reset_slot(slot, 0)
 
     def context_left(self, slot: int) -> int:
         return self.max_context_rows - self.lengths[slot]
@@ -81,6 +147,8 @@ class Runner:
 
         Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
         """
+        if self.stepper is not None:
+            return self._step_static(list(slots))
         samplers = [self.samplers[s] for s in slots]
         batch = SamplingBatch.for_frame(samplers, device=self.device)
         slot_index = torch.as_tensor(list(slots), dtype=torch.long, device=self.device)
@@ -100,13 +168,36 @@ class Runner:
                 self.lengths[slots[i]] += 1
         return is_continue_host.astype(bool), codes_host
 
+    def _step_static(self, slots: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        self.flush_prefills()
+        bucket = pick_bucket(max(slots) + 1, self.buckets)
+        uniforms = torch.stack([self.samplers[s].draw_uniforms() for s in slots]).numpy()  # [B, 1 + K]
+        has_room = np.array([self.context_left(s) > 0 for s in slots], np.float32)
+        out = self.stepper.step(bucket, padded_step_input(slots, uniforms, has_room, bucket))[slots]
+        is_continue = out[:, 0].astype(bool)
+        for i, slot in enumerate(slots):
+            if is_continue[i] and has_room[i]:
+                self.lengths[slot] += 1
+                self.cache.advance([slot], 1)
+                self.samplers[slot].num_frames += 1  # its repetition history lives on the device
+        return is_continue, out[:, 1:].astype(np.int64)
+
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], codes: np.ndarray) -> np.ndarray:
         """Streaming codec decode of n new frames per slot: codes [B, n, 16] -> pcm float32 [B, 2, 3840n].
 
-        Runs on the smallest contiguous band of slots that holds them (a view of the state, so no
+        Static path: passes of 4/2/1 frames over the bucket's rows (one graph replay each), slots not
+        decoding masked. Eager path: the smallest contiguous band of slots that holds them (a view of the state, so no
         copy); slots inside the band that are not decoding are masked and keep their state.
         """
+        if self.stepper is not None:
+            slots = list(slots)
+            bucket = pick_bucket(max(slots) + 1, self.buckets)
+            return self.stepper.decode(bucket, slots, np.asarray(codes, dtype=np.int64))
+        return self._decode_eager(slots, codes)
+
+    @torch.inference_mode()
+    def _decode_eager(self, slots: Sequence[int], codes: np.ndarray) -> np.ndarray:
         order = sorted(slots)
         low, high = order[0], order[-1] + 1
         num_frames = codes.shape[1]
@@ -117,7 +208,8 @@ class Runner:
         if len(order) != high - low:
             active = torch.zeros(high - low, dtype=torch.bool, device=self.device)
             active[index] = True
-        band = self.codec_state if (low, high) == (0, self.num_slots) else self.codec_state.narrow(low, high)
+        full = (low, high) == (0, self.codec_state.batch_size)
+        band = self.codec_state if full else self.codec_state.narrow(low, high)
         pcm = self.codec.decode_step(band_codes, band, active)  # [band, 2, 3840n]
         return pcm[index].float().cpu().numpy()
 

@@ -75,6 +75,16 @@ class CodecDecodeState:
         ]
         return CodecDecodeState(stages, self.tokens_per_frame, self.max_frames_per_pass)
 
+    def reset_row(self, row: int) -> None:
+        """Forget one row, as `reset([row])` does, with slice fills only (no device sync)."""
+        if not 0 <= row < self.batch_size:
+            raise IndexError(f"row {row} is outside [0, {self.batch_size})")
+        for stage in self.stages:
+            stage.positions[row].fill_(-1)
+            stage.offsets[row].fill_(0)
+            for tensor in (*stage.keys, *stage.values):
+                tensor[row].zero_()
+
     def reset(self, rows: torch.Tensor | Sequence[int] | None = None) -> None:
         """Forget all rows (None), the rows of a bool mask [B], or the listed row indices."""
         mask = _row_mask(rows, self.batch_size, self.stages[0].offsets.device)
@@ -279,6 +289,31 @@ class MossAudioCodec(nn.Module):
         if active is not None:
             audio = torch.where(active[:, None, None], audio, torch.zeros((), device=audio.device))
         return audio
+
+    @torch.inference_mode()
+    def decode_frames_static(
+        self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor
+    ) -> torch.Tensor:
+        """One `decode_step` pass with no host syncs or checks (CUDA-graph capture): codes [B, 16, n]
+        long with n <= state.max_frames_per_pass, active [B] bool, both on the device -> [B, 2, 3840 n].
+
+        Inactive rows keep their state and get zeros. Codes of active rows must be valid (they are
+        not range-checked here).
+        """
+        codes = torch.where(active[:, None, None], codes, torch.zeros_like(codes))
+        h = self.quantizer.decode(codes).transpose(1, 2)  # [B, n, 768]
+        caches = iter(state.stages)
+        # Autocast's weight-cast cache must be off while capturing (the casts belong in the graph).
+        context = (contextlib.nullcontext() if self.compute_dtype == torch.float32 else
+                   torch.autocast(device_type=h.device.type, dtype=self.compute_dtype, cache_enabled=False))
+        with context:
+            for stage in self.decoder:
+                if isinstance(stage, Patch):
+                    h = unpatchify(h, stage.patch_size)
+                else:
+                    h = stage.step(h, next(caches), active)
+        audio = self._deinterleave(h)  # [B, 2, 3840 n]
+        return torch.where(active[:, None, None], audio, torch.zeros((), device=audio.device))
 
     def _deinterleave(self, h: torch.Tensor) -> torch.Tensor:
         batch = h.shape[0]

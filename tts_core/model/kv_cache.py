@@ -146,6 +146,43 @@ class DecodeAttender:
         return F.scaled_dot_product_attention(q, past_k, past_v, attn_mask=self.mask)
 
 
+class BatchPrefillAttender:
+    """Prefill of P fresh slots at once: rows [P, T] (right-padded) written at columns 0..T-1.
+
+    Causal attention means a row's real positions never see its padding, so each slot gets what a
+    prefill of its own rows would give (up to the rounding of the larger matrix products).
+    """
+
+    def __init__(self, cache: KVCache, slot_index: torch.Tensor, length: int):
+        self.cache = cache
+        self.slot_index = slot_index  # [P] long on the cache's device
+        self.length = length
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.cache.k[layer][self.slot_index, :, : self.length] = k  # [P, nh, T, D]
+        self.cache.v[layer][self.slot_index, :, : self.length] = v
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+class StaticDecodeAttender:
+    """Graph-friendly decode over cache rows 0..B-1: one new key/value per row at `write_pos` [B]
+    (device), attention over the cache's whole fixed length under an additive `key_mask`
+    [B, 1, 1, max_len]. No host values, so one capture serves every mix of stream lengths."""
+
+    def __init__(self, cache: KVCache, write_pos: torch.Tensor, key_mask: torch.Tensor):
+        self.cache = cache
+        self.write_pos = write_pos
+        self.key_mask = key_mask
+        self.rows = torch.arange(write_pos.shape[0], device=write_pos.device)
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        batch = q.shape[0]
+        keys, values = self.cache.k[layer][:batch], self.cache.v[layer][:batch]  # [B, nh, L, D] views
+        keys[self.rows, :, self.write_pos] = k[:, :, 0]  # [B, nh, D]
+        values[self.rows, :, self.write_pos] = v[:, :, 0]
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.key_mask)
+
+
 class LocalKVCache:
     """Per-frame cache of the local transformer: [B, heads, n_vq + 1, head_dim] per layer.
 

@@ -17,7 +17,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..sampling import SamplingBatch, decide_continue, pick_codes
-from .kv_cache import DecodeAttender, KVCache, LocalKVCache, PrefillAttender
+from .kv_cache import (
+    BatchPrefillAttender,
+    DecodeAttender,
+    KVCache,
+    LocalKVCache,
+    PrefillAttender,
+    StaticDecodeAttender,
+)
 from .layers import DecoderStack, RotaryTable, attention_backends
 from .lm_config import LMConfig
 
@@ -159,6 +166,29 @@ class MossTTSNanoLM(nn.Module):
         return h[0] if return_all else h[0, -1]
 
     @torch.no_grad()
+    def prefill_many(self, rows: torch.Tensor, lengths: list[int], cache: KVCache, slots: list[int]) -> torch.Tensor:
+        """Prefill P fresh slots in one pass: rows [P, T, n_vq + 1] right-padded (any valid ids in the
+        padding), lengths [P] real rows of each. Slot i gets positions 0..lengths[i]-1 (its padded
+        columns hold junk that the slot's length masks out). Returns each slot's last hidden [P, H].
+        """
+        if rows.ndim != 3 or rows.shape[0] != len(slots) or len(lengths) != len(slots):
+            raise ValueError(f"prefill_many takes rows [P, T, {self.config.row_width}] for P slots")
+        total = rows.shape[1]
+        if min(lengths) < 1 or max(lengths) > total:
+            raise ValueError(f"lengths must be in [1, {total}], got {lengths}")
+        cache.check_room(list(slots), total)
+        x = self.embed_rows(rows.to(self.device))  # [P, T, H]
+        cos, sin = self.rope.span(0, total, self.device, x.dtype)  # [T, D/2]
+        cos, sin = cos[None, :, None, None], sin[None, :, None, None]
+        slot_index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
+        with attention_backends():
+            h = self.transformer(x, cos, sin, BatchPrefillAttender(cache, slot_index, total))
+        for slot, length in zip(slots, lengths):
+            cache.lengths[slot] = length
+        last = torch.as_tensor(lengths, dtype=torch.long, device=self.device) - 1
+        return h[torch.arange(len(slots), device=self.device), last]  # [P, H]
+
+    @torch.no_grad()
     def decode(self, rows: torch.Tensor, cache: KVCache, slots: torch.Tensor | list[int]) -> torch.Tensor:
         """Append one row per stream: rows [B, n_vq + 1] into `slots` [B]; returns hidden [B, H].
 
@@ -261,7 +291,11 @@ class MossTTSNanoLM(nn.Module):
             return self._frame(hidden, sampling, trace)
 
     def _frame(
-        self, hidden: torch.Tensor, sampling: SamplingBatch, trace: list[torch.Tensor] | None
+        self,
+        hidden: torch.Tensor,
+        sampling: SamplingBatch,
+        trace: list[torch.Tensor] | None,
+        stop_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         c = self.config
         batch = hidden.shape[0]
@@ -269,7 +303,8 @@ class MossTTSNanoLM(nn.Module):
         cache.reset()
         # Position 0: the global state; its text logits only matter for ids (continue, stop).
         local = self._local_step(hidden, cache, 0)
-        is_continue = decide_continue(self.stop_logits(local).float(), sampling)
+        stop = self.stop_logits(local) if stop_weight is None else F.linear(local, stop_weight)
+        is_continue = decide_continue(stop.float(), sampling)
         # Position 1: the continue token's embedding (stopping rows are ignored by the caller).
         x = self.transformer.wte.weight[c.audio_assistant_slot_id].expand(batch, -1)  # [B, H]
         codes = torch.empty(batch, c.n_vq, dtype=torch.long, device=hidden.device)
@@ -283,6 +318,49 @@ class MossTTSNanoLM(nn.Module):
             if k + 1 < c.n_vq:
                 x = F.embedding(code, self.audio_embeddings[k].weight)  # [B, H]
         return is_continue, codes
+
+    # ----------------------------------------------------------------------------------------------
+    # Static-shape paths (CUDA-graph capture: no host syncs, no host-to-device copies, fixed shapes)
+
+    @torch.no_grad()
+    def generate_frame_static(
+        self, hidden: torch.Tensor, sampling: SamplingBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`generate_frame` without host work, for capture. Same math; give it a `sampling` with
+        any_sample=True, all_sample=False, any_penalty=True so the kernels never depend on the rows."""
+        c = self.config
+        weight = self.transformer.wte.weight
+        # Row views + stack: the same [2, H] matrix as `stop_logits` builds, with no id tensor to upload.
+        stop_weight = torch.stack((weight[c.audio_assistant_slot_id], weight[c.audio_end_id]))
+        with attention_backends():
+            return self._frame(hidden, sampling, None, stop_weight)
+
+    @torch.no_grad()
+    def decode_static(
+        self,
+        rows: torch.Tensor,
+        cache: KVCache,
+        positions: torch.Tensor,
+        write_pos: torch.Tensor,
+        key_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Graph-friendly `decode` over cache rows 0..B-1 (row b is slot b).
+
+        Args:
+            rows: [B, n_vq + 1] next rows (device).
+            positions: [B] long, RoPE position of each new row (the slot's length).
+            write_pos: [B] long, cache column each new key/value goes to (a scratch column for rows
+                that do not advance).
+            key_mask: [B, 1, 1, cache.max_len] additive mask in the cache dtype (0 = visible, -inf).
+        Returns hidden [B, H]. Host-side `cache.lengths` is left to the caller.
+        """
+        x = self.embed_rows(rows[:, None], validate=False)  # [B, 1, H]
+        cos_table, sin_table = self.rope.get(cache.max_len, x.device)  # grown before capture
+        cos = cos_table[positions].to(x.dtype)[:, None, None, None]  # [B, 1, 1, 1, D/2]
+        sin = sin_table[positions].to(x.dtype)[:, None, None, None]
+        with attention_backends():
+            h = self.transformer(x, cos, sin, StaticDecodeAttender(cache, write_pos, key_mask))
+        return h[:, 0]
 
     @torch.no_grad()
     def local_teacher_forced(

@@ -1,0 +1,372 @@
+"""Fixtures of the reliability and fuzz tests (loaded with `pytest_plugins = ["reliability_helpers"]`).
+
+Two real servers, both on 127.0.0.1 only, both running the tiny parity checkpoints:
+
+- `app_proc`: `python app.py` as a user starts it, in its own process (so its resident memory,
+  threads and open files can be measured from outside), 4 streams + a queue of 12;
+- `inproc`: `create_app(...)` under uvicorn in a thread of the test process, with settings the
+  command line cannot give: small upload limits, remote `ref_audio` enabled for one exempt
+  127.0.0.1 port (a local file server), a 2 s fetch deadline.
+
+`figures` collects what the tests measured; at the end of the session it is written to
+test-artifacts/reliability.json (docs/RELIABILITY.md quotes the last full run).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+import soundfile as sf
+import uvicorn
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+STARTUP_TIMEOUT_S = 150
+SAMPLES_PER_FRAME = 3840  # per channel, 80 ms at 48 kHz
+
+# app_proc's engine: 4 streams decoded together, 12 more may wait, the rest get 503.
+PROC_MAX_ACTIVE = 4
+PROC_MAX_QUEUE = 12
+# inproc's limits
+INPROC_MAX_TEXT = 500
+INPROC_MAX_UPLOAD = 256 * 1024
+INPROC_MAX_REF_S = 30.0
+INPROC_FETCH_TIMEOUT_S = 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- figures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def figures() -> Iterator[dict]:
+    """Numbers measured by the tests, written to test-artifacts/reliability.json at the end."""
+    data: dict = {}
+    yield data
+    if data:
+        ARTIFACTS.mkdir(exist_ok=True)
+        data["written_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+        (ARTIFACTS / "reliability.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+# ---- audio ------------------------------------------------------------------------------------
+
+
+def wav_bytes(samples: np.ndarray, sample_rate: int, *, fmt: str = "WAV", subtype: str = "PCM_16") -> bytes:
+    """[n] or [n, C] float samples -> an audio file's bytes."""
+    out = io.BytesIO()
+    sf.write(out, samples, sample_rate, format=fmt, subtype=subtype)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def clip_wav(data_dir: Path) -> bytes:
+    """A valid 1.5 s reference clip cut from a preset: mono 24 kHz 16-bit WAV (~70 KiB)."""
+    audio, sr = sf.read(data_dir / "presets" / "en_2.wav", dtype="float32", always_2d=True)
+    start = int(0.5 * sr)
+    clip = audio[start : start + int(1.5 * sr)].mean(axis=1)[::2]
+    return wav_bytes(clip, sr // 2)
+
+
+# ---- in-process server ------------------------------------------------------------------------
+
+
+class ServerThread:
+    """uvicorn serving `app` on a free port of 127.0.0.1 in a daemon thread."""
+
+    def __init__(self, app):
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self._thread.join(15)
+        self._sock.close()
+
+
+@dataclass
+class FileServer:
+    """A local http server standing in for "the internet" in remote ref_audio tests.
+
+    Paths: /clip.wav (a valid clip), /big (over the limit, with Content-Length), /big-chunked
+    (over the limit, no Content-Length), /slow (headers, then nothing), /missing (404),
+    /redirect?to=URL (302). Every request path is recorded in `hits`.
+    """
+
+    clip: bytes
+    limit: int
+    hits: list[str] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _file_handler(files: FileServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes, headers: dict | None = None) -> None:
+            self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            files.hits.append(self.path)
+            path, _, query = self.path.partition("?")
+            if path == "/clip.wav":
+                self._send(200, files.clip, {"Content-Type": "audio/wav"})
+            elif path == "/big":
+                self._send(200, b"\0" * (files.limit + 1))
+            elif path == "/big-chunked":
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                block = b"\0" * 65536
+                try:
+                    for _ in range(files.limit // len(block) + 2):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+                    self.wfile.write(b"0\r\n\r\n")
+                except OSError:
+                    pass
+            elif path == "/slow":
+                self.send_response(200)
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                time.sleep(INPROC_FETCH_TIMEOUT_S + 2)
+            elif path == "/redirect":
+                self._send(302, b"", {"Location": query.removeprefix("to=")})
+            else:
+                self._send(404, b"not here")
+
+    return Handler
+
+
+@pytest.fixture(scope="session")
+def file_server(clip_wav: bytes) -> Iterator[FileServer]:
+    files = FileServer(clip=clip_wav, limit=INPROC_MAX_UPLOAD)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _file_handler(files))
+    httpd.daemon_threads = True
+    files.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield files
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@dataclass
+class InProc:
+    url: str
+    service: object
+    settings: object
+    app: object
+
+    @property
+    def synth(self):
+        return self.service.get()
+
+
+def inproc_settings(data_dir: Path, file_port: int):
+    from tts_core.settings import ServerSettings
+
+    return ServerSettings(
+        max_text_chars=INPROC_MAX_TEXT, max_upload_bytes=INPROC_MAX_UPLOAD, max_ref_audio_s=INPROC_MAX_REF_S,
+        allow_remote_audio=True, remote_audio_timeout_s=INPROC_FETCH_TIMEOUT_S,
+        remote_audio_allow_hosts=(f"127.0.0.1:{file_port}",),
+        lm_id=str(data_dir / "parity" / "tiny_lm"), codec_id=str(data_dir / "parity" / "tiny_codec"),
+    )
+
+
+def ensure_guards(app, settings) -> None:
+    """The body-limit and CORS middlewares, unless create_app already installed them."""
+    from tts_core.http_guard import BodyLimitMiddleware, install_http_guards
+
+    if not any(m.cls is BodyLimitMiddleware for m in app.user_middleware):
+        install_http_guards(app, settings)
+
+
+@pytest.fixture(scope="session")
+def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer) -> Iterator[InProc]:
+    from tts_core.config import EngineConfig
+    from tts_core.server import create_app
+    from tts_core.service import SynthesizerService
+    from tts_core.synthesizer import Synthesizer
+
+    parity = data_dir / "parity"
+    cache = tmp_path_factory.mktemp("inproc_voice_cache")
+
+    def factory(report):
+        return Synthesizer.from_pretrained(
+            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
+            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
+            voices_dir=str(data_dir / "presets"), cache_dir=cache,
+            engine_config=EngineConfig(max_active_streams=2, max_queue=4, max_text_chars=INPROC_MAX_TEXT),
+            allow_download=False, warmup=False, report=report,
+        )
+
+    service = SynthesizerService(factory)
+    service.start(background=False)
+    assert service.wait(0), f"tiny model failed to load: {service.error}"
+    settings = inproc_settings(data_dir, file_server.port)
+    app = create_app(service, settings)
+    ensure_guards(app, settings)
+    try:
+        with ServerThread(app) as server:
+            yield InProc(url=server.url, service=service, settings=settings, app=app)
+    finally:
+        service.close()
+
+
+@pytest.fixture(scope="session")
+def inproc_client(inproc: InProc) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=inproc.url, timeout=60) as client:
+        yield client
+
+
+# ---- python app.py ------------------------------------------------------------------------------
+
+
+@dataclass
+class AppProc:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    tmp_dir: Path  # TMPDIR and GRADIO_TEMP_DIR of the app: must stay empty of our requests' files
+    cache_dir: Path
+
+    @property
+    def ps(self) -> psutil.Process:
+        return psutil.Process(self.process.pid)
+
+    def health(self) -> dict:
+        return httpx.get(self.url + "/health", timeout=10).json()
+
+    def log_tail(self, num_chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-num_chars:]
+
+    def snapshot(self) -> dict:
+        """Resident memory (MiB), threads, open file descriptors, files under the temp dirs."""
+        ps = self.ps
+        return {"rss_mib": round(ps.memory_info().rss / 2**20, 1), "threads": ps.num_threads(),
+                "fds": ps.num_fds(), "tmp_files": sum(1 for p in self.tmp_dir.rglob("*") if p.is_file())}
+
+    def wait_idle(self, timeout_s: float = 20.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            health = self.health()
+            if health["active_streams"] == 0 and health["queued"] == 0:
+                return health
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine still busy after {timeout_s} s: {health}")
+            time.sleep(0.05)
+
+    def wait_settled(self, before: dict, *, thread_slack: int = 2, fd_slack: int = 2,
+                     timeout_s: float = 25.0) -> dict:
+        """Poll until threads and fds are back near `before` (idle worker threads expire after ~10 s)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = self.snapshot()
+            if now["threads"] <= before["threads"] + thread_slack and now["fds"] <= before["fds"] + fd_slack:
+                return now
+            if time.monotonic() > deadline:
+                return now
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="session")
+def app_proc(data_dir: Path, tmp_path_factory) -> Iterator[AppProc]:
+    ARTIFACTS.mkdir(exist_ok=True)
+    port = free_port()
+    tmp_dir = tmp_path_factory.mktemp("app_tmp")
+    cache_dir = tmp_path_factory.mktemp("app_cache")
+    env = {
+        **os.environ, "PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1", "MOSS_TTS_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1",
+        "TMPDIR": str(tmp_dir), "GRADIO_TEMP_DIR": str(tmp_dir / "gradio"),
+        "MOSS_TTS_NUM_THREADS": os.environ.get("MOSS_TTS_NUM_THREADS", "1"),
+    }
+    for name in ("SPACE_ID", "MOSS_TTS_ALLOW_REMOTE_AUDIO", "MOSS_TTS_MAX_ACTIVE", "MOSS_TTS_MAX_QUEUE"):
+        env.pop(name, None)
+    command = [
+        sys.executable, "app.py",
+        "--lm", str(data_dir / "parity" / "tiny_lm"), "--codec", str(data_dir / "parity" / "tiny_codec"),
+        "--tokenizer", str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
+        "--voices-dir", str(data_dir / "presets"),
+        "--max-active-streams", str(PROC_MAX_ACTIVE), "--max-queue", str(PROC_MAX_QUEUE),
+    ]
+    log_path = ARTIFACTS / "reliability_app.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = AppProc(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path, tmp_dir=tmp_dir,
+                   cache_dir=cache_dir)
+    try:
+        _wait_until_ready(proc)
+        yield proc
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_until_ready(proc: AppProc) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    status = "no answer"
+    while time.monotonic() < deadline:
+        if proc.process.poll() is not None:
+            pytest.fail(f"app.py exited with {proc.process.returncode}:\n{proc.log_tail()}")
+        try:
+            health = proc.health()
+            status = health.get("status")
+            if status == "ready":
+                return
+            if status == "failed":
+                pytest.fail(f"model failed to load: {health.get('error')}\n{proc.log_tail()}")
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"app not ready after {STARTUP_TIMEOUT_S} s (last status: {status}):\n{proc.log_tail()}")

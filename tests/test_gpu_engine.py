@@ -1,0 +1,138 @@
+"""GPU only (skipped without CUDA): CUDA-graphed step == eager step, batch == solo on CUDA,
+cancellation and slot reuse under graphs.
+
+Full-size models from the real configs with random weights (as the bench), plus the tiny parity
+checkpoint. Timings belong to the bench: nothing here asserts one.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from runner_helpers import drive
+from safetensors.torch import load_file
+
+from tts_core.bench import build_random_models, make_prompt
+from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.engine import Engine
+from tts_core.engine.runner import Runner
+from tts_core.engine.types import Segment, StreamJob, StreamStatus
+from tts_core.model.codec_loading import load_codec
+from tts_core.model.lm_config import LMConfig
+from tts_core.model.lm_loading import load_lm
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CUDA = torch.device("cuda")
+MAX_ROWS = 320
+CASES = ["A_voice_clone_en", "B_voice_clone_zh", "C_continuation_prompted", "D_continuation_text_only"]
+
+
+@pytest.fixture(scope="module")
+def config_paths(data_dir):
+    return str(data_dir / "hf_checkpoint_meta" / "config.json"), str(data_dir / "codec" / "config.json")
+
+
+@pytest.fixture(scope="module")
+def full_models(config_paths):
+    built: dict[torch.dtype, tuple] = {}
+
+    def get(dtype: torch.dtype):
+        if dtype not in built:
+            built[dtype] = build_random_models(*config_paths, CUDA, dtype)
+        return built[dtype]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def prompts(config_paths):
+    config = LMConfig.from_json(config_paths[0])
+    return [make_prompt(config, 100 + 13 * (i % 7), seed=i) for i in range(16)]  # different lengths
+
+
+def _runner(models, num_slots, **kwargs) -> Runner:
+    lm, codec = models
+    return Runner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)
+
+
+def test_graphed_equals_eager_bf16(full_models, prompts):
+    models = full_models(torch.bfloat16)
+    graphed, eager = _runner(models, 8), _runner(models, 8, enforce_eager=True)
+    assert graphed.uses_graphs and not eager.uses_graphs
+    slots = [0, 2, 3, 5, 6, 7]
+    args = (prompts[:6], [11, 12, 13, 14, 15, 16], slots, SamplingParams())
+    want_codes, want_pcm = drive(eager, *args, frames=16)
+    got_codes, got_pcm = drive(graphed, *args, frames=16)
+    for want, got in zip(want_codes, got_codes):
+        assert len(got) == 16
+        np.testing.assert_array_equal(got, want)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
+    print(f"graphed vs eager PCM max |diff| = {worst:.3g}")
+    assert worst <= 1e-5
+
+
+def test_tiny_checkpoint_greedy_matches_reference_graphed_fp32(parity_dir):
+    lm = load_lm(parity_dir / "tiny_lm", device=CUDA, dtype=torch.float32)
+    codec = load_codec(parity_dir / "tiny_codec", device=CUDA)
+    vectors = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
+    runner = _runner((lm, codec), 4)
+    assert runner.uses_graphs
+    rows = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
+    codes, _ = drive(runner, rows, [0] * 4, [3, 0, 2, 1], SamplingParams.greedy())
+    for case, got in zip(CASES, codes):
+        np.testing.assert_array_equal(got, vectors[f"{case}.greedy.audio_token_ids"].numpy())
+
+
+@pytest.mark.parametrize(("dtype", "batch_invariant"), [(torch.float32, False), (torch.bfloat16, True)])
+def test_batch_equals_solo(full_models, prompts, dtype, batch_invariant):
+    """fp32 with batch-size buckets, and bf16 in the batch-invariant mode: exactly equal codes."""
+    runner = _runner(full_models(dtype), 16, batch_invariant=batch_invariant)
+    assert runner.uses_graphs
+    slots = [1, 4, 5, 9, 10, 11, 12, 15, 0, 2, 3, 6]
+    seeds = [100 + i for i in range(len(slots))]
+    together, _ = drive(runner, prompts[: len(slots)], seeds, slots, SamplingParams(), frames=20)
+    for i in (0, 5, 11):
+        alone, _ = drive(runner, [prompts[i]], [seeds[i]], [0], SamplingParams(), frames=20)
+        np.testing.assert_array_equal(alone[0], together[i])
+
+
+def _job(rows, seed, frames):
+    return StreamJob(request_id=f"gpu-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
+                     sampling=SamplingParams(), seed=seed, submitted_at=time.monotonic())
+
+
+def _collect(handle) -> np.ndarray:
+    codes = []
+    while (item := handle.outbox.get(timeout=120)) is not None:
+        assert not isinstance(item, BaseException), item
+        codes.extend(item.codes)
+    return np.array(codes, dtype=np.int64).reshape(-1, 16)
+
+
+def test_cancellation_and_slot_reuse_under_graphs(full_models, prompts):
+    # Three slots, three streams: the fourth request must wait for the cancelled stream's slot.
+    runner = _runner(full_models(torch.bfloat16), 3, batch_invariant=True)
+    assert runner.uses_graphs
+    engine = Engine(runner, EngineConfig(max_active_streams=3, max_queue=4))
+    try:
+        handles = [engine.submit(_job(prompts[i], 200 + i, 60)) for i in range(3)]
+        first = handles[1].outbox.get(timeout=120)  # stream 1 is playing: cancel it mid-way
+        assert not isinstance(first, BaseException)
+        engine.cancel(handles[1])
+        reuse = engine.submit(_job(prompts[5], 205, 30))  # waits, then takes the freed slot
+        kept = [_collect(handles[0]), _collect(handles[2])]
+        reused = _collect(reuse)
+        while handles[1].outbox.get(timeout=120) is not None:
+            pass
+        assert handles[1].status is StreamStatus.CANCELLED
+        assert engine.stats()["cancelled"] == 1
+        # Every stream equals the same request run alone afterwards (slot state fully reset).
+        for index, seed, frames, got in ((0, 200, 60, kept[0]), (2, 202, 60, kept[1]), (5, 205, 30, reused)):
+            alone = _collect(engine.submit(_job(prompts[index], seed, frames)))
+            np.testing.assert_array_equal(got, alone)
+    finally:
+        engine.close()

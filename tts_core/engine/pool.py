@@ -1,0 +1,73 @@
+"""Several engines (one per GPU) behind the `Engine` interface: each request goes to the least loaded.
+
+Load is the engine's active + queued streams, read when the request arrives; ties go to the first
+engine. An engine that refuses (queue full) passes the request on to the next least loaded one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from ..errors import QueueFullError
+from .types import StreamHandle, StreamJob
+
+logger = logging.getLogger(__name__)
+
+_SUMMED = ("active_streams", "queued", "max_active_streams", "max_queue", "submitted", "finished",
+           "cancelled", "refused")
+
+
+def engine_load(stats: dict) -> int:
+    """Streams an engine holds: running + waiting for a slot."""
+    return int(stats["active_streams"]) + int(stats["queued"])
+
+
+def route_order(loads: Sequence[int]) -> list[int]:
+    """Engine indices, least loaded first (stable: ties keep the engines' order)."""
+    return sorted(range(len(loads)), key=lambda i: loads[i])
+
+
+class EnginePool:
+    """Duck-types `Engine` (submit / cancel / stats / close) over several engines.
+
+    Args:
+        engines: one `Engine` per device (at least one).
+    """
+
+    def __init__(self, engines: Sequence):
+        if not engines:
+            raise ValueError("EnginePool needs at least one engine")
+        self.engines = list(engines)
+
+    @property
+    def runner(self):
+        """The first engine's runner (models and config are the same on every device)."""
+        return self.engines[0].runner
+
+    def submit(self, job: StreamJob) -> StreamHandle:
+        loads = [engine_load(engine.stats()) for engine in self.engines]
+        refusal: QueueFullError | None = None
+        for index in route_order(loads):
+            try:
+                return self.engines[index].submit(job)
+            except QueueFullError as exc:
+                refusal = exc
+        assert refusal is not None
+        raise refusal
+
+    def cancel(self, handle: StreamHandle) -> None:
+        # The handle's event is what the owning engine watches; waking every engine is harmless.
+        for engine in self.engines:
+            engine.cancel(handle)
+
+    def stats(self) -> dict:
+        per_engine = [engine.stats() for engine in self.engines]
+        total = {key: sum(int(s[key]) for s in per_engine) for key in _SUMMED}
+        total["engines"] = len(per_engine)
+        total["per_engine_active"] = [s["active_streams"] for s in per_engine]
+        return total
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        for engine in self.engines:
+            engine.close(timeout_s)
