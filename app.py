@@ -48,6 +48,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="longest accepted text [MOSS_TTS_MAX_TEXT_CHARS]")
     p.add_argument("--allow-remote-audio", action="store_true", default=_env_flag("MOSS_TTS_ALLOW_REMOTE_AUDIO"),
                    help="accept http(s) URLs as ref_audio [MOSS_TTS_ALLOW_REMOTE_AUDIO]")
+    p.add_argument("--devices", default=env("MOSS_TTS_DEVICES"),
+                   help="several GPUs, one engine each, e.g. cuda:0,cuda:1 (default: all visible with "
+                        "--device auto/cuda) [MOSS_TTS_DEVICES]")
+    p.add_argument("--quantize", choices=["int8"], default=env("MOSS_TTS_QUANTIZE") or None,
+                   help="CPU only: int8 linear layers, faster, slightly different audio [MOSS_TTS_QUANTIZE]")
+    p.add_argument("--enforce-eager", action="store_true", default=_env_flag("MOSS_TTS_ENFORCE_EAGER"),
+                   help="GPU: no CUDA graphs (debugging; TTS_NO_CUDA_GRAPH=1 also works) [MOSS_TTS_ENFORCE_EAGER]")
     p.add_argument("--log-level", default=env("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p.parse_args(argv)
 
@@ -56,7 +63,7 @@ def engine_config(args: argparse.Namespace):
     from tts_core.config import EngineConfig
 
     given = {"max_active_streams": args.max_active_streams, "max_queue": args.max_queue,
-             "max_text_chars": args.max_text_chars}
+             "max_text_chars": args.max_text_chars, "enforce_eager": args.enforce_eager or None}
     return EngineConfig(**{k: v for k, v in given.items() if v is not None})
 
 
@@ -81,6 +88,7 @@ def make_factory(args: argparse.Namespace):
             return Synthesizer.from_pretrained(
                 lm=args.lm, codec=args.codec, device=args.device, dtype=args.dtype, tokenizer=args.tokenizer,
                 voices_dir=args.voices_dir, engine_config=engine_config(args), report=report,
+                devices=args.devices, quantize=args.quantize,
             )
         except TTSError:
             raise

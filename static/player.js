@@ -440,5 +440,6 @@
   initAudio().catch((err) => setMessage(err.message));   // pre-warm: context + worklet before the first click
   window.mossPlayer = { unlock, play, stop, replay, download, stats, setMessage, errorMessage };
   if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
+  document.body.classList.toggle('embedded', EMBEDDED);
   render();
 })();

@@ -14,7 +14,6 @@ test-artifacts/reliability.json (docs/RELIABILITY.md quotes the last full run).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
@@ -28,25 +27,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import numpy as np
 import psutil
 import pytest
 import soundfile as sf
 import uvicorn
+from reliability_common import (
+    ARTIFACTS,
+    INPROC_FETCH_TIMEOUT_S,
+    INPROC_MAX_REF_S,
+    INPROC_MAX_TEXT,
+    INPROC_MAX_UPLOAD,
+    PROC_MAX_ACTIVE,
+    PROC_MAX_QUEUE,
+    REPO_ROOT,
+    wav_bytes,
+)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = REPO_ROOT / "test-artifacts"
 STARTUP_TIMEOUT_S = 150
-SAMPLES_PER_FRAME = 3840  # per channel, 80 ms at 48 kHz
-
-# app_proc's engine: 4 streams decoded together, 12 more may wait, the rest get 503.
-PROC_MAX_ACTIVE = 4
-PROC_MAX_QUEUE = 12
-# inproc's limits
-INPROC_MAX_TEXT = 500
-INPROC_MAX_UPLOAD = 256 * 1024
-INPROC_MAX_REF_S = 30.0
-INPROC_FETCH_TIMEOUT_S = 2.0
 
 
 def free_port() -> int:
@@ -70,13 +67,6 @@ def figures() -> Iterator[dict]:
 
 
 # ---- audio ------------------------------------------------------------------------------------
-
-
-def wav_bytes(samples: np.ndarray, sample_rate: int, *, fmt: str = "WAV", subtype: str = "PCM_16") -> bytes:
-    """[n] or [n, C] float samples -> an audio file's bytes."""
-    out = io.BytesIO()
-    sf.write(out, samples, sample_rate, format=fmt, subtype=subtype)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="session")
@@ -275,6 +265,7 @@ class AppProc:
     log_path: Path
     tmp_dir: Path  # TMPDIR and GRADIO_TEMP_DIR of the app: must stay empty of our requests' files
     cache_dir: Path
+    _baseline: dict | None = None
 
     @property
     def ps(self) -> psutil.Process:
@@ -302,17 +293,22 @@ class AppProc:
                 raise AssertionError(f"engine still busy after {timeout_s} s: {health}")
             time.sleep(0.05)
 
-    def wait_settled(self, before: dict, *, thread_slack: int = 2, fd_slack: int = 2,
-                     timeout_s: float = 25.0) -> dict:
-        """Poll until threads and fds are back near `before` (idle worker threads expire after ~10 s)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            now = self.snapshot()
-            if now["threads"] <= before["threads"] + thread_slack and now["fds"] <= before["fds"] + fd_slack:
-                return now
-            if time.monotonic() > deadline:
-                return now
-            time.sleep(0.5)
+    def pruned_snapshot(self) -> dict:
+        """`snapshot()` once idle worker threads are gone.
+
+        anyio keeps idle worker threads and prunes those idle for 10 s when the next call needs a
+        worker; so: wait 10.5 s, make one call that runs in a worker (/health), then count.
+        """
+        time.sleep(10.5)
+        self.health()
+        return self.snapshot()
+
+    def baseline(self) -> dict:
+        """The pruned snapshot of the idle server, taken once (the first time it is asked for)."""
+        if self._baseline is None:
+            self.wait_idle()
+            self._baseline = self.pruned_snapshot()
+        return self._baseline
 
 
 @pytest.fixture(scope="session")

@@ -231,6 +231,20 @@ def test_empty_text_shows_an_error_in_the_page(browser_context, app_server):
     assert not streams and stats(frame)["runs"] == 0
 
 
+def test_unusable_upload_shows_an_error_in_the_page(browser_context, app_server, tmp_path):
+    soundfile = pytest.importorskip("soundfile")
+    clip = tmp_path / "phone.wav"  # 8 kHz: too narrow-band to clone a 48 kHz voice
+    soundfile.write(clip, 0.1 * np.sin(np.arange(16_000) * 0.3), 8_000)
+    page, frame = open_studio(browser_context, app_server)
+    page.get_by_role("tab", name="Clone a voice").click()
+    page.set_input_files("#ref-audio input[type=file]", str(clip))
+    page.wait_for_selector("#ref-info:has-text('8 kHz')", timeout=15_000)
+    page.fill("#tts-text textarea", "This should not start.")
+    page.click("#generate-btn")
+    page.wait_for_selector("#tts-message:has-text('8000 Hz')", timeout=10_000)
+    assert stats(frame)["runs"] == 0
+
+
 def test_voice_audition_plays_each_voice_in_turn(browser_context, app_server):
     page, frame = open_studio(browser_context, app_server)
     set_max_seconds(page, 1.0)

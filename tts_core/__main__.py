@@ -1,3 +1,9 @@
-from .cli import main
+import os
+
+# Torch work runs in more than one thread (engine, request workers); idle OpenMP teams must not
+# spin on a small CPU. Set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from .cli import main  # noqa: E402
 
 raise SystemExit(main())

@@ -63,9 +63,9 @@ def _too_large(size: int, limit: int, param: str = PARAM) -> PayloadTooLargeErro
                                 "(3-10 s is best)", param=param, code="ref_audio_too_large")
 
 
-def _too_long(seconds: float, limit: float, param: str = PARAM) -> PayloadTooLargeError:
-    shown = f"more than {limit:g}" if seconds <= limit else f"{seconds:.1f}"
-    return PayloadTooLargeError(f"{param} is {shown} s long; the limit is {limit:g} s: send a 3-10 s clip",
+def _too_long(limit: float, seconds: float | None = None, param: str = PARAM) -> PayloadTooLargeError:
+    shown = f"{seconds:.1f} s" if seconds is not None else f"more than {limit:g} s"
+    return PayloadTooLargeError(f"{param} is {shown} long; the limit is {limit:g} s: send a 3-10 s clip",
                                 param=param, code="ref_audio_too_long")
 
 
@@ -167,7 +167,7 @@ def check_clip(data: bytes, settings: ServerSettings, param: str = PARAM) -> Cli
         max_frames = int(settings.max_ref_audio_s * rate)
         declared = int(handle.frames)
         if 0 < declared < 2**62 and declared > max_frames:
-            raise _too_long(declared / rate, settings.max_ref_audio_s, param)
+            raise _too_long(settings.max_ref_audio_s, declared / rate, param)
         frames = 0
         try:  # the header may understate a compressed file's length: count while decoding, then stop
             while frames <= max_frames:
@@ -179,12 +179,13 @@ def check_clip(data: bytes, settings: ServerSettings, param: str = PARAM) -> Cli
             raise _bad(f"{container.upper()} data is corrupt part-way through: send a complete audio file",
                        "invalid_audio", param) from None
     if frames > max_frames:
-        raise _too_long(frames / rate, settings.max_ref_audio_s, param)
+        raise _too_long(settings.max_ref_audio_s, None, param)  # counted up to the limit, then stopped
     if frames == 0:
         raise _bad("holds no audio samples", "empty_audio", param)
     if frames < MIN_DURATION_S * rate:
-        raise _bad(f"is {frames / rate * 1000:.1f} ms long; it needs at least {MIN_DURATION_S * 1000:.0f} ms "
-                   "(3-10 s works best)", "audio_too_short", param)
+        length = f"{frames} sample{'s' if frames > 1 else ''}" if frames < 16 else f"{frames / rate * 1000:.1f} ms"
+        raise _bad(f"is {length} long; it needs at least {MIN_DURATION_S * 1000:.0f} ms (3-10 s works best)",
+                   "audio_too_short", param)
     return ClipInfo(container, rate, channels, frames)
 
 

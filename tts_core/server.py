@@ -26,11 +26,12 @@ from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
 
-from .api_openai import _read_ref_audio as read_ref_audio
 from .api_openai import build_openai_router
 from .config import SamplingParams
 from .errors import InvalidRequestError, TTSError, VoiceNotFoundError, VoiceUnavailableError
 from .http_errors import install_error_handlers
+from .http_guard import install_http_guards
+from .ref_audio import check_clip, read_ref_audio
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
 from .types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, Voice
@@ -115,6 +116,7 @@ async def build_request(body: StreamBody, settings: ServerSettings, uploads: Upl
     audio = None
     if body.ref_audio_id:
         audio = uploads.get(body.ref_audio_id)
+        await anyio.to_thread.run_sync(check_clip, audio, settings)  # the same limits as ref_audio
     elif body.ref_audio is not None:
         audio = await read_ref_audio(body.ref_audio, settings)  # base64 / data: URL / allowed http(s); never a path
     if audio is not None and body.voice:
@@ -215,6 +217,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
 
     app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan)
     install_error_handlers(app)
+    install_http_guards(app, settings)  # body-size limits and same-origin CORS, for Gradio's routes too
     uploads = UploadStore(max_total_bytes=max(256 * 1024 * 1024, 4 * settings.max_upload_bytes))
     app.state.uploads = uploads
 

@@ -8,7 +8,9 @@ them into 48 kHz stereo chunks. Closing the iterator returned by `stream` cancel
 from __future__ import annotations
 
 import logging
+import queue
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -108,18 +110,20 @@ class Synthesizer:
 
     # ---- synthesis -----------------------------------------------------------------------------
 
-    def stream(self, request: SynthesisRequest) -> Iterator[AudioChunk]:
+    def stream(self, request: SynthesisRequest, *, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         """Yield audio chunks as they are generated; the last one has `is_last=True`.
 
         Input errors raise on the first `next()`, before any audio. Closing the iterator (or
-        dropping it) cancels the request and frees its engine slot at once.
+        dropping it) cancels the request and frees its engine slot at once. `cancel`, set from
+        another thread, does the same even while this iterator is blocked waiting for a chunk
+        (e.g. a request still queued when its HTTP client goes away); the iterator then ends.
         """
         submitted_at = time.monotonic()
         job = self.prepare(request, submitted_at=submitted_at)
         handle = self.engine.submit(job)
         try:
             while True:
-                item = handle.outbox.get()
+                item = self._next_item(handle, cancel)
                 if item is None:
                     return
                 if isinstance(item, TTSError):
@@ -130,6 +134,17 @@ class Synthesizer:
         finally:
             if handle.status in (StreamStatus.WAITING, StreamStatus.RUNNING):
                 self.engine.cancel(handle)
+
+    @staticmethod
+    def _next_item(handle, cancel: threading.Event | None):
+        if cancel is None:
+            return handle.outbox.get()
+        while not cancel.is_set():
+            try:
+                return handle.outbox.get(timeout=0.05)
+            except queue.Empty:
+                continue
+        return None
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
         """The whole result at once (same audio as concatenating `stream` chunks)."""

@@ -89,7 +89,14 @@ def _clip_player(name: str | None, presets: list) -> str:
     return f"<p>{about}</p><audio controls preload='none' src='/api/voices/{quote(preset.name, safe='')}/clip'></audio>"
 
 
+_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text"}
+
+
 def _error(message: str) -> str:
+    """A core error message as a sentence for the page ("ref_audio is ..." -> "The reference clip is ...")."""
+    field, _, rest = message.partition(" ")
+    if field in _FIELD_NAMES and rest:
+        message = f"{_FIELD_NAMES[field]} {rest}"
     return f"⚠️ {message[:1].upper()}{message[1:]}"
 
 
@@ -143,6 +150,9 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
             return _error("This file could not be read as audio. Try WAV, FLAC, OGG or MP3.")
         seconds = info.frames / info.samplerate
         shape = f"{seconds:.1f} s, {info.samplerate / 1000:g} kHz, {'mono' if info.channels == 1 else 'stereo'}"
+        if info.samplerate < settings.ref_audio_min_sample_rate_hz:
+            return _error(f"Reference: {shape} — too low a sample rate to clone from; record at "
+                          f"{settings.ref_audio_min_sample_rate_hz // 1000} kHz or more.")
         if seconds < 1.5:
             return _error(f"Reference: {shape} — very short; 3-10 s of clean speech clones best.")
         if seconds > 15:

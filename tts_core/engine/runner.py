@@ -37,11 +37,13 @@ class Runner:
         batch_invariant: static path with a single bucket (every step runs all rows) and one prefill
             per stream: a stream's codes are then bit-identical whatever else runs beside it, in
             bf16 too, at the cost of full-size steps for small batches.
+        compile: how the static LM step runs (`graphs.compile_mode`): default torch.compile'd fused
+            units on CUDA (off with TTS_NO_COMPILE=1), the original per-op step on CPU.
     """
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device,
                  enforce_eager: bool = False, static: bool | None = None, buckets: list[int] | None = None,
-                 batch_invariant: bool = False):
+                 batch_invariant: bool = False, compile: str | None = None):
         self.lm = lm
         self.codec = codec
         self.num_slots = num_slots
@@ -70,7 +72,8 @@ class Runner:
         self.samplers: list[StreamSampler | None] = [None] * num_slots
         if is_static:
             self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
-                                         buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager))
+                                         buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
+                                         compile=compile)
 
     @property
     def uses_graphs(self) -> bool:

@@ -1,0 +1,29 @@
+"""Constants and small helpers shared by the reliability fixtures (reliability_helpers) and tests."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+SAMPLES_PER_FRAME = 3840  # per channel, 80 ms at 48 kHz
+
+# app_proc's engine: 4 streams decoded together, 12 more may wait, the rest get 503.
+PROC_MAX_ACTIVE = 4
+PROC_MAX_QUEUE = 12
+# inproc's limits
+INPROC_MAX_TEXT = 500
+INPROC_MAX_UPLOAD = 256 * 1024
+INPROC_MAX_REF_S = 30.0
+INPROC_FETCH_TIMEOUT_S = 2.0
+
+
+def wav_bytes(samples: np.ndarray, sample_rate: int, *, fmt: str = "WAV", subtype: str = "PCM_16") -> bytes:
+    """[n] or [n, C] float samples -> an audio file's bytes."""
+    out = io.BytesIO()
+    sf.write(out, samples, sample_rate, format=fmt, subtype=subtype)
+    return out.getvalue()
