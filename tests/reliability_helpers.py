@@ -297,11 +297,20 @@ class AppProc:
         """`snapshot()` once idle worker threads are gone.
 
         anyio keeps idle worker threads and prunes those idle for 10 s when the next call needs a
-        worker; so: wait 10.5 s, make one call that runs in a worker (/health), then count.
+        worker; so: wait 10.5 s, make one call that runs in a worker (/health), let the pruned
+        threads exit, then count.
         """
         time.sleep(10.5)
         self.health()
-        return self.snapshot()
+        last = self.snapshot()
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # pruned threads are told to stop; give them a moment
+            time.sleep(0.3)
+            now = self.snapshot()
+            if now["threads"] == last["threads"]:
+                return now
+            last = now
+        return last
 
     def baseline(self) -> dict:
         """The pruned snapshot of the idle server, taken once (the first time it is asked for)."""

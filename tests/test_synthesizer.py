@@ -255,3 +255,18 @@ def test_unusual_characters_never_crash(synth, zh1_codes):
     for text in ["🙂🙂🙂 ok", "a\x00b\u200bc", "مرحبا بالعالم", "e\u0301\u0301\u0301", "$$$ 100% ### !!!"]:
         result = synth.synthesize(SynthesisRequest(text=text, voice=Voice.from_codes(zh1_codes), seed=1, max_frames=2))
         assert result.pcm.shape[0] == 2
+
+
+def test_voice_prefix_kv_is_computed_once_and_reused(synth, vectors, zh1_codes):
+    cache = synth.engine.runner.prefix_cache
+    request = _greedy(CASE_TEXT["A_voice_clone_en"], Voice.from_codes(zh1_codes))
+    segment = synth.prepare(request).segments[0]
+    # The prefix ends exactly where the text starts: the instruction block's last id, then text.
+    assert segment.rows[segment.prefix_rows - 1, 0] == synth.template.after_reference[-1]
+    assert segment.prefix_rows == 13 + 1 + len(zh1_codes) + 1 + 56
+    first = synth.synthesize(request).codes
+    hits = cache.hits
+    second = synth.synthesize(request).codes
+    assert cache.hits == hits + 1
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(second, vectors["A_voice_clone_en.greedy.audio_token_ids"].numpy())

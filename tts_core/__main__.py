@@ -4,6 +4,6 @@ import os
 # spin on a small CPU. Set before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .cli import main  # noqa: E402
+from .cli import main
 
 raise SystemExit(main())

@@ -202,7 +202,8 @@ class Synthesizer:
             self._check_rows_fit(rows)
             last = index == len(chunks) - 1
             segments.append(Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
-                                    pause_after_s=0.0 if last else pause_after_chunk_s(chunk)))
+                                    pause_after_s=0.0 if last else pause_after_chunk_s(chunk),
+                                    prefix_rows=self._voice_clone_prefix_rows(len(resolved.codes))))
         return segments
 
     def _continuation_segments(self, text: str, voice: Voice | None,
@@ -211,7 +212,8 @@ class Synthesizer:
             text_ids = self.tokenizer.encode(text)
             rows = build_prompt_rows(self.template, "continuation", text_ids, None)
             self._check_rows_fit(rows)
-            return [Segment(rows=rows, max_frames=default_max_frames(len(text_ids)))]
+            return [Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
+                            prefix_rows=self._continuation_prefix_rows())]
         transcript = voice.transcript or resolved.transcript
         if not transcript:
             raise InvalidRequestError(
@@ -224,7 +226,19 @@ class Synthesizer:
         rows = build_prompt_rows(self.template, "continuation", text_ids, resolved.codes)
         self._check_rows_fit(rows)
         new_tokens = max(1, len(text_ids) - self._count_tokens(transcript))
-        return [Segment(rows=rows, max_frames=default_max_frames(new_tokens), prime_codes=resolved.codes)]
+        return [Segment(rows=rows, max_frames=default_max_frames(new_tokens), prime_codes=resolved.codes,
+                        prefix_rows=self._continuation_prefix_rows())]
+
+    def _voice_clone_prefix_rows(self, num_reference_frames: int) -> int:
+        """Rows before the text in a voice-clone prompt (LM.md §4.3): user prefix, audio start,
+        the reference frames, audio end, and the instruction block."""
+        t = self.template
+        return len(t.user_prefix) + 1 + num_reference_frames + 1 + len(t.after_reference)
+
+    def _continuation_prefix_rows(self) -> int:
+        """Rows before the text in a continuation prompt (LM.md §4.4)."""
+        t = self.template
+        return len(t.user_prefix) + len(t.no_reference) + len(t.after_reference)
 
     def _check_rows_fit(self, rows: np.ndarray) -> None:
         limit = self.config.max_context_rows - _MIN_GENERATION_ROWS

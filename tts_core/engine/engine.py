@@ -160,7 +160,7 @@ class Engine:
 
     def _start_segment(self, live: _Live) -> None:
         segment = live.job.segments[live.segment_index]
-        self.runner.start_segment(live.slot, segment.rows, segment.prime_codes)
+        self.runner.start_segment(live.slot, segment.rows, segment.prime_codes, segment.prefix_rows)
         live.frames_in_segment = 0
         live.segment_done = False
 

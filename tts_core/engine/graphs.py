@@ -248,7 +248,8 @@ class FusedLM:
         self.heads = [h.weight for h in lm.audio_lm_heads]
         self.stop_weight = torch.stack((self.wte[c.audio_assistant_slot_id], self.wte[c.audio_end_id]))
         self.slot_id = torch.tensor([c.audio_assistant_slot_id], device=device)
-        self.first_input = self.wte[c.audio_assistant_slot_id].expand(rows, -1).contiguous()  # [R, H]
+        with torch.inference_mode():  # like every later local input (one compiled variant for all)
+            self.first_input = self.wte[c.audio_assistant_slot_id].expand(rows, -1).contiguous()  # [R, H]
         self.vocab = max(c.audio_codebook_sizes)
         shape = (rows, c.num_heads, positions, c.head_dim)
         self.local_k = [torch.zeros(shape, device=device, dtype=dtype) for _ in lm.local_transformer.h]
@@ -274,6 +275,7 @@ class FusedLM:
         """(is_continue [B], codes [B, K]) as `generate_frame_static` gives them."""
         b = hidden.shape[0]
         keys, values = [k[:b] for k in self.local_k], [v[:b] for v in self.local_v]
+        hidden = hidden.clone()  # an inference tensor, as the other local inputs (no second variant)
         local = self.local(hidden, self.pos[0], self.local_cos[0], self.local_sin[0], keys, values,
                            self.local_layers, self.local_ln_f, self.eps)
         is_continue = self.decide(local, self.stop_weight, params, uniforms)
@@ -302,18 +304,28 @@ class FusedLM:
         return _layer_norm(h, self.ln_f[0], self.ln_f[1], self.eps)[:, 0]
 
 
+_BACKEND = "inductor"  # tests may swap in "aot_eager" to check tracing quickly on CPU
+
+
 def _compiler(mode: str):
     """Identity for "eager"; else torch.compile (inductor, whole-graph, batch dims dynamic)."""
     if mode == "eager":
         return lambda fn, batched=(): fn
-    options = {}
+    import torch._dynamo.config as dynamo_config
     import torch._inductor.config as inductor_config
 
-    if hasattr(inductor_config, "emulate_precision_casts"):
+    options = {}
+    if _BACKEND == "inductor" and hasattr(inductor_config, "emulate_precision_casts"):
         options["emulate_precision_casts"] = True  # round bf16 intermediates as eager does
+    # Each unit compiles per (model dtype/shapes, device, B = 1 or B >= 2): allow a few models.
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 32))
+            break
 
     def wrap(fn, batched=()):
-        compiled = torch.compile(fn, fullgraph=True, dynamic=None, options=options)
+        compiled = torch.compile(fn, fullgraph=True, dynamic=None, backend=_BACKEND,
+                                 options=options or None)
 
         def call(*args):
             # Batch dims vary with the bucket: one graph for B >= 2, one for B = 1 (specialised).

@@ -19,6 +19,7 @@ import torch
 from ..config import SamplingParams
 from ..sampling import SamplingBatch, StreamSampler
 from .graphs import StaticStepper, bucket_sizes, graphs_enabled, padded_step_input, pick_bucket
+from .prefix_cache import PrefixCache, prefix_key
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Runner:
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device,
                  enforce_eager: bool = False, static: bool | None = None, buckets: list[int] | None = None,
-                 batch_invariant: bool = False, compile: str | None = None):
+                 batch_invariant: bool = False, compile: str | None = None, prefix_cache_size: int = 8):
         self.lm = lm
         self.codec = codec
         self.num_slots = num_slots
@@ -64,6 +65,8 @@ class Runner:
                 self.buckets = [rows]
             cache_len = -(-(max_context_rows + 1) // 16) * 16
         self.batch_invariant = batch_invariant
+        # Prompt-prefix KV reuse on the eager path (the static GPU path prefills in batches instead).
+        self.prefix_cache = PrefixCache(prefix_cache_size) if not is_static and prefix_cache_size > 0 else None
         self._pending: dict[int, np.ndarray] = {}  # slot -> prompt rows not yet prefilled (static path)
         self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
         self.codec_state = codec.new_decode_state(rows, device=device)
@@ -87,8 +90,13 @@ class Runner:
             self.stepper.set_sampling(slot, sampling)
 
     @torch.inference_mode()
-    def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None) -> None:
-        """Prefill a prompt into the slot and reset (or prime) its codec stream."""
+    def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None,
+                      prefix_rows: int = 0) -> None:
+        """Prefill a prompt into the slot and reset (or prime) its codec stream.
+
+        `prefix_rows` leading rows are shared by every prompt of the same voice; on the eager (CPU)
+        path their KV comes from the prefix cache when it was computed before.
+        """
         sampler = self.samplers[slot]
         assert sampler is not None, f"slot {slot} has no stream"
         # Each text chunk is an independent prompt: repetition history restarts, the RNG goes on.
@@ -101,7 +109,7 @@ class Runner:
             self._pending[slot] = np.asarray(rows, dtype=np.int64)
         else:
             rows_t = torch.as_tensor(rows, dtype=torch.long, device=self.device)  # [T, 17]
-            self.hidden[slot] = self.lm.prefill(rows_t, self.cache, slot)
+            self.hidden[slot] = self._prefill_with_prefix(rows, rows_t, slot, prefix_rows)
         self.lengths[slot] = int(rows.shape[0])
         if self.stepper is not None:
             self.stepper.reset_slot(slot, int(rows.shape[0]))
@@ -110,6 +118,16 @@ class Runner:
             # Continuation: the decoder must continue the reference audio; its output is dropped.
             # (Many frames at once: the plain eager pass, not the graphs.)
             self._decode_eager([slot], prime_codes[None])
+
+    def _prefill_with_prefix(self, rows: np.ndarray, rows_t: torch.Tensor, slot: int,
+                             prefix_rows: int) -> torch.Tensor:
+        if self.prefix_cache is None or not 0 < prefix_rows < rows.shape[0]:
+            return self.lm.prefill(rows_t, self.cache, slot)
+        key = prefix_key(rows, prefix_rows)
+        if not self.prefix_cache.restore(key, self.cache, slot):
+            self.lm.prefill(rows_t[:prefix_rows], self.cache, slot)
+            self.prefix_cache.store(key, self.cache, slot, prefix_rows)
+        return self.lm.prefill(rows_t[prefix_rows:], self.cache, slot, reset=False)
 
     @torch.inference_mode()
     def flush_prefills(self, max_rows_per_pass: int = 32768) -> None:

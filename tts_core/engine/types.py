@@ -22,12 +22,14 @@ class Segment:
         prime_codes: int64 [F, 16] reference codes to push through the codec first and discard
             (continuation mode: the decoder must continue the reference audio, LM.md §4.4).
         pause_after_s: silence emitted after this segment (0 for the last one).
+        prefix_rows: how many leading rows depend only on the voice, not the text.
     """
 
     rows: np.ndarray
     max_frames: int
     prime_codes: np.ndarray | None = None
     pause_after_s: float = 0.0
+    prefix_rows: int = 0  # leading rows shared by every prompt of this voice (KV reusable)
 
 
 @dataclass(frozen=True, slots=True)

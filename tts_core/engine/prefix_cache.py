@@ -1,0 +1,63 @@
+"""Reuse of prompt-prefix KV across requests (CPU path).
+
+Every voice-clone prompt of one voice starts with the same rows (the template and the reference
+audio frames, ~170 rows for a 8 s clip); only the text rows after them differ. Prefilling that
+prefix is most of a CPU request's time to first audio, and a long text pays it again for every
+sentence chunk. The cache keeps the post-RoPE keys/values of recent prefixes, keyed by a hash of
+the prefix rows, and copies them into a stream's slot instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+
+def prefix_key(rows: np.ndarray, num_rows: int) -> str:
+    return hashlib.sha1(np.ascontiguousarray(rows[:num_rows], dtype=np.int64).tobytes()).hexdigest()
+
+
+class PrefixCache:
+    """LRU of per-layer (K, V) snapshots [heads, P, head_dim] of prompt prefixes.
+
+    Args:
+        capacity: prefixes kept (each is ~12 MB for a 170-row prefix of the full-size LM in fp32).
+    """
+
+    def __init__(self, capacity: int = 8):
+        self.capacity = capacity
+        self._entries: OrderedDict[str, list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def restore(self, key: str, cache, slot: int) -> int:
+        """Copy a cached prefix into `slot` (positions 0..P-1); returns P, or 0 on a miss."""
+        snapshot = self._entries.get(key)
+        if snapshot is None:
+            self.misses += 1
+            return 0
+        self._entries.move_to_end(key)
+        self.hits += 1
+        length = snapshot[0][0].shape[1]
+        for layer, (keys, values) in enumerate(snapshot):
+            cache.k[layer][slot, :, :length] = keys
+            cache.v[layer][slot, :, :length] = values
+        cache.reset(slot)
+        cache.advance([slot], length)
+        return length
+
+    def store(self, key: str, cache, slot: int, length: int) -> None:
+        """Snapshot positions 0..length-1 of `slot` (just prefilled) under `key`."""
+        if self.capacity <= 0:
+            return
+        self._entries[key] = [(k[slot, :, :length].clone(), v[slot, :, :length].clone())
+                              for k, v in zip(cache.k, cache.v)]
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
