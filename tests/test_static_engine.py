@@ -129,6 +129,23 @@ def test_static_sampled_equals_plain_eager_path(models, vectors):
         np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+@pytest.mark.parametrize("params", [SamplingParams.greedy(), SamplingParams()], ids=["greedy", "sampled"])
+def test_fused_step_units_equal_the_per_op_step(models, vectors, params):
+    """The fused LM-step units (what CUDA compiles), run uncompiled, give the per-op step's codes."""
+    prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
+    assert _static(models).stepper.fused is None  # CPU default: no fused units
+    fused = _static(models, compile="eager")
+    assert fused.stepper.fused is not None
+    want, want_pcm = drive(_static(models), prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
+    got, got_pcm = drive(fused, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    for w, g in zip(want_pcm, got_pcm):
+        np.testing.assert_allclose(g, w, atol=1e-5)
+    alone, _ = drive(fused, prompts[:1], [3], [0], params)  # bucket 1
+    np.testing.assert_array_equal(alone[0], want[0])
+
+
 @pytest.mark.parametrize("batch_invariant", [False, True])
 def test_static_batch_equals_solo(models, vectors, batch_invariant):
     prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]

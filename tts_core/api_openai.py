@@ -398,6 +398,3 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
                                  code="model_not_found")
 
     return router
-
-
-_read_ref_audio = read_ref_audio  # the name tts_core.server imports (decoding lives in tts_core.ref_audio)

@@ -52,6 +52,8 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         help="CUDA: one engine per device, e.g. cuda:0,cuda:1 (streams routed to the least loaded)")
     parser.add_argument("--codec-dtype", default="fp32", choices=["fp32", "bf16"],
                         help="codec compute precision on CUDA (the LM follows --dtype)")
+    parser.add_argument("--cold-voice", action="store_true",
+                        help="no prompt-prefix reuse: every request pays the full prefill")
     parser.add_argument("--quantize", choices=["int8"], help="CPU: int8 dynamic quantisation of the linears")
     parser.add_argument("--fidelity", action="store_true",
                         help="with --quantize: greedy code agreement and waveform SNR against fp32")
@@ -113,7 +115,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_level(engine, prompt: np.ndarray, streams: int, frames: int, sampling, device) -> dict:
+def prompt_prefix_rows(prompt: np.ndarray, lm_config) -> int:
+    """Rows before the text (template + reference frames + instruction block), as the synthesizer
+    marks them: everything up to and including the audio-end row plus the 56-row instruction block."""
+    end = int(np.flatnonzero(prompt[:, 0] == lm_config.audio_end_id)[0])
+    return end + 1 + 56
+
+
+def run_level(engine, prompt: np.ndarray, streams: int, frames: int, sampling, device,
+              prefix_rows: int = 0) -> dict:
     """`device` may be a list (an `EnginePool` over several GPUs): peak memory is then summed."""
     from .engine.types import Segment, StreamJob
     from .types import SAMPLE_RATE_HZ
@@ -128,7 +138,7 @@ def run_level(engine, prompt: np.ndarray, streams: int, frames: int, sampling, d
     start = time.monotonic()
     for i in range(streams):
         job = StreamJob(request_id=f"bench-{streams}-{i}-{time.monotonic_ns()}",
-                        segments=(Segment(rows=prompt, max_frames=frames),), sampling=sampling, seed=1000 + i,
+                        segments=(Segment(rows=prompt, max_frames=frames, prefix_rows=prefix_rows),), sampling=sampling, seed=1000 + i,
                         submitted_at=time.monotonic())
         handles.append(engine.submit(job))
 
@@ -224,6 +234,9 @@ def run_bench(args: argparse.Namespace) -> int:
         model_codec.set_compute_dtype(args.codec_dtype if is_cuda else "fp32")
     lm, codec = models[0]
     prompt = make_prompt(LMConfig.from_json(args.lm_config), args.prompt_rows)
+    # Requests for a voice used before reuse its prompt-prefix KV (CPU path); --cold-voice measures
+    # every request as the first one for its voice.
+    prefix = 0 if args.cold_voice else prompt_prefix_rows(prompt, LMConfig.from_json(args.lm_config))
     fidelity = None
     if args.quantize:
         import copy
@@ -253,12 +266,14 @@ def run_bench(args: argparse.Namespace) -> int:
                               device=d, enforce_eager=enforce_eager) for (m_lm, m_codec), d in zip(models, devices)]
             if is_cuda and not enforce_eager and not runners[0].uses_graphs:
                 label = "eager (graphs off by TTS_NO_CUDA_GRAPH)"
+            stepper = runners[0].stepper
+            report["compile"] = stepper.compile_mode if stepper is not None else "off"
             if args.components and level == levels[0]:
                 report.setdefault("components", {})[label] = time_components(runners[0], prompt, device)
             engines = [Engine(runner, config) for runner in runners]
             engine = engines[0] if len(engines) == 1 else EnginePool(engines)
-            run_level(engine, prompt, level, min(frames, 8), sampling, devices)  # warm-up
-            row = run_level(engine, prompt, level, frames, sampling, devices)
+            run_level(engine, prompt, level, min(frames, 8), sampling, devices, prefix)  # warm-up
+            row = run_level(engine, prompt, level, frames, sampling, devices, prefix)
             engine.close()
             rows.append(row)
             logger.info("%s %s", label, json.dumps(row))
@@ -304,7 +319,7 @@ def _print_report(report: dict) -> None:
     print(f"# bench on {report['device_name']} ({report['device']}), LM {report['lm_dtype']}, "
           f"prompt {report['prompt_rows']} rows, {report['frames']} frames/stream, sampling {report['sampling']}, "
           f"torch {report['torch']}, quantize {report.get('quantize')}, codec {report.get('codec_dtype')}, "
-          f"engines on {','.join(report.get('devices', [report['device']]))}")
+          f"engines on {','.join(report.get('devices', [report['device']]))}, LM step compile {report.get('compile')}")
     if report.get("fidelity"):
         print("fidelity vs fp32: " + ", ".join(f"{k} {v:.4g}" for k, v in report["fidelity"].items()))
     for label, comp in report.get("components", {}).items():

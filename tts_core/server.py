@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from .api_openai import build_openai_router
 from .config import SamplingParams
 from .errors import InvalidRequestError, TTSError, VoiceNotFoundError, VoiceUnavailableError
-from .http_errors import install_error_handlers
+from .http_errors import install_error_handlers, sanitize_health, scrub_paths
 from .http_guard import install_http_guards
 from .ref_audio import check_clip, read_ref_audio
 from .service import ServiceState, SynthesizerService
@@ -249,7 +249,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
         if service.state is ServiceState.READY:
             synth = service.get()
             out = {**synth.health(), **out, "stats": synth.stats()}
-        return out
+        return sanitize_health(out)  # checkpoint paths and load errors never leave the server
 
     @app.get("/api/voices")
     def voices() -> dict:
@@ -263,7 +263,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
                     "gender": p.gender,
                     "description": p.description,
                     "available": p.available,
-                    "unavailable_reason": p.unavailable_reason,
+                    "unavailable_reason": scrub_paths(p.unavailable_reason),
                     "clip_url": f"/api/voices/{quote(p.name, safe='')}/clip" if p.has_clip else None,
                 }
                 for p in synth.list_voices()

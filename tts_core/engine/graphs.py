@@ -399,6 +399,8 @@ class StaticStepper:
         self.compile_mode = mode
         self.fused = FusedLM(lm, rows, cache.max_len, dev, mode) if mode != "off" else None
         self.use_graphs = bool(use_graphs) and dev.type == "cuda"
+        if self.fused is not None:
+            self._warm_fused()
         if self.use_graphs:
             self.capture()
 
@@ -494,6 +496,21 @@ class StaticStepper:
             self._lm_step(bucket)
         else:
             self._codec_step(bucket, frames)
+
+    @torch.inference_mode()
+    def _warm_fused(self) -> None:
+        """Compile the fused units for every bucket now (all rows masked: no state changes); if that
+        fails, fall back to the per-op step rather than failing the engine."""
+        self.step_in.zero_()
+        try:
+            for bucket in reversed(self.buckets):
+                self._lm_step_fused(bucket)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Exception:  # a compiler problem must not take the engine down
+            logger.exception("fused LM step (compile mode %s) failed: using the per-op step", self.compile_mode)
+            self.fused = None
+            self.compile_mode = "off"
 
     # ---- capture ------------------------------------------------------------------------------
 
