@@ -320,7 +320,7 @@ class AppProc:
         return self._baseline
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # only test_reliability uses it: stopped when that module ends
 def app_proc(data_dir: Path, tmp_path_factory) -> Iterator[AppProc]:
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()

@@ -145,7 +145,8 @@ def prompt_limits(inproc, data_dir: Path) -> dict:
 
 @pytest.mark.timeout(240)
 def test_prepare_never_crashes_and_rows_are_valid(inproc, prompt_limits, figures) -> None:
-    """Any text, either mode, any preset or none, any frame cap: `Synthesizer.prepare` (normalise,
+    """Any text, either mode, any preset, none, or codes with any transcript, any frame cap:
+    `Synthesizer.prepare` (normalise,
     detect language, split, tokenize, build rows) either refuses with InvalidRequestError naming a
     field, or returns segments whose rows are int64 [T, 17] with every id inside its vocabulary."""
     synth = inproc.synth
@@ -154,14 +155,18 @@ def test_prepare_never_crashes_and_rows_are_valid(inproc, prompt_limits, figures
     slots = {config.audio_user_slot_id, config.audio_assistant_slot_id}
     outcomes: Counter = Counter()
 
-    @settings(FUZZ, max_examples=150)
-    @given(text=st.one_of(_MIXED, _ANY), mode=st.sampled_from(["voice_clone", "continuation"]),
-           voice=st.one_of(st.none(), st.sampled_from(prompt_limits["voices"])),
+    # A reference voice given as codes carries a transcript (ref_text), which is not normalised.
+    codes = np.zeros((12, config.n_vq), np.int64)
+    voices = st.one_of(st.none(), st.sampled_from(prompt_limits["voices"]).map(Voice.preset),
+                       st.builds(lambda t: Voice.from_codes(codes, transcript=t), st.one_of(_MIXED, _ANY)))
+
+    @settings(FUZZ, max_examples=200)
+    @given(text=st.one_of(_MIXED, _ANY), mode=st.sampled_from(["voice_clone", "continuation"]), voice=voices,
            max_frames=st.one_of(st.none(), st.integers(1, 2000)), normalize=st.booleans())
     def run(text, mode, voice, max_frames, normalize) -> None:
         try:
-            request = SynthesisRequest(text=text, voice=Voice.preset(voice) if voice else None, mode=mode,
-                                       max_frames=max_frames, normalize_text=normalize, seed=1)
+            request = SynthesisRequest(text=text, voice=voice, mode=mode, max_frames=max_frames,
+                                       normalize_text=normalize, seed=1)
             job = synth.prepare(request)
         except InvalidRequestError as exc:
             assert exc.param and exc.message, exc

@@ -326,6 +326,19 @@ def test_text_limits_on_both_routes(inproc_client) -> None:
     assert r.status_code == 400 and _error(r)["param"] == "ref_text"
 
 
+def test_lone_surrogates_are_not_server_errors(inproc_client, clip_wav) -> None:
+    """JSON "\\ud800" decodes to a lone surrogate, which UTF-8 cannot carry (found by test_fuzz.py:
+    it used to reach SentencePiece from ref_text and answer 500)."""
+    clip = _b64(clip_wav)
+    cases = [("/v1/audio/speech", {"input": "Hello.", "ref_audio": clip, "ref_text": "\ud800abc"}),
+             ("/api/tts/stream", {"text": "Hello.", "ref_audio": clip, "ref_text": "\udfffabc"}),
+             ("/v1/audio/speech", {"input": "Hello \ud800 world."}), ("/api/tts/stream", {"text": "\ud800\udc00 hi"})]
+    for route, body in cases:
+        raw = json.dumps({**body, "max_frames": 2})  # ASCII JSON with \uXXXX escapes
+        r = inproc_client.post(route, content=raw, headers={"Content-Type": "application/json"})
+        assert r.status_code in (200, 400), (route, body, r.status_code, r.text[:200])
+
+
 def test_content_length_over_limit_is_refused_before_reading(inproc) -> None:
     """The declared size alone earns a 413: the server answers without waiting for the body."""
     limit = inproc.settings.body_limit_bytes

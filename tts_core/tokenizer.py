@@ -47,6 +47,10 @@ class TextTokenizer:
         """Ids of `text`; each call adds its own dummy-prefix `▁`, as the reference's separate calls do."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text.isascii():
+            # Lone surrogates (JSON "\ud800" decodes to one) cannot cross into SentencePiece's UTF-8;
+            # they become "?" instead of a RuntimeError. Valid text is unchanged.
+            text = text.encode("utf-8", "replace").decode("utf-8")
         return list(self._sp.EncodeAsIds(text))
 
     def encode_pieces(self, text: str) -> list[str]:
