@@ -48,6 +48,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="longest accepted text [MOSS_TTS_MAX_TEXT_CHARS]")
     p.add_argument("--allow-remote-audio", action="store_true", default=_env_flag("MOSS_TTS_ALLOW_REMOTE_AUDIO"),
                    help="accept http(s) URLs as ref_audio [MOSS_TTS_ALLOW_REMOTE_AUDIO]")
+    p.add_argument("--max-upload-mb", type=float, default=env("MOSS_TTS_MAX_UPLOAD_MB"),
+                   help="largest reference clip upload, MiB (default 10) [MOSS_TTS_MAX_UPLOAD_MB]")
+    p.add_argument("--max-ref-audio-s", type=float, default=env("MOSS_TTS_MAX_REF_AUDIO_S"),
+                   help="longest reference clip accepted, seconds (default 60) [MOSS_TTS_MAX_REF_AUDIO_S]")
+    p.add_argument("--cors-allow-origins", default=env("MOSS_TTS_CORS_ALLOW_ORIGINS", ""),
+                   help="comma-separated origins allowed cross-site (default: same-origin only) "
+                        "[MOSS_TTS_CORS_ALLOW_ORIGINS]")
     p.add_argument("--devices", default=env("MOSS_TTS_DEVICES"),
                    help="several GPUs, one engine each, e.g. cuda:0,cuda:1 (default: all visible with "
                         "--device auto/cuda) [MOSS_TTS_DEVICES]")
@@ -113,6 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     settings = ServerSettings(
         max_text_chars=engine_config(args).max_text_chars, allow_remote_audio=args.allow_remote_audio,
         lm_id=args.lm, codec_id=args.codec,
+        cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
+        **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
+        **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),
     )
     service = SynthesizerService(make_factory(args))
     app = create_app(service, settings)  # the app's lifespan starts loading the model in the background

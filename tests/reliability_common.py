@@ -27,3 +27,28 @@ def wav_bytes(samples: np.ndarray, sample_rate: int, *, fmt: str = "WAV", subtyp
     out = io.BytesIO()
     sf.write(out, samples, sample_rate, format=fmt, subtype=subtype)
     return out.getvalue()
+
+
+def run_coro(coro):
+    """Run a coroutine to completion on a fresh event loop in its own thread.
+
+    The browser tests keep Playwright's sync API (and its event loop) alive in the main thread for
+    the whole session, so `asyncio.run` there would refuse to start.
+    """
+    import asyncio
+    import threading
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="test-event-loop")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

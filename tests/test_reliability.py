@@ -28,6 +28,7 @@ from reliability_common import (
     PROC_MAX_QUEUE,
     REPO_ROOT,
     SAMPLES_PER_FRAME,
+    run_coro,
     wav_bytes,
 )
 
@@ -141,7 +142,7 @@ def test_load_32_concurrent_streams(app_proc, figures) -> None:
             return await asyncio.wait_for(asyncio.gather(*(_load_client(client, i) for i in range(32))), 200)
 
     started = time.monotonic()
-    results = asyncio.run(run())
+    results = run_coro(run())
     seconds = time.monotonic() - started
     outcomes = [kind for kind, _ in results]
     assert outcomes.count("broken") == 0, [why for kind, why in results if kind == "broken"]
@@ -187,7 +188,7 @@ def test_disconnect_storm_frees_everything(app_proc, figures) -> None:
         return results
 
     started = time.monotonic()
-    results = asyncio.run(run())
+    results = run_coro(run())
     seconds = time.monotonic() - started
     peak = app_proc.snapshot()
     assert all(r in ("aborted", "finished") for r in results), results
@@ -252,7 +253,7 @@ def test_clients_leaving_while_queued(app_proc, figures) -> None:
             await asyncio.wait_for(asyncio.gather(*holders), 30)
             return results, still_queued
 
-    results, still_queued = asyncio.run(run())
+    results, still_queued = run_coro(run())
     assert results == ["gave up"] * 6
     health = app_proc.wait_idle(timeout_s=30)
     done = (health["cancelled"] + health["finished"]) - (before["cancelled"] + before["finished"])
@@ -653,7 +654,7 @@ def test_model_load_failure_reveals_no_path(data_dir) -> None:
                     await client.post("/v1/audio/speech", json={"input": "Hi."}),
                     await client.post("/api/tts/stream", json={"text": "Hi."})]
 
-    responses = asyncio.run(run())
+    responses = run_coro(run())
     for r in responses:
         _assert_clean(r.text, data_dir)
     assert responses[0].json()["status"] == "failed" and "config.json" in responses[0].json()["error"]
@@ -674,7 +675,7 @@ def test_unexpected_errors_are_generic() -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             return await client.get("/boom")
 
-    r = asyncio.run(run())
+    r = run_coro(run())
     assert r.status_code == 500 and "secret" not in r.text and "Traceback" not in r.text
     assert _error(r)["type"] == "server_error"
 
@@ -721,8 +722,8 @@ def test_cors_allow_list_is_exact() -> None:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
             return await client.get("/x", headers={"Origin": origin})
 
-    assert asyncio.run(run("https://ok.example")).headers["access-control-allow-origin"] == "https://ok.example"
-    assert "access-control-allow-origin" not in asyncio.run(run("https://evil.example")).headers
+    assert run_coro(run("https://ok.example")).headers["access-control-allow-origin"] == "https://ok.example"
+    assert "access-control-allow-origin" not in run_coro(run("https://evil.example")).headers
     with pytest.raises(ValueError):
         ServerSettings(cors_allow_origins=("*",))
 

@@ -37,6 +37,7 @@ from .audio import encode_audio, pcm_to_int16_bytes, wav_stream_header
 from .config import SamplingParams
 from .errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
 from .http_errors import scrub_paths
+from .http_stream import open_stream
 from .ref_audio import read_ref_audio
 from .service import SynthesizerService
 from .settings import ServerSettings
@@ -320,16 +321,22 @@ class _AudioStreamResponse(StreamingResponse):
             self._chunks.close()
 
 
-async def _collect(chunks: Iterator[AudioChunk], request: Request) -> np.ndarray | None:
+async def _collect(chunks: Iterator[AudioChunk], first: AudioChunk | None,
+                   request: Request) -> np.ndarray | None:
     """All audio as float32 [2, n]; None when the client disconnected (the synthesis is cancelled)."""
     parts: list[np.ndarray] = []
+    if first is None:  # the client left before the first chunk (open_stream cancelled it)
+        chunks.close()
+        return None
+    chunk: AudioChunk | None = first
     try:
-        while (chunk := await _next_chunk(chunks)) is not None:
+        while chunk is not None:
             parts.append(chunk.pcm)
             if chunk.is_last:
                 break
             if await request.is_disconnected():
                 return None
+            chunk = await _next_chunk(chunks)
     finally:
         chunks.close()
     return np.concatenate(parts, axis=1) if parts else np.zeros((NUM_CHANNELS, 0), np.float32)
@@ -350,17 +357,14 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
         synthesis, voice_label = await _build_request(body, synth, settings)
         fmt = body.response_format
         headers = _headers(fmt, voice_label)
-        chunks = synth.stream(synthesis)
+        # Errors (bad voice clip, queue full) surface here, before the response starts; a client
+        # that leaves while the request is still queued cancels it at once.
+        chunks, first = await open_stream(synth, synthesis, request)
         is_streamed = fmt in STREAMABLE_FORMATS and (body.stream or body.stream_format == "audio")
         if is_streamed:
-            try:  # errors (bad voice clip, queue full) surface here, before the response starts
-                first = await _next_chunk(chunks)
-            except BaseException:
-                chunks.close()
-                raise
             headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
             return _AudioStreamResponse(chunks, first, fmt, headers)
-        pcm = await _collect(chunks, request)
+        pcm = await _collect(chunks, first, request)
         if pcm is None:
             return Response(status_code=499)
         data = await to_thread.run_sync(encode_audio, pcm, SAMPLE_RATE_HZ, fmt)

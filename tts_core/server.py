@@ -21,7 +21,7 @@ from urllib.parse import quote
 import anyio
 import gradio as gr
 import numpy as np
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +31,7 @@ from .config import SamplingParams
 from .errors import InvalidRequestError, TTSError, VoiceNotFoundError, VoiceUnavailableError
 from .http_errors import install_error_handlers, sanitize_health, scrub_paths
 from .http_guard import install_http_guards
+from .http_stream import open_stream
 from .ref_audio import check_clip, read_ref_audio
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
@@ -180,16 +181,6 @@ class _ClosingStreamingResponse(StreamingResponse):
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
 
 
-def _open_stream(synth, request: SynthesisRequest) -> tuple[Iterator[AudioChunk], AudioChunk | None]:
-    """Start the request and pull its first chunk, so that bad input fails before any byte is sent."""
-    gen = synth.stream(request)
-    try:
-        return gen, next(gen, None)
-    except BaseException:
-        gen.close()
-        raise
-
-
 def _sniff_audio_type(path: Path) -> str:
     """Preset clips are named .wav but some hold FLAC or MP3 data (see the data MANIFEST)."""
     with open(path, "rb") as f:
@@ -222,11 +213,11 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
     app.state.uploads = uploads
 
     @app.post("/api/tts/stream")
-    async def tts_stream(body: StreamBody) -> StreamingResponse:
+    async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
         """Raw little-endian float32 interleaved stereo at 48 kHz, streamed as it is generated."""
         synth = service.get()
         request = await build_request(body, settings, uploads)
-        gen, first = await anyio.to_thread.run_sync(_open_stream, synth, request)
+        gen, first = await open_stream(synth, request, http_request)
         request_id = uuid.uuid4().hex[:16]
         voice = body.voice or ("<upload>" if (body.ref_audio or body.ref_audio_id) else synth.default_voice)
         logger.info("stream %s: %d chars, voice %s, mode %s", request_id, len(body.text), voice, request.mode)
