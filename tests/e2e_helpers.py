@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_helpers import app_process, wait_until_ready
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "test-artifacts"
@@ -84,39 +85,10 @@ def app_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }
     env.pop("SPACE_ID", None)
     log_path = ARTIFACTS / "app.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(app_command(data_dir), cwd=REPO_ROOT, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT)
-    server = AppServer(url=f"http://127.0.0.1:{port}/", process=process, log_path=log_path)
-    try:
-        _wait_until_ready(server)
+    with app_process(app_command(data_dir), cwd=REPO_ROOT, env=env, log_path=log_path) as process:
+        server = AppServer(url=f"http://127.0.0.1:{port}/", process=process, log_path=log_path)
+        wait_until_ready(server, STARTUP_TIMEOUT_S)
         yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_until_ready(server: AppServer) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    status = "no answer"
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"app.py exited with {server.process.returncode}:\n{server.log_tail()}")
-        try:
-            health = server.health()
-            status = health.get("status")
-            if status == "ready":
-                return
-            if status == "failed":
-                pytest.fail(f"model failed to load: {health.get('error')}\n{server.log_tail()}")
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"app not ready after {STARTUP_TIMEOUT_S} s (last status: {status}):\n{server.log_tail()}")
 
 
 @pytest.fixture(scope="session")

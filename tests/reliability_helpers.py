@@ -30,7 +30,6 @@ import httpx
 import psutil
 import pytest
 import soundfile as sf
-import uvicorn
 from reliability_common import (
     ARTIFACTS,
     INPROC_FETCH_TIMEOUT_S,
@@ -42,6 +41,7 @@ from reliability_common import (
     REPO_ROOT,
     wav_bytes,
 )
+from server_helpers import ServerThread, app_process, wait_until_ready
 
 STARTUP_TIMEOUT_S = 150
 
@@ -79,33 +79,6 @@ def clip_wav(data_dir: Path) -> bytes:
 
 
 # ---- in-process server ------------------------------------------------------------------------
-
-
-class ServerThread:
-    """uvicorn serving `app` on a free port of 127.0.0.1 in a daemon thread."""
-
-    def __init__(self, app):
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self._thread.join(15)
-        self._sock.close()
 
 
 @dataclass
@@ -342,36 +315,8 @@ def app_proc(data_dir: Path, tmp_path_factory) -> Iterator[AppProc]:
         "--max-active-streams", str(PROC_MAX_ACTIVE), "--max-queue", str(PROC_MAX_QUEUE),
     ]
     log_path = ARTIFACTS / "reliability_app.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    proc = AppProc(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path, tmp_dir=tmp_dir,
-                   cache_dir=cache_dir)
-    try:
-        _wait_until_ready(proc)
+    with app_process(command, cwd=REPO_ROOT, env=env, log_path=log_path) as process:
+        proc = AppProc(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path, tmp_dir=tmp_dir,
+                       cache_dir=cache_dir)
+        wait_until_ready(proc, STARTUP_TIMEOUT_S)
         yield proc
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _wait_until_ready(proc: AppProc) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    status = "no answer"
-    while time.monotonic() < deadline:
-        if proc.process.poll() is not None:
-            pytest.fail(f"app.py exited with {proc.process.returncode}:\n{proc.log_tail()}")
-        try:
-            health = proc.health()
-            status = health.get("status")
-            if status == "ready":
-                return
-            if status == "failed":
-                pytest.fail(f"model failed to load: {health.get('error')}\n{proc.log_tail()}")
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"app not ready after {STARTUP_TIMEOUT_S} s (last status: {status}):\n{proc.log_tail()}")

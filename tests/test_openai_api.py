@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 import threading
 import time
 import urllib.parse
@@ -21,8 +20,8 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
-import uvicorn
 from fastapi import FastAPI
+from server_helpers import ServerThread
 
 from tts_core.api_openai import build_openai_router
 from tts_core.config import EngineConfig
@@ -42,32 +41,6 @@ FORMATS = ("wav", "flac", "mp3", "opus", "pcm")
 
 
 # ---- servers ----------------------------------------------------------------------------------
-
-
-class ServerThread:
-    """uvicorn serving `app` on a free port of 127.0.0.1 in a daemon thread."""
-
-    def __init__(self, app):
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
-
-    def __enter__(self) -> ServerThread:
-        self._thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self._thread.join(15)
-        self._sock.close()
 
 
 def _settings(**overrides) -> ServerSettings:

@@ -1,0 +1,87 @@
+"""Servers the tests run: uvicorn in a thread, or `python app.py` as a subprocess."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+import pytest
+import uvicorn
+
+
+class ServerThread:
+    """uvicorn serving `app` on a free port of 127.0.0.1 in a daemon thread."""
+
+    def __init__(self, app):
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def __enter__(self) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self._thread.join(15)
+        self._sock.close()
+
+
+class _AppLike(Protocol):
+    process: subprocess.Popen
+
+    def health(self) -> dict: ...
+
+    def log_tail(self, num_chars: int = 4000) -> str: ...
+
+
+@contextmanager
+def app_process(command: list[str], *, cwd: Path, env: dict, log_path: Path) -> Iterator[subprocess.Popen]:
+    """Start `python app.py ...` with its output in `log_path`; terminate it on exit."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_until_ready(server: _AppLike, timeout_s: float) -> None:
+    """Poll /health until the model is ready; fail with the app's log when it exits or fails."""
+    deadline = time.monotonic() + timeout_s
+    status = "no answer"
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            pytest.fail(f"app.py exited with {server.process.returncode}:\n{server.log_tail()}")
+        try:
+            health = server.health()
+            status = health.get("status")
+            if status == "ready":
+                return
+            if status == "failed":
+                pytest.fail(f"model failed to load: {health.get('error')}\n{server.log_tail()}")
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    pytest.fail(f"app not ready after {timeout_s} s (last status: {status}):\n{server.log_tail()}")
