@@ -41,3 +41,15 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def parity_dir(data_dir: Path) -> Path:
     return data_dir / "parity"
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models' ops are too small to gain from threads; on a shared 2-core box they only lose.
+    Modules opt in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

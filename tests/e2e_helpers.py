@@ -11,14 +11,13 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import app_process, wait_until_ready
+from server_helpers import app_process, wait_for_idle, wait_until_ready
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "test-artifacts"
@@ -44,14 +43,7 @@ class AppServer:
 
     def wait_for_idle(self, timeout_s: float = 10.0) -> dict:
         """Poll /health until no stream is active or queued; returns the last health."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            health = self.health()
-            if health["active_streams"] == 0 and health["queued"] == 0:
-                return health
-            if time.monotonic() > deadline:
-                raise AssertionError(f"engine still busy after {timeout_s} s: {health}")
-            time.sleep(0.05)
+        return wait_for_idle(self.health, timeout_s)
 
 
 def free_port() -> int:

@@ -41,7 +41,7 @@ from reliability_common import (
     REPO_ROOT,
     wav_bytes,
 )
-from server_helpers import ServerThread, app_process, wait_until_ready
+from server_helpers import ServerThread, app_process, wait_for_idle, wait_until_ready
 
 STARTUP_TIMEOUT_S = 150
 
@@ -257,14 +257,7 @@ class AppProc:
                 "fds": ps.num_fds(), "tmp_files": sum(1 for p in self.tmp_dir.rglob("*") if p.is_file())}
 
     def wait_idle(self, timeout_s: float = 20.0) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            health = self.health()
-            if health["active_streams"] == 0 and health["queued"] == 0:
-                return health
-            if time.monotonic() > deadline:
-                raise AssertionError(f"engine still busy after {timeout_s} s: {health}")
-            time.sleep(0.05)
+        return wait_for_idle(self.health, timeout_s)
 
     def pruned_snapshot(self) -> dict:
         """`snapshot()` once idle worker threads are gone.

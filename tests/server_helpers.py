@@ -6,7 +6,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -85,3 +85,15 @@ def wait_until_ready(server: _AppLike, timeout_s: float) -> None:
             pass
         time.sleep(0.25)
     pytest.fail(f"app not ready after {timeout_s} s (last status: {status}):\n{server.log_tail()}")
+
+
+def wait_for_idle(health: Callable[[], dict], timeout_s: float) -> dict:
+    """Poll `health()` until no stream is active or queued; returns the last health."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = health()
+        if current["active_streams"] == 0 and current["queued"] == 0:
+            return current
+        if time.monotonic() > deadline:
+            raise AssertionError(f"engine still busy after {timeout_s} s: {current}")
+        time.sleep(0.05)

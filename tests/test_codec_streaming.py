@@ -21,13 +21,7 @@ from tts_core.model.codec_loading import load_codec
 ATOL = 1e-5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """The tiny codec's ops are too small to gain from threads; on a shared 2-core box they only lose."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

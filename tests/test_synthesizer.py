@@ -13,6 +13,7 @@ import pytest
 import soundfile as sf
 import torch
 from safetensors.torch import load_file
+from server_helpers import wait_for_idle
 
 from tts_core import (
     EngineConfig,
@@ -63,13 +64,7 @@ def _greedy(text, voice=None, mode="voice_clone", max_frames=12):
 
 
 def _wait_idle(synth, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        stats = synth.stats()
-        if stats["active_streams"] == 0 and stats["queued"] == 0:
-            return stats
-        time.sleep(0.02)
-    raise AssertionError(f"engine not idle: {synth.stats()}")
+    return wait_for_idle(synth.stats, timeout_s)
 
 
 @pytest.mark.parametrize("case", ["A_voice_clone_en", "B_voice_clone_zh"])
