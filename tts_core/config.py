@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 from .errors import InvalidRequestError
 
+# The official checkpoints (Hugging Face repo ids); the one place they are written down.
+DEFAULT_LM_ID = "OpenMOSS-Team/MOSS-TTS-Nano"
+DEFAULT_CODEC_ID = "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano"
+
 
 def _check_range(name: str, value: float, low: float, high: float, *, low_open: bool = False) -> None:
     bad = not math.isfinite(value) or value > high or (value <= low if low_open else value < low)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_LM_ID = "OpenMOSS-Team/MOSS-TTS-Nano"
-DEFAULT_CODEC_ID = "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano"
+from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
 
 # Bytes a JSON body may need beyond the base64 clip: the text fields (up to 6 bytes per character
 # when JSON-escaped as \uXXXX, twice for input + ref_text) and the small fields.

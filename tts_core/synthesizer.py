@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import EngineConfig, SamplingParams
+from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
 from .engine.engine import Engine
 from .engine.pacing import default_max_frames
 from .engine.pool import EnginePool
@@ -34,8 +34,6 @@ from .voices import PresetInfo, ResolvedVoice, VoiceBank
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_LM = "OpenMOSS-Team/MOSS-TTS-Nano"
-DEFAULT_CODEC = "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano"
 # Room left in a stream's KV cache for generated rows when checking prompt length.
 _MIN_GENERATION_ROWS = 32
 
@@ -59,7 +57,7 @@ class Synthesizer:
         self.warm = False
 
     @classmethod
-    def from_pretrained(cls, lm: str = DEFAULT_LM, codec: str = DEFAULT_CODEC, *, device: str = "auto",
+    def from_pretrained(cls, lm: str = DEFAULT_LM_ID, codec: str = DEFAULT_CODEC_ID, *, device: str = "auto",
                         dtype: str = "auto", tokenizer: str | None = None, voices_dir: str | Path | None = None,
                         engine_config: EngineConfig | None = None, cache_dir: str | Path | None = None,
                         allow_download: bool | None = None, warmup: bool = True, quantize: str | None = None,

@@ -20,7 +20,6 @@ device) the very same functions run eagerly.
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 import torch
@@ -28,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import SamplingParams
+from ..env import env_flag
 from ..model.layers import apply_rope, attention_backends, gelu_new
 from ..sampling import FilterParams, SamplingBatch, apply_repetition_penalty, pick_tokens
 
@@ -59,8 +59,7 @@ def pick_bucket(num_rows: int, buckets: list[int]) -> int:
 
 def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
     """CUDA graphs are used on CUDA unless `enforce_eager` or TTS_NO_CUDA_GRAPH=1."""
-    env_off = os.environ.get(NO_GRAPH_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    return device.type == "cuda" and not enforce_eager and not env_off
+    return device.type == "cuda" and not enforce_eager and not env_flag(NO_GRAPH_ENV)
 
 
 def compile_mode(device: torch.device, requested: str | None = None) -> str:
@@ -73,8 +72,7 @@ def compile_mode(device: torch.device, requested: str | None = None) -> str:
         if requested not in ("inductor", "eager", "off"):
             raise ValueError(f"compile mode must be inductor, eager or off, got {requested!r}")
         return requested
-    env_off = os.environ.get(NO_COMPILE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-    return "inductor" if device.type == "cuda" and not env_off else "off"
+    return "inductor" if device.type == "cuda" and not env_flag(NO_COMPILE_ENV) else "off"
 
 
 def split_passes(num_frames: int, sizes: list[int]) -> list[int]:
