@@ -20,6 +20,7 @@ from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
 from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob, StreamStatus
+from tts_core.model import lm_step
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_config import LMConfig
 from tts_core.model.lm_loading import load_lm
@@ -63,7 +64,7 @@ def test_graphed_equals_eager_bf16(full_models, prompts):
     models = full_models(torch.bfloat16)
     graphed, eager = _runner(models, 8), _runner(models, 8, enforce_eager=True)
     assert graphed.uses_graphs and not eager.uses_graphs
-    assert graphed.stepper.fused is not None and eager.stepper.fused is not None  # both compiled
+    assert graphed.stepper.compile_mode == eager.stepper.compile_mode == "inductor"  # both compiled
     slots = [0, 2, 3, 5, 6, 7]
     args = (prompts[:6], [11, 12, 13, 14, 15, 16], slots, SamplingParams())
     want_codes, want_pcm = drive(eager, *args, frames=16)
@@ -79,10 +80,10 @@ def test_graphed_equals_eager_bf16(full_models, prompts):
 def test_compile_on_by_default_and_off_by_env(full_models, monkeypatch):
     models = full_models(torch.bfloat16)
     assert _runner(models, 2).stepper.compile_mode == "inductor"
-    assert _runner(models, 2).stepper.fused is not None  # compiled and warmed without falling back
+    assert _runner(models, 2).stepper.units is not lm_step.EAGER  # compiled and warmed without falling back
     monkeypatch.setenv("TTS_NO_COMPILE", "1")
     runner = _runner(models, 2)
-    assert runner.stepper.compile_mode == "off" and runner.stepper.fused is None
+    assert runner.stepper.compile_mode == "off" and runner.stepper.units is lm_step.EAGER
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -110,7 +111,7 @@ def test_tiny_checkpoint_greedy_matches_reference_graphed_fp32(parity_dir):
     codec = load_codec(parity_dir / "tiny_codec", device=CUDA)
     vectors = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
     runner = _runner((lm, codec), 4)
-    assert runner.uses_graphs and runner.stepper.fused is not None
+    assert runner.uses_graphs and runner.stepper.compile_mode == "inductor"
     rows = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
     codes, _ = drive(runner, rows, [0] * 4, [3, 0, 2, 1], SamplingParams.greedy())
     for case, got in zip(CASES, codes):

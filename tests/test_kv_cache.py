@@ -34,10 +34,6 @@ def prompts(parity_dir):
     }
 
 
-def _frame_row(codes: torch.Tensor) -> torch.Tensor:
-    return torch.cat([torch.tensor([9]), codes])  # [17]
-
-
 def _slot_snapshot(cache: KVCache, slot: int) -> list[torch.Tensor]:
     return [t[slot].clone() for t in cache.k + cache.v]
 
@@ -55,7 +51,7 @@ def test_reset_of_one_slot_leaves_the_others_untouched(lm, prompts):
         cache.length(0) == 0 and cache.length(1) == lengths_before[1] and cache.length(2) == lengths_before[2]
     )
     lm.prefill(prompts["D"], cache, 0)  # reuse slot 0 for another stream
-    lm.decode(_frame_row(prompts["codes"][0])[None], cache, torch.tensor([0]))
+    lm.decode(prompts["codes"][0][None], cache, torch.tensor([0]))
 
     for slot, snapshot in zip((1, 2), before):
         for old, new in zip(snapshot, _slot_snapshot(cache, slot)):
@@ -69,7 +65,7 @@ def test_reused_slot_behaves_like_a_fresh_cache(lm, prompts):
     reused = lm.prefill(prompts["D"], cache, 1)
     fresh = lm.prefill(prompts["D"], lm.new_cache(1, 256), 0)
     assert torch.equal(reused, fresh)
-    row = _frame_row(prompts["codes"][0])[None]
+    row = prompts["codes"][0][None]
     fresh_cache = lm.new_cache(1, 256)
     lm.prefill(prompts["D"], fresh_cache, 0)
     torch.testing.assert_close(
@@ -87,10 +83,10 @@ def test_batched_decode_with_unequal_lengths_matches_single_streams(lm, prompts)
     # Slots out of order (a gather, not a view) and different lengths per slot.
     order = [2, 0, 1]
     for step in range(3):
-        rows = torch.stack([_frame_row(prompts["codes"][step + slot]) for slot in order])
-        together = lm.decode(rows, batched, torch.tensor(order))
+        codes = torch.stack([prompts["codes"][step + slot] for slot in order])
+        together = lm.decode(codes, batched, torch.tensor(order))
         for index, slot in enumerate(order):
-            alone = lm.decode(rows[index : index + 1], singles[slot], [0])
+            alone = lm.decode(codes[index : index + 1], singles[slot], [0])
             torch.testing.assert_close(together[index], alone[0], rtol=0, atol=1e-5)
     assert batched.lengths.tolist() == [prompts[n].shape[0] + 3 for n in names]
 
@@ -109,11 +105,11 @@ def test_capacity_and_slot_errors(lm, prompts):
     cache = lm.new_cache(2, prompts["D"].shape[0])
     lm.prefill(prompts["D"], cache, 0)
     with pytest.raises(ValueError, match="exceeds max_len"):
-        lm.decode(_frame_row(prompts["codes"][0])[None], cache, [0])
+        lm.decode(prompts["codes"][0][None], cache, [0])
     with pytest.raises(IndexError, match="out of range"):
         cache.reset(2)
     with pytest.raises(ValueError, match="slot twice"):
-        lm.decode(torch.stack([_frame_row(prompts["codes"][0])] * 2), lm.new_cache(2, 300), [1, 1])
+        lm.decode(torch.stack([prompts["codes"][0]] * 2), lm.new_cache(2, 300), [1, 1])
     with pytest.raises(ValueError, match="exceeds max_len"):
         lm.prefill(prompts["A"], cache, 1)
 
@@ -132,12 +128,12 @@ def test_cache_geometry(lm):
 
 def test_local_cache_survives_switching_out_of_inference_mode(lm, prompts):
     from tts_core.config import SamplingParams
-    from tts_core.sampling import SamplingBatch, StreamSampler
+    from tts_core.engine.sampler import StreamSampler, batch_for_frame
 
     def frame():
         cache = lm.new_cache(1, 128)
         hidden = lm.prefill(prompts["D"], cache, 0)[None]
-        batch = SamplingBatch.for_frame([StreamSampler(SamplingParams(), seed=3)])
+        batch = batch_for_frame([StreamSampler(SamplingParams(), seed=3)])
         return lm.generate_frame(hidden, batch)[1]
 
     with torch.inference_mode():

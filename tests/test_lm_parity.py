@@ -16,12 +16,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tts_core.config import SamplingParams
+from tts_core.engine.sampler import StreamSampler, batch_for_frame
 from tts_core.errors import ModelLoadError
 from tts_core.generation import generate_codes
 from tts_core.model.layers import RotaryTable, apply_rope, gelu_new
 from tts_core.model.lm_config import LMConfig
 from tts_core.model.lm_loading import build_lm_on_meta, load_lm
-from tts_core.sampling import SamplingBatch, StreamSampler
 
 CASES = ["A_voice_clone_en", "B_voice_clone_zh", "C_continuation_prompted", "D_continuation_text_only"]
 HIDDEN_TOL = 1e-5
@@ -223,14 +223,13 @@ def _greedy_run(lm, rows: torch.Tensor, frames: int):
         if step < 2:
             text_logits.append(lm.text_logits(lm.local_hidden_pos0(hidden))[0])
         trace: list[torch.Tensor] = []
-        is_continue, frame = lm.generate_frame(hidden, SamplingBatch.for_frame([sampler]), trace=trace)
+        is_continue, frame = lm.generate_frame(hidden, batch_for_frame([sampler]), trace=trace)
         assert bool(is_continue[0]), f"stopped at frame {step}"
         if step < 2:
             audio_logits.append(torch.cat(trace))  # [16, 1024]
         sampler.observe(frame[0])
         codes.append(frame[0])
-        row = torch.cat([torch.tensor([9]), frame[0]])[None]  # [1, 17]
-        hidden = lm.decode(row, cache, torch.tensor([0]))
+        hidden = lm.decode(frame, cache, torch.tensor([0]))
     return torch.stack(codes), torch.stack(text_logits), torch.stack(audio_logits)
 
 
@@ -247,7 +246,7 @@ def test_uncached_local_pass_matches_cached(lm, vectors):
     hidden = lm.prefill(rows, lm.new_cache(1, rows.shape[0]), 0)[None]
     trace: list[torch.Tensor] = []
     sampler = StreamSampler(SamplingParams.greedy(), seed=0)
-    _, codes = lm.generate_frame(hidden, SamplingBatch.for_frame([sampler]), trace=trace)
+    _, codes = lm.generate_frame(hidden, batch_for_frame([sampler]), trace=trace)
     text_logits, audio_logits = lm.local_teacher_forced(hidden, 9, codes)
     for channel in range(16):
         assert _max_diff(audio_logits[channel], trace[channel]) < LOGIT_TOL, channel

@@ -9,16 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tts_core.config import SamplingParams
+from tts_core.engine.sampler import StreamSampler, batch_for_frame, observe_frames
 from tts_core.generation import generate_codes
 from tts_core.model.lm_loading import load_lm
-from tts_core.sampling import (
+from tts_core.model.sampling import (
     FilterParams,
-    SamplingBatch,
-    StreamSampler,
     apply_repetition_penalty,
     decide_continue,
     greedy_pick,
-    observe_frames,
     pick_codes,
     pick_tokens,
     sample_filtered,
@@ -79,9 +77,10 @@ def test_repetition_penalty_applies_in_greedy_mode():
     sampler = StreamSampler(params, seed=0, n_vq=1, codebook_size=4)
     sampler.observe([0])
     logits = torch.tensor([[3.0, 2.0, 0.0, -1.0]])
-    assert int(pick_codes(logits, 0, SamplingBatch.for_frame([sampler]))[0]) == 1  # 3/2 < 2
-    fresh = StreamSampler(params, seed=0, n_vq=1, codebook_size=4)
-    assert int(pick_codes(logits, 0, SamplingBatch.for_frame([fresh]))[0]) == 0
+    batch = batch_for_frame([sampler])
+    assert int(pick_codes(logits, batch.seen[:, 0], batch.uniforms[:, 1], batch)[0]) == 1  # 3/2 < 2
+    fresh = batch_for_frame([StreamSampler(params, seed=0, n_vq=1, codebook_size=4)])
+    assert int(pick_codes(logits, fresh.seen[:, 0], fresh.uniforms[:, 1], fresh)[0]) == 0
 
 
 def test_greedy_ties_pick_first_index():
@@ -168,12 +167,12 @@ def test_filter_params_forms():
 
 def test_continue_decision():
     greedy = StreamSampler(SamplingParams.greedy(), seed=0)
-    batch = SamplingBatch.for_frame([greedy, StreamSampler(SamplingParams.greedy(), seed=1)])
+    batch = batch_for_frame([greedy, StreamSampler(SamplingParams.greedy(), seed=1)])
     assert decide_continue(torch.tensor([[1.0, 1.0], [0.5, 0.6]]), batch).tolist() == [True, False]
     sampled = StreamSampler(SamplingParams(text_temperature=1.0), seed=0)
     # p(continue) = sigmoid(s9 - s7); with a huge margin the draw always continues.
     decisions = [
-        bool(decide_continue(torch.tensor([[30.0, 0.0]]), SamplingBatch.for_frame([sampled]))[0])
+        bool(decide_continue(torch.tensor([[30.0, 0.0]]), batch_for_frame([sampled]))[0])
         for _ in range(20)
     ]
     assert all(decisions)
@@ -185,7 +184,7 @@ def test_continue_decision():
 
 def test_stream_sampler_draws_seventeen_uniforms_per_frame_and_resets():
     sampler = StreamSampler(SamplingParams(), seed=123)
-    first = torch.stack([SamplingBatch.for_frame([sampler]).uniforms[0] for _ in range(3)])
+    first = torch.stack([batch_for_frame([sampler]).uniforms[0] for _ in range(3)])
     assert first.shape == (3, 17)
     reference = torch.rand(51, generator=torch.Generator().manual_seed(123)).view(3, 17)
     assert torch.equal(first, reference)
@@ -193,7 +192,7 @@ def test_stream_sampler_draws_seventeen_uniforms_per_frame_and_resets():
     assert int(sampler.seen.sum()) == 16 and bool(sampler.seen[5, 15])
     sampler.reset()
     assert not sampler.seen.any() and sampler.num_frames == 0
-    assert torch.equal(SamplingBatch.for_frame([sampler]).uniforms[0], reference[0])
+    assert torch.equal(batch_for_frame([sampler]).uniforms[0], reference[0])
 
 
 def test_observe_frames_skips_stopped_streams():
@@ -209,8 +208,8 @@ def test_batch_stacking_does_not_change_a_streams_randomness():
     paired = StreamSampler(SamplingParams(), seed=5)
     other = StreamSampler(SamplingParams(audio_top_k=3), seed=9)
     for _ in range(3):
-        a = SamplingBatch.for_frame([alone])
-        b = SamplingBatch.for_frame([other, paired])
+        a = batch_for_frame([alone])
+        b = batch_for_frame([other, paired])
         assert torch.equal(a.uniforms[0], b.uniforms[1])
     assert b.audio.kth_index[:, 0].tolist() == [2, 24] and b.audio.window == 25
     assert b.any_sample and b.all_sample and b.any_penalty

@@ -30,6 +30,7 @@ from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob
 from tts_core.errors import QueueFullError
 from tts_core.loader import resolve_devices
+from tts_core.model import lm_step
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_loading import load_lm
 
@@ -125,19 +126,21 @@ def test_static_sampled_equals_plain_eager_path(models, vectors):
 
 
 @pytest.mark.parametrize("params", [SamplingParams.greedy(), SamplingParams()], ids=["greedy", "sampled"])
-def test_fused_step_units_equal_the_per_op_step(models, vectors, params):
-    """The fused LM-step units (what CUDA compiles), run uncompiled, give the per-op step's codes."""
+def test_compiled_step_units_equal_the_plain_step(models, vectors, params):
+    """The step's units traced by torch.compile (whole-graph, with the aot_eager backend: the graphs
+    CUDA compiles, run without inductor) give the plain step's codes, in every bucket."""
     prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
-    assert _static(models).stepper.fused is None  # CPU default: no fused units
-    fused = _static(models, compile="eager")
-    assert fused.stepper.fused is not None
-    want, want_pcm = drive(_static(models), prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
-    got, got_pcm = drive(fused, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
+    plain = _static(models)
+    assert plain.stepper.compile_mode == "off" and plain.stepper.units is lm_step.EAGER  # CPU default
+    traced = _static(models, compile="aot_eager")
+    assert traced.stepper.compile_mode == "aot_eager" and traced.stepper.units is not lm_step.EAGER
+    want, want_pcm = drive(plain, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
+    got, got_pcm = drive(traced, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
     for w, g in zip(want_pcm, got_pcm):
         np.testing.assert_allclose(g, w, atol=1e-5)
-    alone, _ = drive(fused, prompts[:1], [3], [0], params)  # bucket 1
+    alone, _ = drive(traced, prompts[:1], [3], [0], params)  # bucket 1
     np.testing.assert_array_equal(alone[0], want[0])
 
 

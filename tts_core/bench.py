@@ -289,7 +289,7 @@ def measure_fidelity(reference, quantized, prompt: np.ndarray, frames: int) -> d
     """Greedy agreement of a quantised LM with the fp32 one, teacher-forced on the fp32 codes
     (every frame sees the same history), and the SNR of the quantised codec's decode of those codes."""
     from .config import SamplingParams
-    from .sampling import SamplingBatch, StreamSampler
+    from .engine.sampler import StreamSampler, batch_for_frame
 
     def greedy_frames(lm, forced: np.ndarray | None) -> np.ndarray:
         cache = lm.new_cache(1, len(prompt) + frames + 1)
@@ -297,10 +297,10 @@ def measure_fidelity(reference, quantized, prompt: np.ndarray, frames: int) -> d
         sampler = StreamSampler(SamplingParams.greedy(), 0)
         out = []
         for i in range(frames):
-            _, codes = lm.generate_frame(hidden, SamplingBatch.for_frame([sampler]))
+            _, codes = lm.generate_frame(hidden, batch_for_frame([sampler]))
             out.append(codes[0].numpy())
             step = codes if forced is None else torch.as_tensor(forced[i : i + 1])
-            hidden = lm.decode(lm.frame_rows(step), cache, [0])
+            hidden = lm.decode(step, cache, [0])
         return np.stack(out)
 
     ref_codes = greedy_frames(reference[0], None)

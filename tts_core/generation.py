@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from .config import SamplingParams
+from .engine.sampler import StreamSampler, batch_for_frame, observe_frames
 from .model.lm import MossTTSNanoLM
-from .sampling import SamplingBatch, StreamSampler, observe_frames
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def generate_codes(
     active = list(range(count))  # stream index == cache slot
     frames: list[list[torch.Tensor]] = [[] for _ in range(count)]
     for step in range(max_frames):
-        batch = SamplingBatch.for_frame([samplers[i] for i in active], device=lm.device)
+        batch = batch_for_frame([samplers[i] for i in active], device=lm.device)
         is_continue, codes = lm.generate_frame(hidden, batch)
         emitted = is_continue.tolist()
         keep = [j for j, flag in enumerate(emitted) if flag]
@@ -82,8 +82,7 @@ def generate_codes(
             break
         keep_index = torch.tensor(keep, dtype=torch.long, device=codes.device)
         active = [active[j] for j in keep]
-        rows = lm.frame_rows(codes.index_select(0, keep_index))  # [B', K + 1]
-        hidden = lm.decode(rows, cache, active)  # [B', H]
+        hidden = lm.decode(codes.index_select(0, keep_index), cache, active)  # [B', H]
 
     empty = np.zeros((0, config.n_vq), dtype=np.int64)
     return [torch.stack(f).numpy().astype(np.int64) if f else empty for f in frames]

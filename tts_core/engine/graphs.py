@@ -7,14 +7,16 @@ so every bucket fits). All per-step host data goes in through one small copy int
 buffer, and comes back through one copy out of a static output buffer, so the captured work never
 sees a host value:
 
-- LM step: local transformer over the 17 positions with sampling (stop decision + 16 codes), the
-  repetition history update, then the one-row global decode into the static KV cache, attending
-  over the cache's fixed length under a mask built on the device from per-row lengths.
+- LM step: the model's own per-frame step (`model/lm_step.py`: local transformer over the 17
+  positions with sampling, then the one-row global decode), its units torch.compile'd on CUDA,
+  with the repetition history update in between; the global decode writes into the static KV
+  cache and attends over its fixed length under a mask built on the device from per-row lengths.
 - Codec step: streaming decode of 1, 2 or 4 frames (one graph each) for the bucket's rows.
 
 Per-stream uniforms are drawn on the host from each stream's own generator, so codes never depend
 on which streams share the batch. With graphs off (`enforce_eager`, TTS_NO_CUDA_GRAPH=1, or a CPU
-device) the very same functions run eagerly.
+device) the very same functions run eagerly. This module only captures and replays: the math is
+the model's.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ import logging
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from ..config import SamplingParams
 from ..env import env_flag
-from ..model.layers import apply_rope, attention_backends, gelu_new
-from ..sampling import FilterParams, SamplingBatch, apply_repetition_penalty, pick_tokens
+from ..model import lm_step
+from ..model.kv_cache import StaticDecodeAttender
+from .sampler import packed_batch, param_row
 
 logger = logging.getLogger(__name__)
 
@@ -62,15 +63,18 @@ def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
     return device.type == "cuda" and not enforce_eager and not env_flag(NO_GRAPH_ENV)
 
 
+COMPILE_MODES = ("inductor", "aot_eager", "off")
+
+
 def compile_mode(device: torch.device, requested: str | None = None) -> str:
-    """How the LM step's fused units run: "inductor" (torch.compile), "eager" (the same units
-    uncompiled: tests) or "off" (the original per-op step).
+    """How the LM step's units run: "inductor" (torch.compile), "aot_eager" (traced but not
+    compiled: tests check tracing quickly on the CPU) or "off" (plain functions).
 
     Default: "inductor" on CUDA unless TTS_NO_COMPILE=1; "off" on CPU (the CPU path never compiles).
     """
     if requested is not None:
-        if requested not in ("inductor", "eager", "off"):
-            raise ValueError(f"compile mode must be inductor, eager or off, got {requested!r}")
+        if requested not in COMPILE_MODES:
+            raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
         return requested
     return "inductor" if device.type == "cuda" and not env_flag(NO_COMPILE_ENV) else "off"
 
@@ -98,244 +102,15 @@ def padded_step_input(slots: list[int], uniforms: np.ndarray, has_room: np.ndarr
     return rows
 
 
-def _param_row(params: SamplingParams, vocab: int) -> list[float]:
-    """One slot's sampling parameters as floats (ids up to 2^24 are exact in float32)."""
-    audio = FilterParams.build([params.audio_temperature], [params.audio_top_k], [params.audio_top_p], vocab=vocab)
-    text = FilterParams.build([params.text_temperature], [params.text_top_k], [params.text_top_p], vocab=2)
-    return [float(params.do_sample), float(audio.temperature), float(audio.kth_index), float(audio.top_p),
-            float(params.audio_repetition_penalty), float(text.temperature), float(text.kth_index),
-            float(text.top_p)]
-
-
-# ---- fused units of the LM step (torch.compile'd on CUDA) -------------------------------------
-#
-# The same math as `MossTTSNanoLM._frame` / `decode_static`, as a few pure functions over explicit
-# tensors (weights, caches, per-position constants), so each compiles once per batch shape and is
-# called many times: one local position, one code pick, the stop decision, the global row
-# embedding, and the parts of a global layer before and after its cached attention (which stays
-# the eager SDPA over the static KV cache). Inductor fuses each unit's pointwise work, cutting the
-# ~1,300 kernels of a frame step to a few hundred.
-
-
-def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
-
-
-def _unit_local(x, pos, cos, sin, keys, values, layers, ln_f, eps: float):
-    """One local-transformer position for the batch: x [B, H] -> post-ln_f [B, H].
-
-    pos: [1] long, this position; cos/sin [1, D/2] (model dtype) at that position; keys/values per
-    layer [B, nh, P, D] (written at `pos`; attention covers positions 0..pos through a mask).
-    """
-    h = x[:, None]  # [B, 1, H]
-    batch, hidden = x.shape
-    head_dim = 2 * cos.shape[-1]
-    heads = hidden // head_dim
-    visible = torch.arange(keys[0].shape[2], device=x.device) <= pos  # [P]
-    for (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, in_w, in_b, out_w, out_b), kc, vc in zip(
-            layers, keys, values):
-        qkv = F.linear(_layer_norm(h, ln1_w, ln1_b, eps), attn_w, attn_b).view(batch, 1, 3, heads, head_dim)
-        qk = apply_rope(qkv[:, :, :2], cos, sin)  # [B, 1, 2, nh, D]
-        kc.index_copy_(2, pos, qk[:, 0, 1, :, None, :])
-        vc.index_copy_(2, pos, qkv[:, 0, 2, :, None, :])
-        q = qk[:, 0, 0].float() * head_dim**-0.5  # [B, nh, D]
-        scores = (q[:, :, None, :] * kc.float()).sum(-1)  # [B, nh, P]
-        probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
-        attn = (probs[..., None] * vc.float()).sum(-2).to(h.dtype)  # [B, nh, D]
-        h = h + F.linear(attn.reshape(batch, 1, hidden), proj_w, proj_b)
-        h = h + F.linear(gelu_new(F.linear(_layer_norm(h, ln2_w, ln2_b, eps), in_w, in_b)), out_w, out_b)
-    return _layer_norm(h, ln_f[0], ln_f[1], eps)[:, 0]
-
-
-def _unit_decide(local, stop_weight, params, uniforms):
-    """`decide_continue` from the position-0 state: params [B, 8] as in `_param_row`, uniforms [B, 1 + K]."""
-    stop = F.linear(local, stop_weight).float()  # [B, 2]
-    text = FilterParams(params[:, 5:6], params[:, 6:7].long(), params[:, 7:8], window=0, vocab=2)
-    choice = pick_tokens(stop, do_sample=params[:, 0] > 0.5, filters=text, uniforms=uniforms[:, 0],
-                         any_sample=True, all_sample=False)
-    return choice == 0
-
-
-def _unit_pick(local, head_weight, table, seen, column, params, uniforms, vocab: int):
-    """`pick_codes` for one codebook (penalty, then greedy or sampled) and the next local input.
-
-    seen [B, V] this codebook's history; column [1] long, this codebook's uniform column.
-    Returns code [B] long and its embedding [B, H].
-    """
-    logits = apply_repetition_penalty(F.linear(local, head_weight).float(), seen, params[:, 4])
-    audio = FilterParams(params[:, 1:2], params[:, 2:3].long(), params[:, 3:4], window=0, vocab=vocab)
-    code = pick_tokens(logits, do_sample=params[:, 0] > 0.5, filters=audio,
-                       uniforms=uniforms.index_select(1, column)[:, 0], any_sample=True, all_sample=False)
-    return code, F.embedding(code, table)
-
-
-def _unit_embed(codes, slot_id, wte, tables, cos_table, sin_table, positions, pad_id: int):
-    """`embed_rows(frame_rows(codes))` for the global step -> x [B, 1, H], and RoPE cos/sin at
-    `positions` [B] -> [B, 1, 1, 1, D/2] each (model dtype)."""
-    h = F.embedding(slot_id.expand(codes.shape[0])[:, None], wte)  # [B, 1, H]
-    codes = codes[:, None]  # [B, 1, K]
-    is_code = codes != pad_id
-    safe = codes.masked_fill(~is_code, 0)
-    keep = is_code.to(h.dtype)
-    for k, table in enumerate(tables):
-        h = h + F.embedding(safe[..., k], table) * keep[..., k, None]
-    cos = cos_table[positions].to(h.dtype)[:, None, None, None]
-    sin = sin_table[positions].to(h.dtype)[:, None, None, None]
-    return h, cos, sin
-
-
-def _unit_pre(h, cos, sin, ln1_w, ln1_b, attn_w, attn_b, eps: float):
-    """Global layer up to its attention: h [B, 1, H] -> q, k, v [B, nh, 1, D] (q, k rotated)."""
-    batch, _, hidden = h.shape
-    head_dim = 2 * cos.shape[-1]
-    qkv = F.linear(_layer_norm(h, ln1_w, ln1_b, eps), attn_w, attn_b).view(batch, 1, 3, hidden // head_dim, head_dim)
-    qk = apply_rope(qkv[:, :, :2], cos, sin)
-    return qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
-
-
-def _unit_post(h, attn, proj_w, proj_b, ln2_w, ln2_b, in_w, in_b, out_w, out_b, eps: float):
-    """Global layer after its attention (attn [B, nh, 1, D]) -> next h [B, 1, H]."""
-    batch, seq, hidden = h.shape
-    h = h + F.linear(attn.transpose(1, 2).reshape(batch, seq, hidden), proj_w, proj_b)
-    return h + F.linear(gelu_new(F.linear(_layer_norm(h, ln2_w, ln2_b, eps), in_w, in_b)), out_w, out_b)
-
-
-def _unit_book(is_stepped, is_continue, lengths, key_pos, scratch_col: int, mask_dtype: torch.dtype):
-    """go [B], write columns [B] and the additive key mask [B, 1, 1, L] of the global step."""
+def _book(is_stepped: torch.Tensor, is_continue: torch.Tensor, lengths: torch.Tensor, key_pos: torch.Tensor,
+          scratch_col: int, mask_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """go [B], write columns [B] and the additive key mask [B, 1, 1, L] of the global step: rows that
+    go on write at their length, the others at the scratch column; keys past a row's length are hidden."""
     go = is_stepped & is_continue
     write_pos = torch.where(go, lengths, torch.full_like(lengths, scratch_col))
-    visible = key_pos[None, :] <= lengths[:, None]
+    visible = key_pos[None, :] <= lengths[:, None]  # [B, L]
     key_mask = torch.zeros(visible.shape, dtype=mask_dtype, device=lengths.device)
-    key_mask = key_mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
-    return go, write_pos, key_mask
-
-
-def _block_weights(block) -> tuple[torch.Tensor, ...]:
-    return (block.ln_1.weight, block.ln_1.bias, block.attn.c_attn.weight, block.attn.c_attn.bias,
-            block.attn.c_proj.weight, block.attn.c_proj.bias, block.ln_2.weight, block.ln_2.bias,
-            block.mlp.fc_in.weight, block.mlp.fc_in.bias, block.mlp.fc_out.weight, block.mlp.fc_out.bias)
-
-
-def fusable(lm) -> bool:
-    """The fused units read plain `nn.Linear` / `nn.LayerNorm` weights (not quantised modules)."""
-    blocks = list(lm.transformer.h) + list(lm.local_transformer.h)
-    linears = [m for b in blocks for m in (b.attn.c_attn, b.attn.c_proj, b.mlp.fc_in, b.mlp.fc_out)]
-    linears += list(lm.audio_lm_heads)
-    norms = [m for b in blocks for m in (b.ln_1, b.ln_2)] + [lm.transformer.ln_f, lm.local_transformer.ln_f]
-    return (all(type(m) is nn.Linear for m in linears) and all(type(m) is nn.LayerNorm for m in norms)
-            and all(m.bias is not None for b in blocks for m in (b.attn.c_attn, b.mlp.fc_in)))
-
-
-class FusedLM:
-    """The LM frame step of `StaticStepper` through the fused units (compiled with inductor or run
-    as plain functions). Holds its own local KV cache and per-position constants, so nothing it
-    reads is created per step."""
-
-    def __init__(self, lm, rows: int, max_len: int, device: torch.device, mode: str):
-        c = lm.config
-        self.config = c
-        self.eps = float(c.layer_norm_eps)
-        dtype = lm.dtype
-        positions = c.local_max_len  # n_vq + 1
-        self.local_layers = [_block_weights(b) for b in lm.local_transformer.h]
-        self.local_ln_f = (lm.local_transformer.ln_f.weight, lm.local_transformer.ln_f.bias)
-        self.global_layers = [_block_weights(b) for b in lm.transformer.h]
-        self.ln_f = (lm.transformer.ln_f.weight, lm.transformer.ln_f.bias)
-        self.wte = lm.transformer.wte.weight
-        self.tables = [e.weight for e in lm.audio_embeddings]
-        self.heads = [h.weight for h in lm.audio_lm_heads]
-        self.stop_weight = torch.stack((self.wte[c.audio_assistant_slot_id], self.wte[c.audio_end_id]))
-        self.slot_id = torch.tensor([c.audio_assistant_slot_id], device=device)
-        with torch.inference_mode():  # like every later local input (one compiled variant for all)
-            self.first_input = self.wte[c.audio_assistant_slot_id].expand(rows, -1).contiguous()  # [R, H]
-        self.vocab = max(c.audio_codebook_sizes)
-        shape = (rows, c.num_heads, positions, c.head_dim)
-        self.local_k = [torch.zeros(shape, device=device, dtype=dtype) for _ in lm.local_transformer.h]
-        self.local_v = [torch.zeros(shape, device=device, dtype=dtype) for _ in lm.local_transformer.h]
-        cos, sin = lm.rope.get(max(max_len, positions), device)  # fp32 tables
-        self.cos_table, self.sin_table = cos, sin
-        # Separate small tensors per position / codebook (aligned inputs, no per-step indexing).
-        self.pos = [torch.tensor([p], device=device) for p in range(positions)]
-        self.local_cos = [cos[p : p + 1].to(dtype).clone() for p in range(positions)]
-        self.local_sin = [sin[p : p + 1].to(dtype).clone() for p in range(positions)]
-        self.columns = [torch.tensor([1 + k], device=device) for k in range(c.n_vq)]
-        wrap = _compiler(mode)
-        # Second argument: positions of the arguments whose dim 0 is the batch.
-        self.local = wrap(_unit_local, (0, 4, 5))
-        self.decide = wrap(_unit_decide, (0, 2, 3))
-        self.pick = wrap(_unit_pick, (0, 3, 5, 6))
-        self.embed = wrap(_unit_embed, (0, 6))
-        self.pre = wrap(_unit_pre, (0, 1, 2))
-        self.post = wrap(_unit_post, (0, 1))
-        self.book = wrap(_unit_book, (0, 1, 2))
-
-    def frame(self, hidden, params, uniforms, seen):
-        """(is_continue [B], codes [B, K]) as `generate_frame_static` gives them."""
-        b = hidden.shape[0]
-        keys, values = [k[:b] for k in self.local_k], [v[:b] for v in self.local_v]
-        hidden = hidden.clone()  # an inference tensor, as the other local inputs (no second variant)
-        local = self.local(hidden, self.pos[0], self.local_cos[0], self.local_sin[0], keys, values,
-                           self.local_layers, self.local_ln_f, self.eps)
-        is_continue = self.decide(local, self.stop_weight, params, uniforms)
-        x = self.first_input[:b]
-        codes = []
-        for k in range(self.config.n_vq):
-            local = self.local(x, self.pos[k + 1], self.local_cos[k + 1], self.local_sin[k + 1], keys, values,
-                               self.local_layers, self.local_ln_f, self.eps)
-            size = self.heads[k].shape[0]
-            code, x = self.pick(local, self.heads[k], self.tables[k], seen[:, k, :size], self.columns[k],
-                                params, uniforms, self.vocab)
-            codes.append(code)
-        return is_continue, torch.stack(codes, dim=1)
-
-    def decode(self, codes, cache, positions, write_pos, key_mask):
-        """`decode_static` (rows 0..B-1 of `cache`) -> hidden [B, H]."""
-        from ..model.kv_cache import StaticDecodeAttender
-
-        h, cos, sin = self.embed(codes, self.slot_id, self.wte, self.tables, self.cos_table, self.sin_table,
-                                 positions, self.config.audio_pad_id)
-        attender = StaticDecodeAttender(cache, write_pos, key_mask)
-        for index, w in enumerate(self.global_layers):
-            q, k, v = self.pre(h, cos, sin, w[0], w[1], w[2], w[3], self.eps)
-            attn = attender.attend(index, q, k, v)
-            h = self.post(h, attn, *w[4:], self.eps)
-        return _layer_norm(h, self.ln_f[0], self.ln_f[1], self.eps)[:, 0]
-
-
-_BACKEND = "inductor"  # tests may swap in "aot_eager" to check tracing quickly on CPU
-
-
-def _compiler(mode: str):
-    """Identity for "eager"; else torch.compile (inductor, whole-graph, batch dims dynamic)."""
-    if mode == "eager":
-        return lambda fn, batched=(): fn
-    import torch._dynamo.config as dynamo_config
-    import torch._inductor.config as inductor_config
-
-    options = {}
-    if _BACKEND == "inductor" and hasattr(inductor_config, "emulate_precision_casts"):
-        options["emulate_precision_casts"] = True  # round bf16 intermediates as eager does
-    # Each unit compiles per (model dtype/shapes, device, B = 1 or B >= 2): allow a few models.
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(dynamo_config, name):
-            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 32))
-            break
-
-    def wrap(fn, batched=()):
-        compiled = torch.compile(fn, fullgraph=True, dynamic=None, backend=_BACKEND,
-                                 options=options or None)
-
-        def call(*args):
-            # Batch dims vary with the bucket: one graph for B >= 2, one for B = 1 (specialised).
-            for index in batched:
-                for t in (args[index] if isinstance(args[index], (list, tuple)) else (args[index],)):
-                    if t.shape[0] > 1:
-                        torch._dynamo.maybe_mark_dynamic(t, 0)
-            return compiled(*args)
-
-        return call
-
-    return wrap
+    return go, write_pos, key_mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
 
 
 class StaticStepper:
@@ -368,7 +143,7 @@ class StaticStepper:
         dev = self.device
         # Per-slot sampling parameters, one float row per slot written when a stream begins (one
         # host-to-device copy): do_sample, then FilterParams' encoding of the audio and text heads.
-        self.params = torch.tensor([_param_row(SamplingParams.greedy(), self.vocab)] * rows, device=dev)
+        self.params = torch.tensor([param_row(SamplingParams.greedy(), self.vocab)] * rows, device=dev)
         self.seen = torch.zeros(rows, self.n_vq, self.vocab, dtype=torch.bool, device=dev)  # [R, K, V]
         self.lengths = torch.zeros(rows, dtype=torch.long, device=dev)  # device mirror of KV lengths
         self.scratch_col = cache.max_len - 1
@@ -389,16 +164,13 @@ class StaticStepper:
         # Keep what the graphs read alive even if the model later replaces its own copies.
         self._rope = lm.rope.get(cache.max_len, dev)
         self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, bucket, frames)
-        # Fused (compiled) LM step units; "off" (or a quantised LM) keeps the per-op step.
-        mode = compile_mode(dev, compile)
-        if mode != "off" and not fusable(lm):
-            logger.info("LM has non-standard layers: fused step off")
-            mode = "off"
-        self.compile_mode = mode
-        self.fused = FusedLM(lm, rows, cache.max_len, dev, mode) if mode != "off" else None
+        self.local = lm.new_local_cache(rows, dev)  # the local transformer's scratch state
+        # The LM step's units: compiled (CUDA default) or the plain functions.
+        self.compile_mode = compile_mode(dev, compile)
+        self.units = lm_step.EAGER if self.compile_mode == "off" else lm_step.StepUnits.compiled(self.compile_mode)
         self.use_graphs = bool(use_graphs) and dev.type == "cuda"
-        if self.fused is not None:
-            self._warm_fused()
+        if self.compile_mode != "off":
+            self._warm_compiled()
         if self.use_graphs:
             self.capture()
 
@@ -406,7 +178,7 @@ class StaticStepper:
 
     @torch.inference_mode()
     def set_sampling(self, slot: int, params: SamplingParams) -> None:
-        self.params[slot].copy_(torch.tensor(_param_row(params, self.vocab)))
+        self.params[slot].copy_(torch.tensor(param_row(params, self.vocab)))
 
     @torch.inference_mode()
     def reset_slot(self, slot: int, length: int) -> None:
@@ -416,62 +188,19 @@ class StaticStepper:
 
     # ---- the captured bodies ------------------------------------------------------------------
 
-    def _sampling(self, bucket: int, uniforms: torch.Tensor) -> SamplingBatch:
-        p = self.params[:bucket]  # [B, 8], columns as in `_param_row`
-        return SamplingBatch(
-            do_sample=p[:, 0] > 0.5,
-            audio=FilterParams(p[:, 1:2], p[:, 2:3].long(), p[:, 3:4], window=0, vocab=self.vocab),
-            audio_repetition_penalty=p[:, 4],
-            text=FilterParams(p[:, 5:6], p[:, 6:7].long(), p[:, 7:8], window=0, vocab=2),
-            uniforms=uniforms,
-            seen=self.seen[:bucket],
-            # Fixed flags: both branches always run, so the kernels never depend on the rows' params.
-            any_sample=True,
-            all_sample=False,
-            any_penalty=True,
-        )
-
     def _lm_step(self, bucket: int) -> None:
-        if self.fused is not None:
-            self._lm_step_fused(bucket)
-            return
         b = bucket
         step_in = self.step_in[:b]
-        is_stepped = step_in[:, -1] > 0.5  # [B]: stepped and has room left in its KV cache
-        sampling = self._sampling(b, step_in[:, :-1])
-        hidden = self.hidden[:b]
-        is_continue, codes = self.lm.generate_frame_static(hidden, sampling)  # [B], [B, K]
-        go = is_stepped & is_continue
+        sampling = packed_batch(self.params[:b], step_in[:, :-1], self.seen[:b], self.vocab)
+        hidden, seen, lengths = self.hidden[:b], self.seen[:b], self.lengths[:b]
+        is_continue, codes = lm_step.frame(self.lm, hidden, sampling, self.local, self.units)  # [B], [B, K]
+        go, write_pos, key_mask = _book(step_in[:, -1] > 0.5, is_continue, lengths, self.key_pos,
+                                        self.scratch_col, self.cache.dtype)
         # Repetition history: seen[b, k, codes[b, k]] |= go[b].
         index = codes[:, :, None]  # [B, K, 1]
-        seen = self.seen[:b]
         seen.scatter_(2, index, seen.gather(2, index) | go[:, None, None])
-        # Global decode: rows that go on write at their length, the others at the scratch column.
-        lengths = self.lengths[:b]
-        write_pos = torch.where(go, lengths, torch.full_like(lengths, self.scratch_col))
-        visible = self.key_pos[None, :] <= lengths[:, None]  # [B, L]
-        key_mask = torch.zeros(b, 1, 1, self.key_pos.shape[0], dtype=self.cache.dtype, device=self.device)
-        key_mask.masked_fill_(~visible[:, None, None, :], float("-inf"))
-        new_hidden = self.lm.decode_static(self.lm.frame_rows(codes), self.cache, lengths, write_pos, key_mask)
-        hidden.copy_(torch.where(go[:, None], new_hidden, hidden))
-        lengths.add_(go.long())
-        out = self.step_out[:b]
-        out[:, 0] = is_continue.long()
-        out[:, 1:] = codes
-
-    def _lm_step_fused(self, bucket: int) -> None:
-        """`_lm_step` through the fused units (same inputs, outputs and state updates)."""
-        b, fused = bucket, self.fused
-        step_in = self.step_in[:b]
-        params, uniforms = self.params[:b], step_in[:, :-1]
-        hidden, seen, lengths = self.hidden[:b], self.seen[:b], self.lengths[:b]
-        with attention_backends():
-            is_continue, codes = fused.frame(hidden, params, uniforms, seen)  # [B], [B, K]
-            go, write_pos, key_mask = fused.book(step_in[:, -1] > 0.5, is_continue, lengths, self.key_pos,
-                                                 self.scratch_col, self.cache.dtype)
-            index = codes[:, :, None]  # [B, K, 1]
-            seen.scatter_(2, index, seen.gather(2, index) | go[:, None, None])
-            new_hidden = fused.decode(codes, self.cache, lengths, write_pos, key_mask)
+        new_hidden = lm_step.global_step(self.lm, codes, lengths, StaticDecodeAttender(self.cache, write_pos, key_mask),
+                                         self.cache.max_len, self.units)
         hidden.copy_(torch.where(go[:, None], new_hidden, hidden))
         lengths.add_(go.long())
         out = self.step_out[:b]
@@ -496,18 +225,18 @@ class StaticStepper:
             self._codec_step(bucket, frames)
 
     @torch.inference_mode()
-    def _warm_fused(self) -> None:
-        """Compile the fused units for every bucket now (all rows masked: no state changes); if that
-        fails, fall back to the per-op step rather than failing the engine."""
+    def _warm_compiled(self) -> None:
+        """Compile the step's units for every bucket now (all rows masked: no state changes); if that
+        fails, fall back to the plain functions rather than failing the engine."""
         self.step_in.zero_()
         try:
             for bucket in reversed(self.buckets):
-                self._lm_step_fused(bucket)
+                self._lm_step(bucket)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except Exception:  # a compiler problem must not take the engine down
-            logger.exception("fused LM step (compile mode %s) failed: using the per-op step", self.compile_mode)
-            self.fused = None
+            logger.exception("compiled LM step (%s) failed: using the plain step", self.compile_mode)
+            self.units = lm_step.EAGER
             self.compile_mode = "off"
 
     # ---- capture ------------------------------------------------------------------------------
@@ -538,7 +267,6 @@ class StaticStepper:
                         body()
                     self._graphs[key] = graph
             torch.cuda.synchronize(self.device)
-        self._local_cache = self.lm._local_cache  # read by the graphs: keep it alive
         logger.info("captured CUDA graphs for buckets %s on %s", self.buckets, self.device)
 
     # ---- per-step entry points (engine thread) ------------------------------------------------

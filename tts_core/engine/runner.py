@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ..config import SamplingParams
-from ..sampling import SamplingBatch, StreamSampler
 from .graphs import StaticStepper, bucket_sizes, graphs_enabled, padded_step_input, pick_bucket
 from .prefix_cache import PrefixCache, prefix_key
+from .sampler import StreamSampler, batch_for_frame
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,8 @@ class Runner:
         batch_invariant: static path with a single bucket (every step runs all rows) and one prefill
             per stream: a stream's codes are then bit-identical whatever else runs beside it, in
             bf16 too, at the cost of full-size steps for small batches.
-        compile: how the static LM step runs (`graphs.compile_mode`): default torch.compile'd fused
-            units on CUDA (off with TTS_NO_COMPILE=1), the original per-op step on CPU.
+        compile: how the static LM step's units run (`graphs.compile_mode`): torch.compile'd on CUDA
+            by default (off with TTS_NO_COMPILE=1), plain functions on CPU.
     """
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device,
@@ -51,7 +51,6 @@ class Runner:
         self.max_context_rows = max_context_rows
         self.device = device = torch.device(device)
         self.n_vq = lm.config.n_vq
-        self.assistant_slot_id = lm.config.audio_assistant_slot_id
         lm_dtype = next(lm.parameters()).dtype
         self.stepper: StaticStepper | None = None
         rows, cache_len = num_slots, max_context_rows
@@ -68,15 +67,20 @@ class Runner:
         # Prompt-prefix KV reuse on the eager path (the static GPU path prefills in batches instead).
         self.prefix_cache = PrefixCache(prefix_cache_size) if not is_static and prefix_cache_size > 0 else None
         self._pending: dict[int, np.ndarray] = {}  # slot -> prompt rows not yet prefilled (static path)
-        self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
-        self.codec_state = codec.new_decode_state(rows, device=device)
-        self.hidden = torch.zeros(rows, lm.config.hidden_size, device=device, dtype=lm_dtype)
         self.lengths = [0] * num_slots  # rows in each slot's KV cache (host mirror)
         self.samplers: list[StreamSampler | None] = [None] * num_slots
-        if is_static:
-            self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
-                                         buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
-                                         compile=compile)
+        self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
+        self.codec_state = codec.new_decode_state(rows, device=device)
+        # What the LM step's units read is made as inference tensors, like everything the steps
+        # produce (compiled units then see one kind of input and compile one variant).
+        with torch.inference_mode():
+            self.hidden = torch.zeros(rows, lm.config.hidden_size, device=device, dtype=lm_dtype)
+            if is_static:
+                self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
+                                             buckets=self.buckets,
+                                             use_graphs=graphs_enabled(device, enforce_eager), compile=compile)
+            else:
+                self.local = lm.new_local_cache(rows, device)
 
     @property
     def uses_graphs(self) -> bool:
@@ -171,19 +175,16 @@ class Runner:
         if self.stepper is not None:
             return self._step_static(list(slots))
         samplers = [self.samplers[s] for s in slots]
-        batch = SamplingBatch.for_frame(samplers, device=self.device)
+        batch = batch_for_frame(samplers, device=self.device)
         slot_index = torch.as_tensor(list(slots), dtype=torch.long, device=self.device)
-        is_continue, codes = self.lm.generate_frame(self.hidden[slot_index], batch)
+        is_continue, codes = self.lm.generate_frame(self.hidden[slot_index], batch, local=self.local)
         is_continue_host = is_continue.cpu().numpy()
         codes_host = codes.cpu().numpy().astype(np.int64)
         going = [i for i, flag in enumerate(is_continue_host) if flag and self.context_left(slots[i]) > 0]
         if going:
             go_index = torch.as_tensor(going, dtype=torch.long, device=self.device)
-            rows = torch.empty(len(going), self.n_vq + 1, dtype=torch.long, device=self.device)
-            rows[:, 0] = self.assistant_slot_id
-            rows[:, 1:] = codes[go_index]
             go_slots = slot_index[go_index]
-            self.hidden[go_slots] = self.lm.decode(rows, self.cache, go_slots)
+            self.hidden[go_slots] = self.lm.decode(codes[go_index], self.cache, go_slots)
             for i in going:
                 self.samplers[slots[i]].observe(codes_host[i])
                 self.lengths[slots[i]] += 1

@@ -3,7 +3,7 @@
 `KVCache` is the global transformer's static cache: per layer one K and one V buffer
 [num_slots, heads, max_len, head_dim] and a host-side length per slot. Each stream owns one slot;
 a slot's rows are only ever read or written through its own index, so streams never see each
-other. `LocalKVCache` is the local transformer's scratch cache for one frame (positions 0..n_vq).
+other. `LocalKVCache` is the local transformer's scratch state for one frame (positions 0..n_vq).
 
 Keys are stored already rotated (RoPE is applied before caching, as in the reference).
 """
@@ -184,29 +184,44 @@ class StaticDecodeAttender:
 
 
 class LocalKVCache:
-    """Per-frame cache of the local transformer: [B, heads, n_vq + 1, head_dim] per layer.
+    """Scratch state of the local transformer for one frame of up to `rows` streams.
 
-    Reused across frames (only `reset` of the write position is needed between frames, since
-    every position is rewritten before it is read).
+    Per layer K/V [rows, heads, P, head_dim] with P = n_vq + 1 positions, and per-position
+    constants (position index, RoPE cos/sin in the model dtype), so a frame step reads no host
+    value and allocates nothing: the same object serves eager steps and captured CUDA graphs.
+    Every position is rewritten before it is read, so nothing needs clearing between frames.
+    Create it with `MossTTSNanoLM.new_local_cache`.
     """
 
-    def __init__(
-        self, num_layers: int, batch: int, num_heads: int, max_len: int, head_dim: int, device, dtype
-    ):
-        shape = (batch, num_heads, max_len, head_dim)
+    def __init__(self, num_layers: int, rows: int, num_heads: int, head_dim: int, cos: torch.Tensor,
+                 sin: torch.Tensor, device: torch.device, dtype: torch.dtype):
+        positions = cos.shape[0]
+        shape = (rows, num_heads, positions, head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
-        self.pos = 0
-        self.batch = batch
+        self.rows = rows
+        self.key_pos = torch.arange(positions, device=device)  # [P]
+        # Separate small tensors per position (aligned inputs, no per-step indexing).
+        self.index = [torch.tensor([p], device=device) for p in range(positions)]
+        self.cos = [cos[p : p + 1].to(device=device, dtype=dtype).clone() for p in range(positions)]  # [1, D/2]
+        self.sin = [sin[p : p + 1].to(device=device, dtype=dtype).clone() for p in range(positions)]
 
-    def reset(self) -> None:
-        self.pos = 0
+    @property
+    def num_positions(self) -> int:
+        return len(self.index)
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q, k, v: [B, nh, 1, D] at position `pos`; attends over positions 0..pos (no mask needed)."""
-        batch, end = q.shape[0], self.pos + 1
-        self.k[layer][:batch, :, self.pos] = k[:, :, 0]
-        self.v[layer][:batch, :, self.pos] = v[:, :, 0]
-        return F.scaled_dot_product_attention(
-            q, self.k[layer][:batch, :, :end], self.v[layer][:batch, :, :end]
-        )
+    def keys_values(self, batch: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per-layer views of rows 0..batch-1."""
+        if batch > self.rows:
+            raise ValueError(f"a frame of {batch} rows needs a local cache of at least {batch} rows, got {self.rows}")
+        return [k[:batch] for k in self.k], [v[:batch] for v in self.v]
+
+
+def attend_local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                 index: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
+    """Local attention at one position: store k, v [B, nh, 1, D] at `index` [1], then attend q over
+    positions 0..index (a mask over the fixed P positions, so the shapes never change)."""
+    keys.index_copy_(2, index, k)
+    values.index_copy_(2, index, v)
+    visible = (key_pos <= index)[None]  # [1, P]: one query row
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible)

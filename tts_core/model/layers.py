@@ -104,20 +104,6 @@ class Attention(nn.Module):
         self.c_attn = nn.Linear(hidden_size, 3 * hidden_size)
         self.c_proj = nn.Linear(hidden_size, hidden_size)
 
-    def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attender: Attender, layer: int
-    ) -> torch.Tensor:
-        """x: [B, S, H] (already ln_1-normalised); cos/sin broadcastable to [B, S, 1, 1, D/2]."""
-        batch, seq, hidden = x.shape
-        qkv = self.c_attn(x).view(batch, seq, 3, self.num_heads, self.head_dim)  # [B, S, 3, nh, D]
-        # q and k are rotated in one pass; the split order in the weight is q | k | v.
-        qk = apply_rope(qkv[:, :, :2], cos, sin)  # [B, S, 2, nh, D]
-        q = qk[:, :, 0].transpose(1, 2)  # [B, nh, S, D]
-        k = qk[:, :, 1].transpose(1, 2)
-        v = qkv[:, :, 2].transpose(1, 2)
-        out = attender.attend(layer, q, k, v)  # [B, nh, S, D]
-        return self.c_proj(out.transpose(1, 2).reshape(batch, seq, hidden))
-
 
 class MLP(nn.Module):
     def __init__(self, hidden_size: int, inner_size: int):
@@ -130,7 +116,11 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """h = h + attn(ln_1(h)); h = h + mlp(ln_2(h))."""
+    """h = h + attn(ln_1(h)); h = h + mlp(ln_2(h)).
+
+    The forward is split around the attention (`block_qkv`, `block_finish`): whoever owns the
+    keys and values (an `Attender`) sits in the middle, and compiled steps compile the two halves.
+    """
 
     def __init__(self, hidden_size: int, num_heads: int, inner_size: int, eps: float):
         super().__init__()
@@ -142,8 +132,30 @@ class Block(nn.Module):
     def forward(
         self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attender: Attender, layer: int
     ) -> torch.Tensor:
-        h = h + self.attn(self.ln_1(h), cos, sin, attender, layer)
-        return h + self.mlp(self.ln_2(h))
+        q, k, v = block_qkv(self, h, cos, sin)
+        return block_finish(self, h, attender.attend(layer, q, k, v))
+
+
+def block_qkv(
+    block: Block, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A block up to its attention: h [B, S, H] -> q, k, v [B, nh, S, D], q and k rotated.
+
+    cos/sin broadcast to [B, S, 1, 1, D/2] (or [S, D/2]-like shapes that broadcast the same way).
+    """
+    attn = block.attn
+    batch, seq = h.shape[:2]
+    qkv = attn.c_attn(block.ln_1(h)).view(batch, seq, 3, attn.num_heads, attn.head_dim)  # [B, S, 3, nh, D]
+    # q and k are rotated in one pass; the split order in the weight is q | k | v.
+    qk = apply_rope(qkv[:, :, :2], cos, sin)  # [B, S, 2, nh, D]
+    return qk[:, :, 0].transpose(1, 2), qk[:, :, 1].transpose(1, 2), qkv[:, :, 2].transpose(1, 2)
+
+
+def block_finish(block: Block, h: torch.Tensor, attn_out: torch.Tensor) -> torch.Tensor:
+    """The rest of a block once attention ran: attn_out [B, nh, S, D] -> next h [B, S, H]."""
+    batch, seq, hidden = h.shape
+    h = h + block.attn.c_proj(attn_out.transpose(1, 2).reshape(batch, seq, hidden))
+    return h + block.mlp(block.ln_2(h))
 
 
 class DecoderStack(nn.Module):

@@ -4,10 +4,10 @@ State-dict names and shapes are exactly the reference's (LM.md §2.2), including
 `text_lm_head.weight` (= `transformer.wte.weight`) and `audio_lm_heads.k.weight`
 (= `audio_embeddings.k.weight`).
 
-Call pattern of the engine, per stream: `prefill(prompt_rows, cache, slot)` -> hidden [H]; then per
-frame, batched over the active streams: `generate_frame(hidden [B, H], sampling)` ->
-(is_continue [B], codes [B, n_vq]), and for streams that continue,
-`decode(next_rows [B, n_vq + 1], cache, slots)` -> hidden [B, H].
+Call pattern, per stream: `prefill(prompt_rows, cache, slot)` -> hidden [H]; then per frame,
+batched over the active streams: `generate_frame(hidden [B, H], sampling)` -> (is_continue [B],
+codes [B, n_vq]), and for streams that continue, `decode(codes, cache, slots)` -> hidden [B, H].
+Both are the one per-frame step of `lm_step.py` (which the engine also compiles and captures).
 """
 
 from __future__ import annotations
@@ -16,25 +16,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..sampling import SamplingBatch, decide_continue, pick_codes
-from .kv_cache import (
-    BatchPrefillAttender,
-    DecodeAttender,
-    KVCache,
-    LocalKVCache,
-    PrefillAttender,
-    StaticDecodeAttender,
-)
+from . import lm_step
+from .kv_cache import BatchPrefillAttender, DecodeAttender, KVCache, LocalKVCache, PrefillAttender
 from .layers import DecoderStack, RotaryTable, attention_backends
 from .lm_config import LMConfig
+from .sampling import SamplingBatch
 
 
 class MossTTSNanoLM(nn.Module):
-    """Inference-only MOSS-TTS-Nano LM.
-
-    Not re-entrant: `generate_frame` reuses one small local cache held by the module, so one
-    engine thread drives a given instance.
-    """
+    """Inference-only MOSS-TTS-Nano LM (holds weights only; every cache is passed in explicitly)."""
 
     def __init__(self, config: LMConfig):
         super().__init__()
@@ -54,7 +44,6 @@ class MossTTSNanoLM(nn.Module):
             c.hidden_size, c.local_num_layers, c.num_heads, c.inner_size, c.layer_norm_eps, None
         )
         self.rope = RotaryTable(c.head_dim, c.rope_base)
-        self._local_cache: LocalKVCache | None = None
         self.tie_weights()
 
     def tie_weights(self) -> None:
@@ -126,6 +115,27 @@ class MossTTSNanoLM(nn.Module):
         )
 
     @torch.no_grad()
+    def new_local_cache(self, rows: int, device: torch.device | str | None = None) -> LocalKVCache:
+        """Scratch state of the local transformer for frames of up to `rows` streams (see `lm_step`)."""
+        c = self.config
+        device = torch.device(device) if device is not None else self.device
+        cos, sin = self.rope.get(c.local_max_len, device)
+        local = LocalKVCache(c.local_num_layers, rows, c.num_heads, c.head_dim, cos[: c.local_max_len],
+                             sin[: c.local_max_len], device, self.dtype)
+        # Constants of every frame, made once: the continue token's embedding (local input at
+        # position 1, contiguous like the later inputs) and the two text-head rows the stop decision reads.
+        weight = self.transformer.wte.weight
+        local.first_input = weight[c.audio_assistant_slot_id].expand(rows, -1).contiguous()  # [R, H]
+        local.stop_weight = self.stop_weight()
+        return local
+
+    def stop_weight(self) -> torch.Tensor:
+        """[2, H]: the text-head rows of (assistant slot = continue, audio end = stop). Row views
+        stacked, so no index tensor is uploaded (graph-capturable)."""
+        c, weight = self.config, self.transformer.wte.weight
+        return torch.stack((weight[c.audio_assistant_slot_id], weight[c.audio_end_id]))
+
+    @torch.no_grad()
     def prefill(
         self,
         rows: torch.Tensor,
@@ -189,178 +199,65 @@ class MossTTSNanoLM(nn.Module):
         return h[torch.arange(len(slots), device=self.device), last]  # [P, H]
 
     @torch.no_grad()
-    def decode(self, rows: torch.Tensor, cache: KVCache, slots: torch.Tensor | list[int]) -> torch.Tensor:
-        """Append one row per stream: rows [B, n_vq + 1] into `slots` [B]; returns hidden [B, H].
+    def decode(self, codes: torch.Tensor, cache: KVCache, slots: torch.Tensor | list[int],
+               units: lm_step.StepUnits = lm_step.EAGER) -> torch.Tensor:
+        """Append one generated frame per stream: codes [B, n_vq] into `slots` [B]; returns hidden [B, H].
 
-        Each row goes to its slot's current length (streams may have different lengths).
+        Each row goes to its slot's current length (streams may have different lengths); attention
+        reads exactly each slot's rows (`DecodeAttender`).
         """
         slot_list = [int(s) for s in (slots.tolist() if isinstance(slots, torch.Tensor) else slots)]
-        if rows.ndim != 2 or rows.shape[0] != len(slot_list):
-            raise ValueError(
-                f"decode takes rows [B, {self.config.row_width}] for B slots, got {list(rows.shape)}"
-            )
+        if codes.ndim != 2 or codes.shape != (len(slot_list), self.config.n_vq):
+            raise ValueError(f"decode takes codes [B, {self.config.n_vq}] for B slots, got {list(codes.shape)}")
         if len(set(slot_list)) != len(slot_list):
             raise ValueError(f"decode got a slot twice: {slot_list}")
         cache.check_room(slot_list, 1)
         positions = [cache.length(s) for s in slot_list]
-        x = self.embed_rows(rows.to(self.device)[:, None], validate=False)  # [B, 1, H]
         pos = torch.tensor(positions, dtype=torch.long, device=self.device)
-        cos, sin = self.rope.at(pos, max(positions) + 1, x.dtype)  # [B, D/2]
-        cos, sin = cos[:, None, None, None], sin[:, None, None, None]  # [B, 1, 1, 1, D/2]
-        with attention_backends():
-            h = self.transformer(x, cos, sin, DecodeAttender(cache, slot_list, positions))
+        hidden = lm_step.global_step(self, codes.to(self.device, torch.long), pos,
+                                     DecodeAttender(cache, slot_list, positions), max(positions) + 1, units)
         cache.advance(slot_list, 1)
-        return h[:, 0]
-
-    def frame_rows(self, codes: torch.Tensor) -> torch.Tensor:
-        """Global rows [B, n_vq + 1] for generated frames codes [B, n_vq]: [assistant slot, c_0..]."""
-        slot = torch.full(
-            (codes.shape[0], 1), self.config.audio_assistant_slot_id, dtype=torch.long, device=codes.device
-        )
-        return torch.cat([slot, codes.to(torch.long)], dim=1)
+        return hidden
 
     # ----------------------------------------------------------------------------------------------
     # Local transformer and heads
 
     def text_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
-        """Full text head [.., V_text] (tests / diagnostics; generation only needs `stop_logits`)."""
+        """Full text head [.., V_text] (tests / diagnostics; generation only needs the stop rows)."""
         return F.linear(local_hidden, self.transformer.wte.weight)
 
     def stop_logits(self, local_hidden: torch.Tensor) -> torch.Tensor:
         """[B, 2] logits of (assistant slot = continue, audio end = stop): two rows of the text head."""
-        c = self.config
-        ids = torch.tensor([c.audio_assistant_slot_id, c.audio_end_id], device=local_hidden.device)
-        return F.linear(local_hidden, self.transformer.wte.weight.index_select(0, ids))
+        return F.linear(local_hidden, self.stop_weight())
 
-    def audio_logits(self, local_hidden: torch.Tensor, channel: int) -> torch.Tensor:
-        # Through the (tied) head module rather than the table, so a quantised head can stand in.
-        return self.audio_lm_heads[channel](local_hidden)
-
-    def _get_local_cache(self, batch: int, device: torch.device, dtype: torch.dtype) -> LocalKVCache:
-        cache = self._local_cache
-        # A cache made under torch.inference_mode() cannot be written outside it: remake it then.
-        stale_mode = cache is not None and cache.k[0].is_inference() and not torch.is_inference_mode_enabled()
-        if (
-            cache is None
-            or stale_mode
-            or cache.batch < batch
-            or cache.k[0].device != device
-            or cache.k[0].dtype != dtype
-        ):
-            c = self.config
-            cache = LocalKVCache(
-                c.local_num_layers, batch, c.num_heads, c.local_max_len, c.head_dim, device, dtype
-            )
-            self._local_cache = cache
-        return cache
-
-    def _local_step(self, x: torch.Tensor, cache: LocalKVCache, pos: int) -> torch.Tensor:
-        """One local position for the whole batch: x [B, H] -> post-ln_f [B, H]."""
-        cos, sin = self.rope.span(pos, 1, x.device, x.dtype)  # [1, D/2]; broadcasts over [B, 1, 2, nh]
-        cache.pos = pos
-        return self.local_transformer(x[:, None], cos, sin, cache)[:, 0]
+    def frame_rows(self, codes: torch.Tensor) -> torch.Tensor:
+        """Global rows [B, n_vq + 1] of generated frames codes [B, n_vq]: [assistant slot, c_0..]."""
+        slot = torch.full(
+            (codes.shape[0], 1), self.config.audio_assistant_slot_id, dtype=torch.long, device=codes.device
+        )
+        return torch.cat([slot, codes.to(torch.long)], dim=1)
 
     @torch.no_grad()
     def local_hidden_pos0(self, global_hidden: torch.Tensor) -> torch.Tensor:
         """Local transformer over the single position 0 (the global state) -> [B, H]."""
-        cache = self._get_local_cache(global_hidden.shape[0], global_hidden.device, global_hidden.dtype)
-        cache.reset()
+        local = self.new_local_cache(global_hidden.shape[0], global_hidden.device)
+        keys, values = local.keys_values(global_hidden.shape[0])
         with attention_backends():
-            return self._local_step(global_hidden, cache, 0)
+            return lm_step.local_position(self.local_transformer, global_hidden, local.index[0], local.cos[0],
+                                          local.sin[0], keys, values, local.key_pos)
 
     @torch.no_grad()
-    def generate_frame(
-        self,
-        hidden: torch.Tensor,
-        sampling: SamplingBatch,
-        *,
-        trace: list[torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decide continue/stop and draw the frame's codes for B streams.
+    def generate_frame(self, hidden: torch.Tensor, sampling: SamplingBatch, *, local: LocalKVCache | None = None,
+                       units: lm_step.StepUnits = lm_step.EAGER,
+                       trace: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decide continue/stop and draw the frame's codes for B streams (`lm_step.frame`).
 
-        Args:
-            hidden: [B, H] post-ln_f global states of each stream's last row.
-            sampling: the frame's `SamplingBatch` (B rows).
-            trace: if given, receives the raw audio logits [B, V_k] of every codebook.
-        Returns:
-            is_continue [B] bool, codes [B, n_vq] long (meaningless for rows that stop).
+        `local`: the caller's scratch state (the engine keeps one); default a fresh one.
+        Returns is_continue [B] bool, codes [B, n_vq] long (meaningless for rows that stop).
         """
-        if sampling.batch_size != hidden.shape[0]:
-            raise ValueError(f"sampling has {sampling.batch_size} rows for {hidden.shape[0]} hidden states")
-        with attention_backends():
-            return self._frame(hidden, sampling, trace)
-
-    def _frame(
-        self,
-        hidden: torch.Tensor,
-        sampling: SamplingBatch,
-        trace: list[torch.Tensor] | None,
-        stop_weight: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        c = self.config
-        batch = hidden.shape[0]
-        cache = self._get_local_cache(batch, hidden.device, hidden.dtype)
-        cache.reset()
-        # Position 0: the global state; its text logits only matter for ids (continue, stop).
-        local = self._local_step(hidden, cache, 0)
-        stop = self.stop_logits(local) if stop_weight is None else F.linear(local, stop_weight)
-        is_continue = decide_continue(stop.float(), sampling)
-        # Position 1: the continue token's embedding (stopping rows are ignored by the caller).
-        x = self.transformer.wte.weight[c.audio_assistant_slot_id].expand(batch, -1)  # [B, H]
-        codes = torch.empty(batch, c.n_vq, dtype=torch.long, device=hidden.device)
-        for k in range(c.n_vq):
-            local = self._local_step(x, cache, k + 1)
-            logits = self.audio_logits(local, k)  # [B, V_k]
-            if trace is not None:
-                trace.append(logits)
-            code = pick_codes(logits.float(), k, sampling)  # [B]; sampling math in fp32
-            codes[:, k] = code
-            if k + 1 < c.n_vq:
-                x = F.embedding(code, self.audio_embeddings[k].weight)  # [B, H]
-        return is_continue, codes
-
-    # ----------------------------------------------------------------------------------------------
-    # Static-shape paths (CUDA-graph capture: no host syncs, no host-to-device copies, fixed shapes)
-
-    @torch.no_grad()
-    def generate_frame_static(
-        self, hidden: torch.Tensor, sampling: SamplingBatch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`generate_frame` without host work, for capture. Same math; give it a `sampling` with
-        any_sample=True, all_sample=False, any_penalty=True so the kernels never depend on the rows."""
-        c = self.config
-        weight = self.transformer.wte.weight
-        # Row views + stack: the same [2, H] matrix as `stop_logits` builds, with no id tensor to upload.
-        stop_weight = torch.stack((weight[c.audio_assistant_slot_id], weight[c.audio_end_id]))
-        with attention_backends():
-            return self._frame(hidden, sampling, None, stop_weight)
-
-    @torch.no_grad()
-    def decode_static(
-        self,
-        rows: torch.Tensor,
-        cache: KVCache,
-        positions: torch.Tensor,
-        write_pos: torch.Tensor,
-        key_mask: torch.Tensor,
-    ) -> torch.Tensor:
-        """Graph-friendly `decode` over cache rows 0..B-1 (row b is slot b).
-
-        Args:
-            rows: [B, n_vq + 1] next rows (device).
-            positions: [B] long, RoPE position of each new row (the slot's length).
-            write_pos: [B] long, cache column each new key/value goes to (a scratch column for rows
-                that do not advance).
-            key_mask: [B, 1, 1, cache.max_len] additive mask in the cache dtype (0 = visible, -inf).
-        Returns hidden [B, H]. Host-side `cache.lengths` is left to the caller.
-        """
-        x = self.embed_rows(rows[:, None], validate=False)  # [B, 1, H]
-        cos_table, sin_table = self.rope.get(cache.max_len, x.device)  # grown before capture
-        cos = cos_table[positions].to(x.dtype)[:, None, None, None]  # [B, 1, 1, 1, D/2]
-        sin = sin_table[positions].to(x.dtype)[:, None, None, None]
-        with attention_backends():
-            h = self.transformer(x, cos, sin, StaticDecodeAttender(cache, write_pos, key_mask))
-        return h[:, 0]
+        if local is None:
+            local = self.new_local_cache(hidden.shape[0], hidden.device)
+        return lm_step.frame(self, hidden, sampling, local, units, trace)
 
     @torch.no_grad()
     def local_teacher_forced(
@@ -379,7 +276,7 @@ class MossTTSNanoLM(nn.Module):
         cos, sin = cos[None, :, None, None], sin[None, :, None, None]
         with attention_backends():
             out = self.local_transformer(x, cos, sin, _CausalAttender())
-        audio = [self.audio_logits(out[:, k + 1], k) for k in range(c.n_vq)]
+        audio = [self.audio_lm_heads[k](out[:, k + 1]) for k in range(c.n_vq)]
         return self.text_logits(out[:, 0]), audio
 
 

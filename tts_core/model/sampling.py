@@ -1,10 +1,8 @@
 """Token selection for the local transformer (LM.md §5.2), vectorised over a batch of streams.
 
-Pure functions take their randomness as uniforms supplied by the caller, so nothing here touches
-a global RNG. Each stream owns a `StreamSampler` (its parameters, its own seeded generator and its
-per-codebook "seen" mask); `SamplingBatch.for_frame` stacks B of them for one frame step. A stream
-draws exactly 1 + n_vq uniforms per frame from its own generator, so its output never depends on
-which other streams share the batch.
+Pure functions: they take their randomness as uniforms supplied by the caller, so nothing here
+touches a global RNG, and they know nothing of requests (the engine turns each stream's
+`SamplingParams` and its private generator into a `SamplingBatch`, see `engine/sampler.py`).
 """
 
 from __future__ import annotations
@@ -12,10 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-
-from .config import SamplingParams
 
 # --------------------------------------------------------------------------------------------------
 # Pure math
@@ -143,57 +138,6 @@ def pick_tokens(
     return torch.where(do_sample.to(sampled.device), sampled, greedy_pick(logits))
 
 
-# --------------------------------------------------------------------------------------------------
-# Per-stream state and per-frame batches
-
-
-class StreamSampler:
-    """Sampling state of one stream: its parameters, its own generator, and the seen mask.
-
-    Args:
-        params: the request's `SamplingParams`.
-        seed: seeds this stream's private `torch.Generator` (CPU).
-        n_vq: number of codebooks.
-        codebook_size: largest codebook size (width of the seen mask).
-    """
-
-    def __init__(self, params: SamplingParams, seed: int, n_vq: int = 16, codebook_size: int = 1024):
-        self.params = params
-        self.seed = int(seed)
-        self.n_vq = n_vq
-        self.generator = torch.Generator(device="cpu")
-        self.seen = torch.zeros(n_vq, codebook_size, dtype=torch.bool)  # [K, V]
-        self.num_frames = 0
-        self.reset()
-
-    def reset(self) -> None:
-        """Back to the state right after construction (same seed, nothing seen)."""
-        self.generator.manual_seed(self.seed)
-        self.seen.zero_()
-        self.num_frames = 0
-
-    def draw_uniforms(self) -> torch.Tensor:
-        """The frame's 1 + n_vq uniforms in [0, 1): text decision first, then codebooks 0..n_vq-1."""
-        return torch.rand(1 + self.n_vq, generator=self.generator, dtype=torch.float32)
-
-    def observe(self, codes: torch.Tensor | np.ndarray | Sequence[int]) -> None:
-        """Record an emitted frame [n_vq] in the seen mask (repetition-penalty history)."""
-        if isinstance(codes, torch.Tensor):
-            codes_t = codes.detach().to(device="cpu", dtype=torch.long)
-        else:
-            codes_t = torch.as_tensor(np.asarray(codes), dtype=torch.long)
-        self.seen[torch.arange(self.n_vq), codes_t.reshape(self.n_vq)] = True
-        self.num_frames += 1
-
-
-def observe_frames(samplers: Sequence[StreamSampler], codes: torch.Tensor, emitted: Sequence[bool]) -> None:
-    """Update B streams' seen masks from one frame's codes [B, n_vq], skipping rows that stopped."""
-    codes_cpu = codes.detach().to(device="cpu", dtype=torch.long)  # one transfer for the batch
-    for sampler, row, is_emitted in zip(samplers, codes_cpu, emitted):
-        if is_emitted:
-            sampler.observe(row)
-
-
 @dataclass(frozen=True, slots=True)
 class SamplingBatch:
     """Per-row sampling parameters and randomness of one frame step (B rows)."""
@@ -211,43 +155,6 @@ class SamplingBatch:
     @property
     def batch_size(self) -> int:
         return int(self.uniforms.shape[0])
-
-    @classmethod
-    def for_frame(
-        cls, samplers: Sequence[StreamSampler], device: torch.device | str | None = None
-    ) -> SamplingBatch:
-        """Stack B streams for one frame; draws 1 + n_vq uniforms from each stream's generator."""
-        if not samplers:
-            raise ValueError("SamplingBatch.for_frame needs at least one stream")
-        params = [s.params for s in samplers]
-        device = torch.device(device) if device is not None else torch.device("cpu")
-        uniforms = torch.stack([s.draw_uniforms() for s in samplers])  # [B, 1 + K]
-        seen = torch.stack([s.seen for s in samplers])  # [B, K, V]
-        return cls(
-            do_sample=torch.tensor([p.do_sample for p in params], dtype=torch.bool, device=device),
-            audio=FilterParams.build(
-                [p.audio_temperature for p in params],
-                [p.audio_top_k for p in params],
-                [p.audio_top_p for p in params],
-                vocab=seen.shape[-1],
-                device=device,
-            ),
-            audio_repetition_penalty=torch.tensor(
-                [p.audio_repetition_penalty for p in params], dtype=torch.float32, device=device
-            ),
-            text=FilterParams.build(
-                [p.text_temperature for p in params],
-                [p.text_top_k for p in params],
-                [p.text_top_p for p in params],
-                vocab=2,
-                device=device,
-            ),
-            uniforms=uniforms.to(device),
-            seen=seen.to(device),
-            any_sample=any(p.do_sample for p in params),
-            all_sample=all(p.do_sample for p in params),
-            any_penalty=any(p.audio_repetition_penalty != 1.0 for p in params),
-        )
 
 
 def decide_continue(stop_logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
@@ -267,16 +174,20 @@ def decide_continue(stop_logits: torch.Tensor, batch: SamplingBatch) -> torch.Te
     return choice == 0
 
 
-def pick_codes(logits: torch.Tensor, channel: int, batch: SamplingBatch) -> torch.Tensor:
-    """Codes [B] of codebook `channel` from its logits [B, V_k] (penalty, then greedy or sampled)."""
+def pick_codes(logits: torch.Tensor, seen: torch.Tensor, uniforms: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
+    """Codes [B] of one codebook from its logits [B, V_k]: repetition penalty, then greedy or sampled.
+
+    Args:
+        seen: [B, V] this codebook's history (only the first V_k columns are read).
+        uniforms: [B] this codebook's uniforms.
+    """
     if batch.any_penalty:
-        seen = batch.seen[:, channel, : logits.shape[-1]]  # [B, V_k]
-        logits = apply_repetition_penalty(logits, seen, batch.audio_repetition_penalty)
+        logits = apply_repetition_penalty(logits, seen[:, : logits.shape[-1]], batch.audio_repetition_penalty)
     return pick_tokens(
         logits,
         do_sample=batch.do_sample,
         filters=batch.audio,
-        uniforms=batch.uniforms[:, 1 + channel],
+        uniforms=uniforms,
         any_sample=batch.any_sample,
         all_sample=batch.all_sample,
     )

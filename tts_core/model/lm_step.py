@@ -1,0 +1,205 @@
+"""The LM's per-frame step: the one definition every path runs (LM.md §3.3, §5).
+
+A frame of B streams: the local transformer runs over n_vq + 1 positions (position 0 holds the
+global hidden state and decides continue/stop; positions 1..n_vq each draw one codebook's code,
+which is fed back as the next input), then the global transformer appends the new row
+[assistant slot, c_0..c_{n_vq-1}] to each stream's KV cache and returns the next hidden state.
+
+The step is made of a few units (`StepUnits`): one local position, the stop decision, one code
+pick, the row embedding, the two halves of a global block around its attention, the final norm.
+By default they are the plain functions below (the eager CPU path). `StepUnits.compiled()` wraps
+each with torch.compile, gpt-fast style: the model's own functions are compiled once per batch
+shape and reused at every position, codebook and layer. The engine's static stepper captures
+calls of either kind into CUDA graphs. Attention over the global cache is delegated to an
+`Attender` (exact slices on the CPU, a fixed-length masked cache under graphs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, is_dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .kv_cache import LocalKVCache, attend_local
+from .layers import Attender, DecoderStack, attention_backends, block_finish, block_qkv
+from .sampling import SamplingBatch, decide_continue, pick_codes
+
+# ---- units ---------------------------------------------------------------------------------------
+
+
+def local_position(stack: DecoderStack, x: torch.Tensor, index: torch.Tensor, cos: torch.Tensor,
+                   sin: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
+                   key_pos: torch.Tensor) -> torch.Tensor:
+    """One local-transformer position for the batch: x [B, H] -> post-ln_f [B, H].
+
+    index: [1] long, this position; cos/sin: [1, D/2] at it; keys/values: per layer [B, nh, P, D].
+    """
+    h = x[:, None]  # [B, 1, H]
+    for layer, block in enumerate(stack.h):
+        q, k, v = block_qkv(block, h, cos, sin)
+        h = block_finish(block, h, attend_local(q, k, v, keys[layer], values[layer], index, key_pos))
+    return stack.ln_f(h)[:, 0]
+
+
+def decide(stop_weight: torch.Tensor, local: torch.Tensor, sampling: SamplingBatch) -> torch.Tensor:
+    """Continue (True) or stop [B] from the position-0 state; stop_weight [2, H] holds the text-head
+    rows of (assistant slot = continue, audio end = stop)."""
+    return decide_continue(F.linear(local, stop_weight).float(), sampling)  # sampling math in fp32
+
+
+def pick(head: nn.Module, table: torch.Tensor, local: torch.Tensor, seen: torch.Tensor, uniforms: torch.Tensor,
+         sampling: SamplingBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One codebook: logits through its head (a module, so a quantised head can stand in), then
+    penalty + greedy/sampled pick. Returns code [B], its embedding [B, H] (the next local input)
+    and the raw logits [B, V_k]."""
+    logits = head(local)
+    code = pick_codes(logits.float(), seen, uniforms, sampling)
+    return code, F.embedding(code, table), logits
+
+
+def embed_frame(wte: torch.Tensor, tables: list[torch.Tensor], codes: torch.Tensor, positions: torch.Tensor,
+                cos_table: torch.Tensor, sin_table: torch.Tensor,
+                slot_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Embedding of the generated rows [slot_id, codes [B, K]] -> x [B, 1, H], and RoPE cos/sin at
+    `positions` [B] -> [B, 1, 1, 1, D/2] each (model dtype).
+
+    Same sums in the same order as `embed_rows` (text first, then codebooks 0..K-1); sampled codes
+    are never the pad id, so no mask is needed.
+    """
+    h = wte[slot_id].expand(codes.shape[0], 1, -1)  # [B, 1, H]
+    for k, table in enumerate(tables):
+        h = h + F.embedding(codes[:, k : k + 1], table)
+    cos = cos_table[positions].to(h.dtype)[:, None, None, None]
+    sin = sin_table[positions].to(h.dtype)[:, None, None, None]
+    return h, cos, sin
+
+
+def final_norm(ln_f: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    return ln_f(h)[:, 0]
+
+
+@dataclass(frozen=True)
+class StepUnits:
+    """The callables a frame step is made of (plain functions, or their compiled versions)."""
+
+    local: Callable = local_position
+    decide: Callable = decide
+    pick: Callable = pick
+    embed: Callable = embed_frame
+    qkv: Callable = block_qkv
+    finish: Callable = block_finish
+    norm: Callable = final_norm
+
+    @classmethod
+    def compiled(cls, backend: str = "inductor") -> StepUnits:
+        """Each unit through torch.compile (whole-graph; batch dims dynamic from B = 2 up)."""
+        compile_unit = _compiler(backend)
+        # Second argument: positions of the arguments whose dim 0 is the batch.
+        return cls(local=compile_unit(local_position, (1, 5, 6)), decide=compile_unit(decide, (1, 2)),
+                   pick=compile_unit(pick, (2, 3, 4, 5)), embed=compile_unit(embed_frame, (2, 3)),
+                   qkv=compile_unit(block_qkv, (1, 2, 3)), finish=compile_unit(block_finish, (1, 2)),
+                   norm=compile_unit(final_norm, (1,)))
+
+
+EAGER = StepUnits()
+
+
+# ---- the step ------------------------------------------------------------------------------------
+
+
+def frame(lm, hidden: torch.Tensor, sampling: SamplingBatch, local: LocalKVCache, units: StepUnits = EAGER,
+          trace: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decide continue/stop and draw the frame's codes for B streams.
+
+    Args:
+        lm: the `MossTTSNanoLM`.
+        hidden: [B, H] post-ln_f global states of each stream's last row.
+        sampling: the frame's `SamplingBatch` (B rows).
+        local: scratch state with at least B rows (`lm.new_local_cache`).
+        trace: if given, receives the raw audio logits [B, V_k] of every codebook.
+    Returns:
+        is_continue [B] bool, codes [B, n_vq] long (meaningless for rows that stop).
+    """
+    batch = hidden.shape[0]
+    if sampling.batch_size != batch:
+        raise ValueError(f"sampling has {sampling.batch_size} rows for {batch} hidden states")
+    keys, values = local.keys_values(batch)
+    stack = lm.local_transformer
+    with attention_backends():
+        h = units.local(stack, hidden, local.index[0], local.cos[0], local.sin[0], keys, values, local.key_pos)
+        is_continue = units.decide(local.stop_weight, h, sampling)
+        # Position 1 holds the continue token's embedding (stopping rows are ignored by the caller).
+        x = local.first_input[:batch]
+        codes = []
+        for k in range(lm.config.n_vq):
+            p = k + 1
+            h = units.local(stack, x, local.index[p], local.cos[p], local.sin[p], keys, values, local.key_pos)
+            code, x, logits = units.pick(lm.audio_lm_heads[k], lm.audio_embeddings[k].weight, h,
+                                         sampling.seen[:, k], sampling.uniforms[:, p], sampling)
+            if trace is not None:
+                trace.append(logits)
+            codes.append(code)
+    return is_continue, torch.stack(codes, dim=1)
+
+
+def global_step(lm, codes: torch.Tensor, positions: torch.Tensor, attender: Attender, rope_len: int,
+                units: StepUnits = EAGER) -> torch.Tensor:
+    """Append the generated rows [assistant slot, codes [B, K]] at `positions` [B] and return each
+    stream's next hidden state [B, H]. `attender` stores the keys/values and attends; `rope_len`
+    bounds the positions (the RoPE table is grown to it outside any capture)."""
+    cos_table, sin_table = lm.rope.get(rope_len, codes.device)
+    tables = [e.weight for e in lm.audio_embeddings]
+    with attention_backends():
+        h, cos, sin = units.embed(lm.transformer.wte.weight, tables, codes, positions, cos_table, sin_table,
+                                  lm.config.audio_assistant_slot_id)
+        for layer, block in enumerate(lm.transformer.h):
+            q, k, v = units.qkv(block, h, cos, sin)
+            h = units.finish(block, h, attender.attend(layer, q, k, v))
+        return units.norm(lm.transformer.ln_f, h)
+
+
+# ---- compilation -----------------------------------------------------------------------------------
+
+
+def _mark_batch_dims(value) -> None:
+    """Mark dim 0 of every tensor in `value` (tensors, lists, dataclasses such as SamplingBatch) dynamic."""
+    if isinstance(value, torch.Tensor):
+        if value.ndim and value.shape[0] > 1:
+            torch._dynamo.maybe_mark_dynamic(value, 0)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _mark_batch_dims(item)
+    elif is_dataclass(value):
+        for field in fields(value):
+            _mark_batch_dims(getattr(value, field.name))
+
+
+def _compiler(backend: str):
+    import torch._dynamo.config as dynamo_config
+    import torch._inductor.config as inductor_config
+
+    options = {}
+    if backend == "inductor" and hasattr(inductor_config, "emulate_precision_casts"):
+        options["emulate_precision_casts"] = True  # round bf16 intermediates as eager does
+    # Each unit compiles per (B = 1, B >= 2) and per model: allow a few variants.
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 32))
+            break
+
+    def compile_unit(fn, batched=()):
+        compiled = torch.compile(fn, fullgraph=True, dynamic=None, backend=backend, options=options or None)
+
+        def call(*args):
+            # Batch dims vary with the bucket: one graph for B >= 2, one for B = 1 (specialised).
+            for index in batched:
+                _mark_batch_dims(args[index])
+            return compiled(*args)
+
+        call.__name__ = f"compiled_{fn.__name__}"
+        return call
+
+    return compile_unit
