@@ -3,6 +3,8 @@
 Each running stream gets one frame per iteration (a batched LM step over all running streams),
 its frames are decoded by the codec in chunks whose size follows `pacing.frame_budget`, and the
 chunks go to the stream's own queue. Cancelled or finished streams leave the batch at once.
+On a multi-core CPU the codec decodes run on a second thread (`pipeline.CodecPipeline`) while the
+LM makes the next frame.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..config import EngineConfig
+from ..devices import available_cpus
 from ..errors import TTSError
-from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, Timings
+from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, AudioChunk, Timings
 from .pacing import frame_budget, playback_lead_s
+from .pipeline import CodecPipeline
 from .runner import Runner
 from .scheduler import Scheduler
 from .types import StreamHandle, StreamJob, StreamStatus
@@ -40,6 +44,7 @@ class _Live:
     pending: list[np.ndarray] = field(default_factory=list)
     seq: int = 0
     emitted_samples: int = 0
+    handed_samples: int = 0  # audio given to the codec or emitted (ahead of `emitted_samples` when pipelined)
     first_audio_at: float | None = None
 
     @property
@@ -68,6 +73,10 @@ class Engine:
         self._handles: dict[str, StreamHandle] = {}
         self._live: dict[str, _Live] = {}
         self._stopping = False
+        pipelined = config.pipeline_codec
+        if pipelined is None:  # default: on a CPU with a core to spare
+            pipelined = runner.device.type == "cpu" and available_cpus() >= 2
+        self._pipeline = CodecPipeline() if pipelined else None
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()
 
@@ -108,6 +117,12 @@ class Engine:
             self._stopping = True
             self._wake.notify()
         self._thread.join(timeout_s)
+        if self._pipeline is not None:
+            self._pipeline.close()
+
+    @property
+    def pipelined(self) -> bool:
+        return self._pipeline is not None
 
     # ---- engine thread ------------------------------------------------------------------------
 
@@ -158,7 +173,13 @@ class Engine:
         self._decode_and_publish()
         self._advance_segments()
 
+    def _sync(self) -> None:
+        """Wait for pipelined codec work (before touching codec state or emitting in this thread)."""
+        if self._pipeline is not None:
+            self._pipeline.drain()
+
     def _start_segment(self, live: _Live) -> None:
+        self._sync()  # the segment resets (or primes) the slot's codec state
         segment = live.job.segments[live.segment_index]
         self.runner.start_segment(live.slot, segment.rows, segment.prime_codes, segment.prefix_rows)
         live.frames_in_segment = 0
@@ -188,7 +209,7 @@ class Engine:
             if live.segment_done:
                 count = len(live.pending)  # flush the tail of the segment
             else:
-                lead = playback_lead_s(live.emitted_samples / SAMPLE_RATE_HZ, live.first_audio_at, now)
+                lead = playback_lead_s(live.handed_samples / SAMPLE_RATE_HZ, live.first_audio_at, now)
                 budget = frame_budget(lead)
                 if len(live.pending) < budget:
                     continue
@@ -196,16 +217,27 @@ class Engine:
             groups[count].append(live)
         for count, lives in groups.items():
             codes = np.stack([np.stack(live.pending[:count]) for live in lives])  # [B, n, 16]
-            pcm = self.runner.decode([live.slot for live in lives], codes)  # [B, 2, n*3840]
-            for i, live in enumerate(lives):
+            last = []
+            for live in lives:
                 del live.pending[:count]
-                is_last = live.segment_done and not live.pending and live.is_final_segment
-                self._emit(live, pcm[i], codes[i], is_last=is_last)
+                live.handed_samples += count * SAMPLES_PER_FRAME
+                last.append(live.segment_done and not live.pending and live.is_final_segment)
+            if self._pipeline is None or any(last):
+                self._sync()  # a stream's last chunk retires it here, after its earlier chunks
+                self._decode_group(lives, codes, last)
+            else:
+                self._pipeline.submit(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
+
+    def _decode_group(self, lives: list[_Live], codes: np.ndarray, last: list[bool]) -> None:
+        pcm = self.runner.decode([live.slot for live in lives], codes)  # [B, 2, n*3840]
+        for i, live in enumerate(lives):
+            self._emit(live, pcm[i], codes[i], is_last=last[i])
 
     def _advance_segments(self) -> None:
         for live in list(self._live.values()):
             if not live.segment_done or live.pending:
                 continue
+            self._sync()  # what follows is emitted after the segment's last decoded chunk
             if live.is_final_segment:
                 # The segment stopped right after a decode: close the stream with an empty chunk.
                 self._emit(live, np.zeros((NUM_CHANNELS, 0), np.float32), _NO_CODES, is_last=True)
@@ -213,6 +245,7 @@ class Engine:
             pause_s = live.job.segments[live.segment_index].pause_after_s
             if pause_s > 0:
                 silence = np.zeros((NUM_CHANNELS, round(pause_s * SAMPLE_RATE_HZ)), np.float32)
+                live.handed_samples += silence.shape[1]
                 self._emit(live, silence, _NO_CODES, is_last=False, is_pause=True)
             live.segment_index += 1
             try:
@@ -245,6 +278,7 @@ class Engine:
         request_id = live.job.request_id
         if self._live.pop(request_id, None) is None:
             return
+        self._drain_quietly()  # no decode of this slot may still be running
         self.runner.release(live.slot)
         with self._lock:
             self._scheduler.finish(request_id, cancelled=status is StreamStatus.CANCELLED)
@@ -252,7 +286,16 @@ class Engine:
         live.handle.status = status
         live.handle.outbox.put(_END)
 
+    def _drain_quietly(self) -> None:
+        if self._pipeline is None:
+            return
+        try:
+            self._pipeline.drain()
+        except Exception:  # the iteration that submitted it fails its streams; here we only wait
+            logger.exception("pipelined codec work failed")
+
     def _fail(self, live: _Live, exc: BaseException) -> None:
+        self._drain_quietly()  # chunks decoded before the failure go out first
         live.handle.outbox.put(exc)
         self._retire(live, StreamStatus.FAILED)
 
