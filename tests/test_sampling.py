@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from generation_helpers import generate_codes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tts_core.config import SamplingParams
-from tts_core.generation import generate_codes
 from tts_core.model.lm_loading import load_lm
 from tts_core.sampling import (
     FilterParams,

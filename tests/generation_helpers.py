@@ -3,7 +3,7 @@
 Each prompt gets its own cache slot and `StreamSampler`; every frame runs one batched local pass
 for the active streams and one batched global decode step for those that continue. A stream that
 chooses stop leaves the batch. The engine has its own scheduler; this loop is the simple,
-synchronous reference it is checked against.
+synchronous reference it is checked against (used by the LM parity and sampling tests only).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .config import SamplingParams
-from .model.lm import MossTTSNanoLM
-from .sampling import SamplingBatch, StreamSampler, observe_frames
+from tts_core.config import SamplingParams
+from tts_core.model.lm import MossTTSNanoLM
+from tts_core.sampling import SamplingBatch, StreamSampler, observe_frames
 
 logger = logging.getLogger(__name__)
 
