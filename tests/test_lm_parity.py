@@ -13,12 +13,12 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from generation_helpers import generate_codes
 from safetensors.torch import load_file, save_file
 
 from tts_core.config import SamplingParams
 from tts_core.engine.sampler import StreamSampler, batch_for_frame
 from tts_core.errors import ModelLoadError
-from tts_core.generation import generate_codes
 from tts_core.model.layers import RotaryTable, apply_rope, gelu_new
 from tts_core.model.lm_config import LMConfig
 from tts_core.model.lm_loading import build_lm_on_meta, load_lm

@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from generation_helpers import generate_codes, observe_frames
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tts_core.config import SamplingParams
-from tts_core.engine.sampler import StreamSampler, batch_for_frame, observe_frames
-from tts_core.generation import generate_codes
+from tts_core.engine.sampler import StreamSampler, batch_for_frame
 from tts_core.model.lm_loading import load_lm
 from tts_core.model.sampling import (
     FilterParams,

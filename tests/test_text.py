@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from tts_core.errors import InvalidRequestError, PayloadTooLargeError
 from tts_core.text import (
-    _prepare_for_chunking,
     check_text,
     detect_language,
     is_speakable,
@@ -19,6 +18,7 @@ from tts_core.text import (
     pause_after_chunk_s,
     split_text,
 )
+from tts_core.text.chunking import _prepare_for_chunking
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

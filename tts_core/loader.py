@@ -1,14 +1,18 @@
-"""Builds a ready Synthesizer: resolve checkpoints, load both models, voices, engine, warm-up."""
+"""Loads the parts of the synthesizer: resolve checkpoints, load both models, voices, engine(s).
+
+Imports go one way: the synthesizer's `from_pretrained` calls `load_parts` and builds itself
+from the `LoadedParts`; nothing here knows the synthesizer class.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,16 +24,27 @@ from .engine.pool import EnginePool
 from .engine.runner import Runner
 from .errors import ModelLoadError
 from .model.checkpoint import resolve_checkpoint_dir
+from .model.codec import MossAudioCodec
 from .model.codec_loading import load_codec
+from .model.lm_config import LMConfig
 from .model.lm_loading import load_lm
 from .model.quant import QUANT_MODES, quantize_codec_int8, quantize_lm_int8
 from .tokenizer import TextTokenizer
 from .voices import VoiceBank, load_catalog
 
-if TYPE_CHECKING:
-    from .synthesizer import Synthesizer
-
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedParts:
+    """What the synthesizer is made of: the text tokenizer, the running engine (or one engine per
+    device), the voice bank, a description for /health, and the LM's config (special ids)."""
+
+    tokenizer: TextTokenizer
+    engine: Engine | EnginePool
+    voices: VoiceBank
+    info: dict[str, Any]
+    lm_config: LMConfig
 
 
 def default_cache_dir() -> Path:
@@ -80,11 +95,22 @@ def resolve_devices(device: str, devices: str | Sequence[str] | None) -> list[to
     return [first]
 
 
-def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: str, dtype: str,
-                      tokenizer: str | None, voices_dir: str | Path | None, engine_config: EngineConfig,
-                      cache_dir: str | Path | None, allow_download: bool | None, warmup: bool,
-                      report: Callable[[str], None], quantize: str | None = None,
-                      devices: str | Sequence[str] | None = None) -> Synthesizer:
+def reference_encoder(codec: MossAudioCodec, device: torch.device) -> Callable[[np.ndarray], np.ndarray]:
+    """The VoiceBank's encoder: float32 [2, n] at 48 kHz -> codes int64 [F, 16] by `codec` on `device`."""
+
+    def encode(pcm: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            wav = torch.as_tensor(pcm, dtype=torch.float32, device=device)
+            return codec.encode_clip(wav).cpu().numpy().astype(np.int64)
+
+    return encode
+
+
+def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str | None,
+               voices_dir: str | Path | None, engine_config: EngineConfig, cache_dir: str | Path | None,
+               allow_download: bool | None, report: Callable[[str], None], quantize: str | None = None,
+               devices: str | Sequence[str] | None = None) -> LoadedParts:
+    """Load the parts (arguments as documented by `from_pretrained`); the engines are started."""
     engine_devices = resolve_devices(device, devices)
     torch_device = engine_devices[0]
     lm_dtype = resolve_lm_dtype(dtype, torch_device)
@@ -112,18 +138,12 @@ def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: st
         quantize_lm_int8(lm_model)
         quantize_codec_int8(codec_model)
 
-    def encode_reference(pcm: np.ndarray) -> np.ndarray:
-        """float32 [2, n] at 48 kHz -> codes int64 [F, 16]."""
-        with torch.inference_mode():
-            wav = torch.as_tensor(pcm, dtype=torch.float32, device=torch_device)
-            return codec_model.encode_clip(wav).cpu().numpy().astype(np.int64)
-
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     voices = VoiceBank(
         load_catalog(),
         voices_dir=Path(voices_dir) if voices_dir else None,
         cache_dir=cache_root / "voices",
-        encoder=encode_reference,
+        encoder=reference_encoder(codec_model, torch_device),
         codec_fingerprint=checkpoint_fingerprint(codec_dir),
         allow_download=allow_download,
     )
@@ -148,10 +168,5 @@ def build_synthesizer(cls: type[Synthesizer], *, lm: str, codec: str, device: st
         "quantize": quantize,
         "threads": torch.get_num_threads() if torch_device.type == "cpu" else None,
     }
-    synth = cls(tokenizer=text_tokenizer, engine=engine, voices=voices, config=engine_config, info=info,
-                lm_config=lm_model.config)
-    if warmup:
-        report("warming up…")
-        synth.warmup()
-    logger.info("synthesizer ready: %s", json.dumps(info))
-    return synth
+    return LoadedParts(tokenizer=text_tokenizer, engine=engine, voices=voices, info=info,
+                       lm_config=lm_model.config)

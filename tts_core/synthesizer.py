@@ -7,6 +7,7 @@ them into 48 kHz stereo chunks. Closing the iterator returned by `stream` cancel
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import secrets
@@ -25,6 +26,7 @@ from .engine.pacing import default_max_frames
 from .engine.pool import EnginePool
 from .engine.types import Segment, StreamJob, StreamStatus
 from .errors import InvalidRequestError, TTSError
+from .loader import load_parts
 from .model.lm_config import LMConfig
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text, detect_language, normalize_text, pause_after_chunk_s, split_text
@@ -41,7 +43,7 @@ _MIN_GENERATION_ROWS = 32
 class Synthesizer:
     """Text in, 48 kHz stereo chunks out. Thread-safe: many `stream()` calls may run at once.
 
-    Build it with `Synthesizer.from_pretrained`; see `tts_core.loader` for what that does.
+    Build it with `Synthesizer.from_pretrained`; `tts_core.loader` loads its parts.
     """
 
     sample_rate = SAMPLE_RATE_HZ
@@ -83,13 +85,18 @@ class Synthesizer:
                 going to the least loaded. Default: every visible GPU when `device` is "auto" or
                 "cuda", else `device` alone.
         """
-        from .loader import build_synthesizer
-
-        return build_synthesizer(cls, lm=lm, codec=codec, device=device, dtype=dtype, tokenizer=tokenizer,
-                                 voices_dir=voices_dir, engine_config=engine_config or EngineConfig(),
-                                 cache_dir=cache_dir, allow_download=allow_download, warmup=warmup,
-                                 quantize=quantize, report=report or (lambda _line: None),
-                                 devices=devices)
+        report = report or (lambda _line: None)
+        config = engine_config or EngineConfig()
+        parts = load_parts(lm=lm, codec=codec, device=device, dtype=dtype, tokenizer=tokenizer,
+                           voices_dir=voices_dir, engine_config=config, cache_dir=cache_dir,
+                           allow_download=allow_download, quantize=quantize, report=report, devices=devices)
+        synth = cls(tokenizer=parts.tokenizer, engine=parts.engine, voices=parts.voices, config=config,
+                    info=parts.info, lm_config=parts.lm_config)
+        if warmup:
+            report("warming up…")
+            synth.warmup()
+        logger.info("synthesizer ready: %s", json.dumps(synth.info))
+        return synth
 
     def _count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -18,11 +17,10 @@ logger = logging.getLogger(__name__)
 
 
 class TextTokenizer:
-    """Encode text to ids of the 16,384-entry SentencePiece BPE vocabulary and back."""
+    """Encode text to ids of the 16,384-entry SentencePiece BPE vocabulary."""
 
-    def __init__(self, processor: spm.SentencePieceProcessor, source: str = "<memory>"):
+    def __init__(self, processor: spm.SentencePieceProcessor):
         self._sp = processor
-        self.source = source
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> TextTokenizer:
@@ -37,11 +35,7 @@ class TextTokenizer:
         processor = spm.SentencePieceProcessor()
         processor.Load(str(model_path))
         logger.debug("loaded tokenizer %s (%d pieces)", model_path, processor.GetPieceSize())
-        return cls(processor, source=str(model_path))
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self._sp.GetPieceSize())
+        return cls(processor)
 
     def encode(self, text: str) -> list[int]:
         """Ids of `text`; each call adds its own dummy-prefix `▁`, as the reference's separate calls do."""
@@ -52,15 +46,3 @@ class TextTokenizer:
             # they become "?" instead of a RuntimeError. Valid text is unchanged.
             text = text.encode("utf-8", "replace").decode("utf-8")
         return list(self._sp.EncodeAsIds(text))
-
-    def encode_pieces(self, text: str) -> list[str]:
-        return list(self._sp.EncodeAsPieces(text))
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return str(self._sp.DecodeIds([int(i) for i in ids]))
-
-    def piece_to_id(self, piece: str) -> int:
-        return int(self._sp.PieceToId(piece))
-
-    def id_to_piece(self, token_id: int) -> str:
-        return str(self._sp.IdToPiece(int(token_id)))

@@ -5,8 +5,6 @@ that prebuffers). Pure functions.
 
 from __future__ import annotations
 
-FRAME_S = 0.08
-
 
 def frame_budget(lead_s: float | None) -> int:
     """Frames to gather before the next codec decode, given how far audio is ahead of playback.

@@ -31,16 +31,11 @@ class PrefixCache:
         self.capacity = capacity
         self._entries: OrderedDict[str, list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         self.hits = 0
-        self.misses = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def restore(self, key: str, cache, slot: int) -> int:
         """Copy a cached prefix into `slot` (positions 0..P-1); returns P, or 0 on a miss."""
         snapshot = self._entries.get(key)
         if snapshot is None:
-            self.misses += 1
             return 0
         self._entries.move_to_end(key)
         self.hits += 1

@@ -56,14 +56,6 @@ class StreamSampler:
         self.num_frames += 1
 
 
-def observe_frames(samplers: Sequence[StreamSampler], codes: torch.Tensor, emitted: Sequence[bool]) -> None:
-    """Update B streams' seen masks from one frame's codes [B, n_vq], skipping rows that stopped."""
-    codes_cpu = codes.detach().to(device="cpu", dtype=torch.long)  # one transfer for the batch
-    for sampler, row, is_emitted in zip(samplers, codes_cpu, emitted):
-        if is_emitted:
-            sampler.observe(row)
-
-
 def batch_for_frame(samplers: Sequence[StreamSampler], device: torch.device | str | None = None) -> SamplingBatch:
     """Stack B streams for one frame; draws 1 + n_vq uniforms from each stream's generator."""
     if not samplers:

@@ -15,7 +15,6 @@ from ..errors import QueueFullError
 @dataclass(slots=True)
 class SchedulerStats:
     submitted: int = 0
-    admitted: int = 0
     finished: int = 0
     cancelled: int = 0
     refused: int = 0
@@ -51,13 +50,6 @@ class Scheduler:
     def num_running(self) -> int:
         return len(self._slot_of)
 
-    def running(self) -> dict[str, int]:
-        """stream id -> slot, in admission order."""
-        return dict(self._slot_of)
-
-    def slot_of(self, stream_id: str) -> int | None:
-        return self._slot_of.get(stream_id)
-
     def submit(self, stream_id: str) -> None:
         """Queue a stream, or refuse it when every slot is busy and the queue is full."""
         if stream_id in self._slot_of or stream_id in self._waiting:
@@ -82,7 +74,6 @@ class Scheduler:
             slot = self._free.pop()
             self._slot_of[stream_id] = slot
             admitted.append((stream_id, slot))
-            self.stats.admitted += 1
         return admitted
 
     def finish(self, stream_id: str, *, cancelled: bool = False) -> int | None:

@@ -3,7 +3,7 @@
 Each prompt gets its own cache slot and `StreamSampler`; every frame runs one batched local pass
 for the active streams and one batched global decode step for those that continue. A stream that
 chooses stop leaves the batch. The engine has its own scheduler; this loop is the simple,
-synchronous reference it is checked against.
+synchronous reference it is checked against (used by the LM parity and sampling tests only).
 """
 
 from __future__ import annotations
@@ -15,11 +15,19 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .config import SamplingParams
-from .engine.sampler import StreamSampler, batch_for_frame, observe_frames
-from .model.lm import MossTTSNanoLM
+from tts_core.config import SamplingParams
+from tts_core.engine.sampler import StreamSampler, batch_for_frame
+from tts_core.model.lm import MossTTSNanoLM
 
 logger = logging.getLogger(__name__)
+
+
+def observe_frames(samplers: Sequence[StreamSampler], codes: torch.Tensor, emitted: Sequence[bool]) -> None:
+    """Update B streams' seen masks from one frame's codes [B, n_vq], skipping rows that stopped."""
+    codes_cpu = codes.detach().to(device="cpu", dtype=torch.long)  # one transfer for the batch
+    for sampler, row, is_emitted in zip(samplers, codes_cpu, emitted):
+        if is_emitted:
+            sampler.observe(row)
 
 
 def _per_stream(value, count: int, name: str) -> list:
