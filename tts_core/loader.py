@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from .config import EngineConfig
-from .devices import configure_cpu_threads, resolve_device, resolve_lm_dtype
+from .cpu_mode import ModeChoice, choose_cpu_mode
+from .devices import available_cpus, configure_cpu_threads, resolve_device, resolve_lm_dtype
 from .engine.engine import Engine
 from .engine.pool import EnginePool
 from .engine.runner import Runner
@@ -28,7 +29,7 @@ from .model.codec import MossAudioCodec
 from .model.codec_loading import load_codec
 from .model.lm_config import LMConfig
 from .model.lm_loading import load_lm
-from .model.quant import QUANT_MODES, quantize_codec_int8, quantize_lm_int8
+from .model.quant import QUANT_MODES, quantize_codec, quantize_lm
 from .tokenizer import TextTokenizer
 from .voices import VoiceBank, load_catalog
 
@@ -106,6 +107,29 @@ def reference_encoder(codec: MossAudioCodec, device: torch.device) -> Callable[[
     return encode
 
 
+def _apply_precision(lm_model, codec_model, quantize: str | None, device: torch.device,
+                     engine_config: EngineConfig, report: Callable[[str], None]):
+    """CPU weight precision: None/"fp32" keeps fp32, "fp16"/"int8" forces a mode, "auto" measures
+    (`cpu_mode.choose_cpu_mode`). Returns (lm, codec, ModeChoice)."""
+    mode = (quantize or "fp32").strip().lower()
+    if mode not in ("auto", "fp32", *QUANT_MODES):
+        raise ModelLoadError(f"unknown precision {quantize!r}; use auto, fp32, {', '.join(QUANT_MODES)}")
+    if device.type != "cpu":
+        if mode in QUANT_MODES:
+            raise ModelLoadError(f"{mode} weights are a CPU mode; drop --quantize on CUDA (the LM runs in bf16 there)")
+        return lm_model, codec_model, ModeChoice("fp32", reason=f"{device.type}: LM {lm_model.dtype}, codec fp32")
+    if mode == "auto":
+        pipelined = engine_config.pipeline_codec
+        if pipelined is None:
+            pipelined = available_cpus() >= 2
+        return choose_cpu_mode(lm_model, codec_model, pipelined=pipelined, report=report)
+    if mode in QUANT_MODES:
+        report(f"converting linear layers to {mode} weights…")
+        quantize_lm(lm_model, mode)
+        quantize_codec(codec_model, mode)
+    return lm_model, codec_model, ModeChoice(mode, reason=f"{mode} (forced)" if mode != "fp32" else "fp32")
+
+
 def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str | None,
                voices_dir: str | Path | None, engine_config: EngineConfig, cache_dir: str | Path | None,
                allow_download: bool | None, report: Callable[[str], None], quantize: str | None = None,
@@ -129,14 +153,8 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
     report(f"loading codec on {torch_device} (float32)…")
     codec_model = load_codec(codec_dir, device=torch_device, dtype=torch.float32)
     text_tokenizer = TextTokenizer.from_file(tokenizer_path)
-    if quantize:
-        if quantize not in QUANT_MODES:
-            raise ModelLoadError(f"unknown quantisation {quantize!r}; use one of {', '.join(QUANT_MODES)}")
-        if torch_device.type != "cpu":
-            raise ModelLoadError("int8 quantisation is a CPU mode; drop it on CUDA (the LM runs in bf16 there)")
-        report("quantising linear layers to int8…")
-        quantize_lm_int8(lm_model)
-        quantize_codec_int8(codec_model)
+    lm_model, codec_model, precision = _apply_precision(lm_model, codec_model, quantize, torch_device,
+                                                        engine_config, report)
 
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     voices = VoiceBank(
@@ -165,7 +183,8 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         "devices": [str(d) for d in engine_devices],
         "dtype": str(lm_dtype).removeprefix("torch."),
         "codec_dtype": "float32",
-        "quantize": quantize,
+        "quantize": precision.mode if precision.mode in QUANT_MODES else None,
+        "precision": precision.reason,
         "threads": torch.get_num_threads() if torch_device.type == "cpu" else None,
     }
     return LoadedParts(tokenizer=text_tokenizer, engine=engine, voices=voices, info=info,

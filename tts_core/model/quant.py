@@ -1,9 +1,19 @@
-"""Optional reduced-precision CPU mode: int8 dynamic quantisation of the linear layers.
+"""Reduced-precision CPU modes: which linear layers keep fp32, fp16 or int8 weights.
 
-On a small CPU the frame loop is bound by reading weights (batch-1 matrix-vector products read
-every weight once per local position), so int8 weights (4x fewer bytes) cut the LM step about
-3x. It changes the numbers: off by default, and `bench --quantize int8 --fidelity` measures the
-agreement of greedy codes and the waveform SNR against fp32.
+On a small CPU the frame loop reads weights far more than it computes (batch-1 matrix-vector
+products; the local transformer's layer is read at each of its 17 positions per frame), so smaller
+weights buy time directly. Both modes use PyTorch's dynamic quantisation modules (FBGEMM):
+arithmetic stays fp32, only the stored weights shrink.
+
+- "fp16": every linear of the LM (global and local transformers, the 16 audio heads) and of the
+  codec decoder's transformer stages stores fp16 weights. Greedy codes matched fp32 teacher-forced on the
+  full-size random model and the codec kept ~64 dB SNR (`bench/fidelity.py` has the table).
+- "int8": as "fp16", but the global transformer's linears hold int8 weights. int8 in the local
+  transformer or the heads changed many greedy codes (each local position feeds the next), and in
+  the codec cost ~40 dB of SNR, so those stay fp16.
+
+The text head stays fp32 (tied to the token table; only two of its rows are used) and so do the
+embedding tables and the codec's quantiser. On CUDA the LM runs in bf16 instead.
 """
 
 from __future__ import annotations
@@ -16,38 +26,50 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
-QUANT_MODES = ("int8",)
+QUANT_MODES = ("fp16", "int8")
+# Parts of the LM by module-name prefix.
+_GLOBAL = ("transformer.h",)
+_LOCAL_AND_HEADS = ("local_transformer.h", "audio_lm_heads")
 
 
-def _linear_names(module: nn.Module, skip: tuple[str, ...] = ()) -> set[str]:
+def _linear_names(module: nn.Module, include: tuple[str, ...] = ("",), skip: tuple[str, ...] = ()) -> set[str]:
     return {name for name, child in module.named_modules()
-            if isinstance(child, nn.Linear) and not any(name.startswith(prefix) for prefix in skip)}
+            if isinstance(child, nn.Linear) and name.startswith(include) and not name.startswith(skip)}
 
 
-def _quantize(module: nn.Module, names: set[str]) -> None:
-    from torch.ao.quantization import default_dynamic_qconfig, quantize_dynamic
+def _quantize(module: nn.Module, names: set[str], dtype: torch.dtype) -> None:
+    from torch.ao.quantization import default_dynamic_qconfig, float16_dynamic_qconfig, quantize_dynamic
 
+    qconfig = float16_dynamic_qconfig if dtype == torch.float16 else default_dynamic_qconfig
     with warnings.catch_warnings():  # torch.ao.quantization announces its future move; it still works
         warnings.simplefilter("ignore")
-        quantize_dynamic(module, {name: default_dynamic_qconfig for name in names}, dtype=torch.qint8,
-                         inplace=True)
+        quantize_dynamic(module, {name: qconfig for name in names}, dtype=dtype, inplace=True)
 
 
-def quantize_lm_int8(lm: nn.Module) -> nn.Module:
-    """int8 weights for every LM linear (global + local blocks and the 16 audio heads).
+def _check_mode(module: nn.Module, mode: str) -> None:
+    if mode not in QUANT_MODES:
+        raise ValueError(f"unknown quantisation {mode!r}; use one of {', '.join(QUANT_MODES)}")
+    if next(module.parameters()).device.type != "cpu":
+        raise ValueError(f"{mode} weights are a CPU mode; on CUDA the LM runs in bf16")
 
-    The text head stays fp32 (it is tied to the token table, and only two of its rows are used).
-    Embedding tables stay fp32.
-    """
-    if next(lm.parameters()).device.type != "cpu":
-        raise ValueError("int8 dynamic quantisation is a CPU mode; on CUDA use the bf16 default")
-    _quantize(lm, _linear_names(lm, skip=("text_lm_head",)))
-    logger.info("LM linear layers quantised to int8 (dynamic)")
+
+def quantize_lm(lm: nn.Module, mode: str) -> nn.Module:
+    """Replace the LM's linears in place per `mode` (see the module doc); returns `lm`."""
+    _check_mode(lm, mode)
+    if mode == "int8":
+        _quantize(lm, _linear_names(lm, include=_GLOBAL), torch.qint8)
+        _quantize(lm, _linear_names(lm, include=_LOCAL_AND_HEADS), torch.float16)
+    else:
+        _quantize(lm, _linear_names(lm, include=_GLOBAL + _LOCAL_AND_HEADS), torch.float16)
+    logger.info("LM linear layers: %s weights", mode)
     return lm
 
 
-def quantize_codec_int8(codec: nn.Module) -> nn.Module:
-    """int8 weights for the codec's transformer stages (the quantiser's 1x1 convs stay fp32)."""
-    _quantize(codec, _linear_names(codec, skip=("quantizer",)))
-    logger.info("codec transformer linears quantised to int8 (dynamic)")
+def quantize_codec(codec: nn.Module, mode: str) -> nn.Module:
+    """fp16 weights for the decoder's transformer stages in both modes. The encoder (reference
+    clips, once per voice, cached on disk by checkpoint) and the quantiser stay fp32, so encoded
+    voices are the same in every mode."""
+    _check_mode(codec, mode)
+    _quantize(codec, _linear_names(codec, include=("decoder.",)), torch.float16)
+    logger.info("codec decoder linear layers: fp16 weights")
     return codec
