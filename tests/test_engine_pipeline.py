@@ -104,3 +104,30 @@ def test_cancelling_a_pipelined_stream_leaves_the_others_and_its_slot_clean(mode
         np.testing.assert_array_equal(np.concatenate([c.codes for c in got]), np.concatenate([c.codes for c in want]))
         np.testing.assert_allclose(np.concatenate([c.pcm for c in got], axis=1),
                                    np.concatenate([c.pcm for c in want], axis=1), atol=1e-5)
+
+
+def test_warm_prefix_is_computed_when_idle_and_reused(models, prompts):
+    lm, codec = models
+    engine = Engine(Runner(lm, codec, num_slots=2, max_context_rows=600, device="cpu"),
+                    EngineConfig(max_active_streams=2, max_queue=2))
+    prompt = prompts[0]
+    prefix = prompt[:60]
+    try:
+        engine.warm_prefix(prefix)
+        engine.warm_prefix(prefix)  # queued twice: computed once
+        cache = engine.runner.prefix_cache
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(cache) == 0:  # the engine thread computes it
+            time.sleep(0.01)
+        assert len(cache) == 1
+        hits = cache.hits
+        job = StreamJob(request_id="warmed", segments=(Segment(rows=prompt, max_frames=6, prefix_rows=60),),
+                        sampling=SamplingParams(), seed=3, submitted_at=time.monotonic())
+        warmed = _collect(engine.submit(job))
+        assert cache.hits == hits + 1  # the stream's prefill started from the warmed prefix
+    finally:
+        engine.close()
+    cold = _run(_engine(models, pipelined=False), [StreamJob(
+        request_id="cold", segments=(Segment(rows=prompt, max_frames=6),), sampling=SamplingParams(), seed=3,
+        submitted_at=time.monotonic())])[0]
+    np.testing.assert_array_equal(np.concatenate([c.codes for c in warmed]), np.concatenate([c.codes for c in cold]))

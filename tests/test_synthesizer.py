@@ -265,3 +265,17 @@ def test_voice_prefix_kv_is_computed_once_and_reused(synth, vectors, zh1_codes):
     assert cache.hits == hits + 1
     np.testing.assert_array_equal(first, second)
     np.testing.assert_array_equal(second, vectors["A_voice_clone_en.greedy.audio_token_ids"].numpy())
+
+
+def test_every_available_preset_is_warm_before_its_first_request(synth):
+    queued = synth.warm_voices()  # also started in the background by from_pretrained
+    available = [p.name for p in synth.list_voices() if p.available]
+    assert queued == len(available) + 1  # + the no-voice continuation prefix
+    cache = synth.engine.runner.prefix_cache
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(cache) < queued:
+        time.sleep(0.05)
+    assert len(cache) >= queued
+    hits = cache.hits
+    synth.synthesize(_greedy("Warm voices start fast.", Voice.preset(available[-1]), max_frames=3))
+    assert cache.hits == hits + 1  # its prefix came from the warmed cache

@@ -173,7 +173,9 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
             codec_model = load_codec(codec_dir, device=engine_device, dtype=torch.float32)
         runner = Runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
                         max_context_rows=engine_config.max_context_rows, device=engine_device,
-                        enforce_eager=engine_config.enforce_eager)
+                        enforce_eager=engine_config.enforce_eager,
+                        # room for every preset's prefix (kept warm) plus recent cloned voices
+                        prefix_cache_size=len(voices.list_presets()) + 8)
         engines.append(Engine(runner, engine_config))
     engine = engines[0] if len(engines) == 1 else EnginePool(engines)
     info = {

@@ -95,6 +95,9 @@ class Synthesizer:
         if warmup:
             report("warming up…")
             synth.warmup()
+            # Preset voices' prompt prefixes are computed in the background, so each preset's
+            # first request is already as fast as its later ones.
+            threading.Thread(target=synth.warm_voices, name="voice-warm", daemon=True).start()
         logger.info("synthesizer ready: %s", json.dumps(synth.info))
         return synth
 
@@ -282,6 +285,27 @@ class Synthesizer:
             logger.warning("warm-up skipped: %s", exc.message)
             return
         self.warm = True
+
+    def warm_voices(self) -> int:
+        """Resolve every available preset (encoding its clip once, cached on disk) and have the
+        engine precompute each voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap).
+        Returns the number of prefixes queued."""
+        rows = build_prompt_rows(self.template, "continuation", self.tokenizer.encode("."), None)
+        self.engine.warm_prefix(rows[: self._continuation_prefix_rows()])
+        count = 1
+        for preset in self.voices.list_presets():
+            if not preset.available:
+                continue
+            try:
+                resolved = self.voices.resolve(Voice.preset(preset.name))
+            except TTSError as exc:
+                logger.info("voice %s not warmed: %s", preset.name, exc.message)
+                continue
+            rows = build_prompt_rows(self.template, "voice_clone", self.tokenizer.encode("."), resolved.codes)
+            self.engine.warm_prefix(rows[: self._voice_clone_prefix_rows(len(resolved.codes))])
+            count += 1
+        logger.info("queued %d voice prefixes for precomputation", count)
+        return count
 
     def stats(self) -> dict:
         return self.engine.stats()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +72,7 @@ class Engine:
         self._wake = threading.Condition(self._lock)
         self._handles: dict[str, StreamHandle] = {}
         self._live: dict[str, _Live] = {}
+        self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
         self._stopping = False
         pipelined = config.pipeline_codec
         if pipelined is None:  # default: on a CPU with a core to spare
@@ -92,6 +93,13 @@ class Engine:
             self._handles[job.request_id] = handle
             self._wake.notify()
         return handle
+
+    def warm_prefix(self, rows: np.ndarray) -> None:
+        """Queue a prompt prefix [P, 17] whose KV the runner should keep; computed when no stream
+        is running or waiting, so it never delays a listener by more than one prefill."""
+        with self._wake:
+            self._warm_jobs.append(np.asarray(rows, dtype=np.int64))
+            self._wake.notify()
 
     def cancel(self, handle: StreamHandle) -> None:
         handle.cancelled.set()
@@ -129,11 +137,20 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not self._live and not self._scheduler.num_waiting:
+                while (not self._stopping and not self._live and not self._scheduler.num_waiting
+                       and not self._warm_jobs):
                     self._wake.wait(timeout=0.5)
                     self._drop_cancelled_waiting()
                 if self._stopping:
                     break
+                idle = not self._live and not self._scheduler.num_waiting
+                warm = self._warm_jobs.popleft() if idle and self._warm_jobs else None
+            if warm is not None:
+                try:
+                    self.runner.warm_prefix(warm)
+                except Exception:  # a warm-up problem must not stop the engine
+                    logger.exception("could not precompute a prompt prefix")
+                continue
             try:
                 self._iterate()
             except Exception as exc:  # a bug must not kill the server: fail the running streams

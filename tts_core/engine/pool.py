@@ -56,6 +56,10 @@ class EnginePool:
         assert refusal is not None
         raise refusal
 
+    def warm_prefix(self, rows) -> None:
+        for engine in self.engines:
+            engine.warm_prefix(rows)
+
     def cancel(self, handle: StreamHandle) -> None:
         # The handle's event is what the owning engine watches; waking every engine is harmless.
         for engine in self.engines:

@@ -32,6 +32,12 @@ class PrefixCache:
         self._entries: OrderedDict[str, list[tuple[torch.Tensor, torch.Tensor]]] = OrderedDict()
         self.hits = 0
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._entries
+
     def restore(self, key: str, cache, slot: int) -> int:
         """Copy a cached prefix into `slot` (positions 0..P-1); returns P, or 0 on a miss."""
         snapshot = self._entries.get(key)

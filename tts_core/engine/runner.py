@@ -152,6 +152,20 @@ class Runner:
             hidden = self.lm.prefill_many(torch.from_numpy(padded), lengths, self.cache, slots)
             self.hidden[torch.as_tensor(slots, device=self.device)] = hidden
 
+    @torch.inference_mode()
+    def warm_prefix(self, rows: np.ndarray) -> bool:
+        """Compute and keep the KV of a prompt prefix (all of `rows`) for later requests of the same
+        voice (eager path); False when there is no prefix cache or it already holds it."""
+        if self.prefix_cache is None:
+            return False
+        key = prefix_key(rows, len(rows))
+        if key in self.prefix_cache:
+            return False
+        scratch = self.lm.new_cache(1, len(rows))  # no slot is taken from the streams
+        self.lm.prefill(torch.as_tensor(rows, dtype=torch.long), scratch, 0)
+        self.prefix_cache.store(key, scratch, 0, len(rows))
+        return True
+
     def release(self, slot: int) -> None:
         self._pending.pop(slot, None)
         self.samplers[slot] = None
