@@ -21,6 +21,7 @@ from tts_core.engine.graphs import (
     NO_GRAPH_ENV,
     bucket_sizes,
     graphs_enabled,
+    length_buckets,
     padded_step_input,
     pick_bucket,
     split_passes,
@@ -123,6 +124,60 @@ def test_static_sampled_equals_plain_eager_path(models, vectors):
         np.testing.assert_array_equal(got, want)
     for want, got in zip(want_pcm, got_pcm):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_length_buckets_are_powers_of_two_then_the_cache_length():
+    assert length_buckets(608) == [128, 256, 512, 608]
+    assert length_buckets(2064) == [128, 256, 512, 1024, 2048, 2064]
+    assert length_buckets(100) == [100]
+
+
+def test_streams_crossing_length_buckets_equal_the_plain_eager_path(models, vectors):
+    """A short prompt (86 rows) grows past the 128-column bucket while a long one (210 rows) sits in
+    the 256 bucket and crosses into 512: attention restricted to a bucket must change nothing."""
+    lm, codec = models
+    prompts = [vectors["D_continuation_text_only.input_ids"].numpy(), vectors["C_continuation_prompted.input_ids"].numpy()]
+    plain = Runner(lm, codec, num_slots=2, max_context_rows=600, device=CPU)
+    want, _ = drive(plain, prompts, [5, 6], [0, 1], SamplingParams(), frames=60)
+    static = _static(models, num_slots=2)
+    assert static.stepper.lengths_buckets == [128, 256, 512, 608]
+    got, _ = drive(static, prompts, [5, 6], [0, 1], SamplingParams(), frames=60)
+    for w, g in zip(want, got):
+        assert len(g) > 128 - 86  # really crossed the first bucket
+        np.testing.assert_array_equal(g, w)
+
+
+def test_deferred_compile_serves_at_once_and_switches_without_changing_codes(models, vectors):
+    lm, codec = models
+    prompt = vectors["A_voice_clone_en.input_ids"].numpy()
+    runner = Runner(lm, codec, num_slots=2, max_context_rows=600, device=CPU, static=True, compile="aot_eager",
+                    defer=True)
+    engine = Engine(runner, EngineConfig(max_active_streams=2, max_queue=4))
+    try:
+        first = _collect_codes(engine.submit(_job(prompt, 11, 20)))  # on whichever step is current
+        deadline = time.monotonic() + 300
+        while runner.step_kind != "compiled" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runner.step_kind == "compiled"
+        second = _collect_codes(engine.submit(_job(prompt, 11, 20)))
+    finally:
+        engine.close()
+    want, _ = drive(_static(models, num_slots=2), [prompt], [11], [0], SamplingParams(), frames=20)
+    np.testing.assert_array_equal(first, want[0])
+    np.testing.assert_array_equal(second, want[0])
+
+
+def _job(rows, seed, frames):
+    return StreamJob(request_id=f"job-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
+                     sampling=SamplingParams(), seed=seed, submitted_at=time.monotonic())
+
+
+def _collect_codes(handle) -> np.ndarray:
+    codes = []
+    while (item := handle.outbox.get(timeout=120)) is not None:
+        assert not isinstance(item, BaseException), item
+        codes.extend(item.codes)
+    return np.array(codes, dtype=np.int64).reshape(-1, 16)
 
 
 @pytest.mark.parametrize("params", [SamplingParams.greedy(), SamplingParams()], ids=["greedy", "sampled"])

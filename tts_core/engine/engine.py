@@ -137,14 +137,16 @@ class Engine:
     def _run(self) -> None:
         while True:
             with self._wake:
-                while (not self._stopping and not self._live and not self._scheduler.num_waiting
-                       and not self._warm_jobs):
-                    self._wake.wait(timeout=0.5)
+                while not self._stopping and not self._has_work():
+                    self._wake.wait(timeout=0.5)  # also polls for a compiled step becoming ready
                     self._drop_cancelled_waiting()
                 if self._stopping:
                     break
                 idle = not self._live and not self._scheduler.num_waiting
                 warm = self._warm_jobs.popleft() if idle and self._warm_jobs else None
+            if self.runner.upgrade_ready():  # the compiled step is ready: switch over between steps
+                self._upgrade()
+                continue
             if warm is not None:
                 try:
                     self.runner.warm_prefix(warm)
@@ -159,6 +161,18 @@ class Engine:
                     self._fail(live, exc)
         for live in list(self._live.values()):
             self._fail(live, TTSError("the engine was shut down"))
+
+    def _has_work(self) -> bool:
+        return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self.runner.upgrade_ready())
+
+    def _upgrade(self) -> None:
+        self._sync()
+        try:
+            self.runner.upgrade()
+        except Exception:  # keep serving on the plain step rather than failing
+            logger.exception("switching to the compiled step failed")
+            return
+        logger.info("engine now runs the %s step%s", self.runner.step_kind, "" if self._live else " (idle)")
 
     def _drop_cancelled_waiting(self) -> None:
         for request_id, handle in list(self._handles.items()):

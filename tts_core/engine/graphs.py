@@ -1,4 +1,4 @@
-"""Static-shape decode step of the runner, captured as CUDA graphs per batch-size bucket.
+"""Static-shape steps of the runner, captured as CUDA graphs per batch bucket (and length bucket).
 
 A step for bucket B works on rows 0..B-1 of the runner's state (KV cache, hidden states, codec
 rings, sampling tables): a batch is padded to the smallest bucket that holds its highest slot, and
@@ -7,11 +7,14 @@ so every bucket fits). All per-step host data goes in through one small copy int
 buffer, and comes back through one copy out of a static output buffer, so the captured work never
 sees a host value:
 
-- LM step: the model's own per-frame step (`model/lm_step.py`: local transformer over the 17
-  positions with sampling, then the one-row global decode), its units torch.compile'd on CUDA,
-  with the repetition history update in between; the global decode writes into the static KV
-  cache and attends over its fixed length under a mask built on the device from per-row lengths.
+- LM step (`static_step.run_lm_step`): the model's own per-frame step, its units torch.compile'd
+  on CUDA; the global decode attends over the smallest length bucket (a power of two) holding
+  every stepped row, so attention costs what the rows in use cost, not the cache's full length.
 - Codec step: streaming decode of 1, 2 or 4 frames (one graph each) for the bucket's rows.
+
+Start-up: with `defer=True` the stepper starts on the plain (eager, uncompiled) functions at once;
+`compile_in_background` builds the compiled units on throw-away tensors in another thread, and the
+engine thread calls `upgrade` between steps to switch over and capture the graphs (seconds, once).
 
 Per-stream uniforms are drawn on the host from each stream's own generator, so codes never depend
 on which streams share the batch. With graphs off (`enforce_eager`, TTS_NO_CUDA_GRAPH=1, or a CPU
@@ -22,6 +25,7 @@ the model's.
 from __future__ import annotations
 
 import logging
+import threading
 
 import numpy as np
 import torch
@@ -29,8 +33,8 @@ import torch
 from ..config import SamplingParams
 from ..env import env_flag
 from ..model import lm_step
-from ..model.kv_cache import StaticDecodeAttender
-from .sampler import packed_batch, param_row
+from .sampler import param_row
+from .static_step import StepState, compile_on_scratch, run_lm_step
 
 logger = logging.getLogger(__name__)
 
@@ -102,15 +106,14 @@ def padded_step_input(slots: list[int], uniforms: np.ndarray, has_room: np.ndarr
     return rows
 
 
-def _book(is_stepped: torch.Tensor, is_continue: torch.Tensor, lengths: torch.Tensor, key_pos: torch.Tensor,
-          scratch_col: int, mask_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """go [B], write columns [B] and the additive key mask [B, 1, 1, L] of the global step: rows that
-    go on write at their length, the others at the scratch column; keys past a row's length are hidden."""
-    go = is_stepped & is_continue
-    write_pos = torch.where(go, lengths, torch.full_like(lengths, scratch_col))
-    visible = key_pos[None, :] <= lengths[:, None]  # [B, L]
-    key_mask = torch.zeros(visible.shape, dtype=mask_dtype, device=lengths.device)
-    return go, write_pos, key_mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
+def length_buckets(max_len: int, smallest: int = 128) -> list[int]:
+    """Attention lengths captured per batch bucket: powers of two from `smallest`, then `max_len`."""
+    sizes = []
+    size = smallest
+    while size < max_len:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, max_len]
 
 
 class StaticStepper:
@@ -123,34 +126,23 @@ class StaticStepper:
         hidden: the runner's [rows, H] last hidden state per slot.
         buckets: ascending batch sizes; the largest must not exceed the state's rows.
         use_graphs: capture CUDA graphs (CUDA only); else run the same functions eagerly.
+        compile: `compile_mode` of the LM step's units.
+        defer: start on the plain functions; compile and capture later (see the module doc).
     """
 
     def __init__(self, lm, codec, cache, codec_state, hidden: torch.Tensor, *, buckets: list[int],
-                 use_graphs: bool, compile: str | None = None):
+                 use_graphs: bool, compile: str | None = None, defer: bool = False):
         self.lm = lm
         self.codec = codec
-        self.cache = cache
         self.codec_state = codec_state
-        self.hidden = hidden
         self.buckets = list(buckets)
-        self.device = hidden.device
+        self.device = dev = hidden.device
         rows = cache.num_slots
         if self.buckets[-1] > rows or codec_state.batch_size != rows:
             raise ValueError(f"buckets {self.buckets} need state rows >= {self.buckets[-1]}, got {rows}")
-        c = lm.config
-        self.n_vq = c.n_vq
-        self.vocab = max(c.audio_codebook_sizes)
-        dev = self.device
-        # Per-slot sampling parameters, one float row per slot written when a stream begins (one
-        # host-to-device copy): do_sample, then FilterParams' encoding of the audio and text heads.
-        self.params = torch.tensor([param_row(SamplingParams.greedy(), self.vocab)] * rows, device=dev)
-        self.seen = torch.zeros(rows, self.n_vq, self.vocab, dtype=torch.bool, device=dev)  # [R, K, V]
-        self.lengths = torch.zeros(rows, dtype=torch.long, device=dev)  # device mirror of KV lengths
-        self.scratch_col = cache.max_len - 1
-        self.key_pos = torch.arange(cache.max_len, device=dev)  # [L]
-        # Static per-step inputs / outputs.
-        self.step_in = torch.zeros(rows, 1 + self.n_vq + 1, device=dev)  # uniforms | step flag
-        self.step_out = torch.zeros(rows, 1 + self.n_vq, dtype=torch.long, device=dev)  # continue | codes
+        self.n_vq = lm.config.n_vq
+        self.state = StepState.allocate(lm, cache, hidden)
+        self.lengths_buckets = length_buckets(cache.max_len)
         self.pass_frames = [n for n in CODEC_PASS_FRAMES if n <= codec_state.max_frames_per_pass]
         most = max(self.pass_frames)
         # codes of up to `most` frames [F, K] flattened | active flag
@@ -163,49 +155,78 @@ class StaticStepper:
                                          pin_memory=pin)
         # Keep what the graphs read alive even if the model later replaces its own copies.
         self._rope = lm.rope.get(cache.max_len, dev)
-        self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, bucket, frames)
-        self.local = lm.new_local_cache(rows, dev)  # the local transformer's scratch state
-        # The LM step's units: compiled (CUDA default) or the plain functions.
-        self.compile_mode = compile_mode(dev, compile)
-        self.units = lm_step.EAGER if self.compile_mode == "off" else lm_step.StepUnits.compiled(self.compile_mode)
-        self.use_graphs = bool(use_graphs) and dev.type == "cuda"
-        if self.compile_mode != "off":
-            self._warm_compiled()
-        if self.use_graphs:
+        self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, bucket, frames | length)
+        self.units = lm_step.EAGER
+        self.compile_mode = "off"
+        self.use_graphs = False
+        self._target_mode = compile_mode(dev, compile)
+        self._target_graphs = bool(use_graphs) and dev.type == "cuda"
+        self._compiled: lm_step.StepUnits | None = None
+        self._compile_done = threading.Event()
+        if not defer:
+            if self._target_mode != "off":
+                self._compiled = self._compile_units()
+            self._compile_done.set()
+            self.upgrade()
+
+    # ---- start-up: compile, then switch over ---------------------------------------------------
+
+    @property
+    def upgraded(self) -> bool:
+        return self.compile_mode == self._target_mode and self.use_graphs == self._target_graphs
+
+    def _compile_units(self) -> lm_step.StepUnits | None:
+        """The compiled units, built on scratch tensors for every bucket; None if compiling failed
+        (a compiler problem must not take the engine down: the plain functions stay)."""
+        units = lm_step.StepUnits.compiled(self._target_mode)
+        try:
+            compile_on_scratch(self.lm, units, self.buckets, self.state.cache.max_len, self.device)
+        except Exception:
+            logger.exception("compiling the LM step (%s) failed: keeping the plain step", self._target_mode)
+            return None
+        return units
+
+    def compile_in_background(self) -> threading.Thread | None:
+        """Start compiling in a daemon thread (deferred start-up); None when there is nothing to compile."""
+        if self._compile_done.is_set():
+            return None
+
+        def work() -> None:
+            if self._target_mode != "off":
+                self._compiled = self._compile_units()
+            self._compile_done.set()
+
+        thread = threading.Thread(target=work, name="tts-compile", daemon=True)
+        thread.start()
+        return thread
+
+    def upgrade_ready(self) -> bool:
+        return not self.upgraded and self._compile_done.is_set()
+
+    @torch.inference_mode()
+    def upgrade(self) -> None:
+        """Switch to the compiled units and capture the graphs (engine thread, between steps)."""
+        if self._compiled is not None:
+            self.units, self.compile_mode = self._compiled, self._target_mode
+        else:
+            self._target_mode = "off"
+        if self._target_graphs:
             self.capture()
+            self.use_graphs = True
 
     # ---- per-stream tables (outside the graphs) ----------------------------------------------
 
     @torch.inference_mode()
     def set_sampling(self, slot: int, params: SamplingParams) -> None:
-        self.params[slot].copy_(torch.tensor(param_row(params, self.vocab)))
+        self.state.params[slot].copy_(torch.tensor(param_row(params, self.state.vocab)))
 
     @torch.inference_mode()
     def reset_slot(self, slot: int, length: int) -> None:
         """A new prompt of `length` rows is in the slot: fresh repetition history."""
-        self.seen[slot] = False
-        self.lengths[slot] = length
+        self.state.seen[slot] = False
+        self.state.lengths[slot] = length
 
     # ---- the captured bodies ------------------------------------------------------------------
-
-    def _lm_step(self, bucket: int) -> None:
-        b = bucket
-        step_in = self.step_in[:b]
-        sampling = packed_batch(self.params[:b], step_in[:, :-1], self.seen[:b], self.vocab)
-        hidden, seen, lengths = self.hidden[:b], self.seen[:b], self.lengths[:b]
-        is_continue, codes = lm_step.frame(self.lm, hidden, sampling, self.local, self.units)  # [B], [B, K]
-        go, write_pos, key_mask = _book(step_in[:, -1] > 0.5, is_continue, lengths, self.key_pos,
-                                        self.scratch_col, self.cache.dtype)
-        # Repetition history: seen[b, k, codes[b, k]] |= go[b].
-        index = codes[:, :, None]  # [B, K, 1]
-        seen.scatter_(2, index, seen.gather(2, index) | go[:, None, None])
-        new_hidden = lm_step.global_step(self.lm, codes, lengths, StaticDecodeAttender(self.cache, write_pos, key_mask),
-                                         self.cache.max_len, self.units)
-        hidden.copy_(torch.where(go[:, None], new_hidden, hidden))
-        lengths.add_(go.long())
-        out = self.step_out[:b]
-        out[:, 0] = is_continue.long()
-        out[:, 1:] = codes
 
     def _codec_step(self, bucket: int, frames: int) -> None:
         b, n = bucket, frames
@@ -215,45 +236,32 @@ class StaticStepper:
         pcm = self.codec.decode_frames_static(codes, state, codec_in[:, -1] > 0)  # [B, 2, 3840 n]
         self.pcm_out[:b, :, : n * self.samples_per_frame].copy_(pcm)
 
-    def _run(self, kind: str, bucket: int, frames: int = 0) -> None:
-        graph = self._graphs.get((kind, bucket, frames))
+    def _run(self, kind: str, bucket: int, size: int) -> None:
+        graph = self._graphs.get((kind, bucket, size)) if self.use_graphs else None
         if graph is not None:
             graph.replay()
         elif kind == "lm":
-            self._lm_step(bucket)
+            run_lm_step(self.lm, self.state, bucket, size, self.units)
         else:
-            self._codec_step(bucket, frames)
-
-    @torch.inference_mode()
-    def _warm_compiled(self) -> None:
-        """Compile the step's units for every bucket now (all rows masked: no state changes); if that
-        fails, fall back to the plain functions rather than failing the engine."""
-        self.step_in.zero_()
-        try:
-            for bucket in reversed(self.buckets):
-                self._lm_step(bucket)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-        except Exception:  # a compiler problem must not take the engine down
-            logger.exception("compiled LM step (%s) failed: using the plain step", self.compile_mode)
-            self.units = lm_step.EAGER
-            self.compile_mode = "off"
+            self._codec_step(bucket, size)
 
     # ---- capture ------------------------------------------------------------------------------
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture the LM and codec steps of every bucket, largest first (they share one memory pool).
+        """Capture the LM step of every (batch, length) bucket and the codec passes of every batch
+        bucket, largest first (they share one memory pool).
 
         Inputs are zero while capturing: every row is masked, so the warm-up runs change no state.
         """
         pool = torch.cuda.graph_pool_handle()
         with torch.cuda.device(self.device):
             stream = torch.cuda.Stream(self.device)
-            self.step_in.zero_()
+            self.state.step_in.zero_()
             self.codec_in.zero_()
             for bucket in reversed(self.buckets):
-                bodies = [(("lm", bucket, 0), lambda b=bucket: self._lm_step(b))]
+                bodies = [(("lm", bucket, length), lambda b=bucket, n=length: run_lm_step(
+                    self.lm, self.state, b, n, self.units)) for length in reversed(self.lengths_buckets)]
                 bodies += [(("codec", bucket, n), lambda b=bucket, n=n: self._codec_step(b, n))
                            for n in self.pass_frames]
                 for key, body in bodies:
@@ -267,21 +275,28 @@ class StaticStepper:
                         body()
                     self._graphs[key] = graph
             torch.cuda.synchronize(self.device)
-        logger.info("captured CUDA graphs for buckets %s on %s", self.buckets, self.device)
+        logger.info("captured CUDA graphs for batch buckets %s x lengths %s on %s", self.buckets,
+                    self.lengths_buckets, self.device)
 
     # ---- per-step entry points (engine thread) ------------------------------------------------
 
+    def length_bucket(self, needed: int) -> int:
+        """Smallest attention length covering `needed` columns."""
+        return pick_bucket(needed, self.lengths_buckets)
+
     @torch.inference_mode()
-    def step(self, bucket: int, rows: np.ndarray) -> np.ndarray:
-        """One LM step; rows = `padded_step_input(...)` [bucket, 1 + K + 1].
+    def step(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> np.ndarray:
+        """One LM step; rows = `padded_step_input(...)` [bucket, 1 + K + 1]; `needed`: the largest
+        KV length among the stepped rows + 1 (default: the whole cache).
 
         Returns int64 [bucket, 1 + K]: continue flag, then the frame's codes.
         """
+        length = self.length_bucket(needed) if needed is not None else self.lengths_buckets[-1]
         host = self.host_step_in[:bucket]
         host.copy_(torch.from_numpy(rows))
-        self.step_in[:bucket].copy_(host, non_blocking=True)
-        self._run("lm", bucket)
-        return self.step_out[:bucket].cpu().numpy()
+        self.state.step_in[:bucket].copy_(host, non_blocking=True)
+        self._run("lm", bucket, length)
+        return self.state.step_out[:bucket].cpu().numpy()
 
     @torch.inference_mode()
     def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> np.ndarray:

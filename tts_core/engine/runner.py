@@ -40,11 +40,14 @@ class Runner:
             bf16 too, at the cost of full-size steps for small batches.
         compile: how the static LM step's units run (`graphs.compile_mode`): torch.compile'd on CUDA
             by default (off with TTS_NO_COMPILE=1), plain functions on CPU.
+        defer: static path: serve at once on the plain step while the compiled units build in a
+            background thread; the engine calls `upgrade` when they are ready (then captures graphs).
     """
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device,
                  enforce_eager: bool = False, static: bool | None = None, buckets: list[int] | None = None,
-                 batch_invariant: bool = False, compile: str | None = None, prefix_cache_size: int = 8):
+                 batch_invariant: bool = False, compile: str | None = None, prefix_cache_size: int = 8,
+                 defer: bool = False):
         self.lm = lm
         self.codec = codec
         self.num_slots = num_slots
@@ -77,14 +80,30 @@ class Runner:
             self.hidden = torch.zeros(rows, lm.config.hidden_size, device=device, dtype=lm_dtype)
             if is_static:
                 self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
-                                             buckets=self.buckets,
-                                             use_graphs=graphs_enabled(device, enforce_eager), compile=compile)
+                                             buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
+                                             compile=compile, defer=defer)
+                self.stepper.compile_in_background()
             else:
                 self.local = lm.new_local_cache(rows, device)
 
     @property
     def uses_graphs(self) -> bool:
         return self.stepper is not None and self.stepper.use_graphs
+
+    def upgrade_ready(self) -> bool:
+        """A deferred static path has its compiled units ready to switch to."""
+        return self.stepper is not None and self.stepper.upgrade_ready()
+
+    def upgrade(self) -> None:
+        self.stepper.upgrade()
+
+    @property
+    def step_kind(self) -> str:
+        """What the LM step runs as: "eager" (CPU path), "plain", "compiled" or "compiled+graphs"."""
+        if self.stepper is None:
+            return "eager"
+        kind = "plain" if self.stepper.compile_mode == "off" else "compiled"
+        return f"{kind}+graphs" if self.stepper.use_graphs else kind
 
     # ---- stream lifecycle ----------------------------------------------------------------------
 
@@ -209,7 +228,8 @@ class Runner:
         bucket = pick_bucket(max(slots) + 1, self.buckets)
         uniforms = torch.stack([self.samplers[s].draw_uniforms() for s in slots]).numpy()  # [B, 1 + K]
         has_room = np.array([self.context_left(s) > 0 for s in slots], np.float32)
-        out = self.stepper.step(bucket, padded_step_input(slots, uniforms, has_room, bucket))[slots]
+        needed = max(self.lengths[s] for s in slots) + 1  # columns the global decode must see
+        out = self.stepper.step(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)[slots]
         is_continue = out[:, 0].astype(bool)
         for i, slot in enumerate(slots):
             if is_continue[i] and has_room[i]:

@@ -166,21 +166,25 @@ class BatchPrefillAttender:
 
 class StaticDecodeAttender:
     """Graph-friendly decode over cache rows 0..B-1: one new key/value per row at `write_pos` [B]
-    (device), attention over the cache's whole fixed length under an additive `key_mask`
-    [B, 1, 1, max_len]. No host values, so one capture serves every mix of stream lengths."""
+    (device), attention over the first `length` columns under an additive `key_mask`
+    [B, 1, 1, length]. No host values, so one capture serves every mix of stream lengths below
+    `length` (the engine keeps one capture per length bucket)."""
 
-    def __init__(self, cache: KVCache, write_pos: torch.Tensor, key_mask: torch.Tensor):
+    def __init__(self, cache: KVCache, write_pos: torch.Tensor, key_mask: torch.Tensor, length: int | None = None):
         self.cache = cache
         self.write_pos = write_pos
         self.key_mask = key_mask
+        self.length = cache.max_len if length is None else length
         self.rows = torch.arange(write_pos.shape[0], device=write_pos.device)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         batch = q.shape[0]
         keys, values = self.cache.k[layer][:batch], self.cache.v[layer][:batch]  # [B, nh, L, D] views
+        # Written in the full-length view: rows that do not advance write to the last (scratch) column.
         keys[self.rows, :, self.write_pos] = k[:, :, 0]  # [B, nh, D]
         values[self.rows, :, self.write_pos] = v[:, :, 0]
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=self.key_mask)
+        return F.scaled_dot_product_attention(q, keys[:, :, : self.length], values[:, :, : self.length],
+                                              attn_mask=self.key_mask)
 
 
 class LocalKVCache:
