@@ -167,3 +167,42 @@ def test_cancellation_and_slot_reuse_under_graphs(full_models, prompts):
             np.testing.assert_array_equal(got, alone)
     finally:
         engine.close()
+
+
+def _engine_run(models, jobs, **config) -> list[np.ndarray]:
+    runner = _runner(models, 4, **config.pop("runner", {}))
+    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config))
+    try:
+        handles = [engine.submit(job) for job in jobs]
+        return [_collect(handle) for handle in handles], runner
+    finally:
+        engine.close()
+
+
+def test_codec_on_its_own_stream_changes_nothing(full_models, prompts):
+    """The pipelined engine (codec replays on a second CUDA stream, overlapping the next LM step)
+    gives the serial engine's codes; fp32 so the comparison is exact."""
+    models = full_models(torch.float32)
+    jobs = [_job(prompts[i], 300 + i, 40) for i in range(3)]
+    serial, _ = _engine_run(models, jobs, pipeline_codec=False)
+    jobs = [_job(prompts[i], 300 + i, 40) for i in range(3)]
+    pipelined, _ = _engine_run(models, jobs, pipeline_codec=True)
+    for want, got in zip(serial, pipelined):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_deferred_compile_switches_to_graphs_without_changing_codes(full_models, prompts):
+    models = full_models(torch.float32)
+    runner = _runner(models, 4, defer=True)
+    assert runner.step_kind == "plain"  # serves at once
+    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8))
+    try:
+        before = _collect(engine.submit(_job(prompts[0], 400, 30)))
+        deadline = time.monotonic() + 600
+        while runner.step_kind != "compiled+graphs" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert runner.step_kind == "compiled+graphs"
+        after = _collect(engine.submit(_job(prompts[0], 400, 30)))
+    finally:
+        engine.close()
+    np.testing.assert_array_equal(before, after)

@@ -75,7 +75,7 @@ class EngineConfig:
     max_context_rows: int = 2048  # global KV length per stream (prompt + generated rows)
     voice_clone_max_text_tokens: int = 75  # long-text chunk budget (LM.md §4.7)
     enforce_eager: bool = False  # GPU: skip CUDA graphs
-    pipeline_codec: bool | None = None  # codec on a second thread; None = on a CPU with >= 2 cores
+    pipeline_codec: bool | None = None  # codec on a second thread; None = on CUDA, or a CPU with >= 2 cores
 
     def __post_init__(self) -> None:
         if self.max_active_streams < 1:

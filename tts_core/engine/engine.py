@@ -75,8 +75,8 @@ class Engine:
         self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
         self._stopping = False
         pipelined = config.pipeline_codec
-        if pipelined is None:  # default: on a CPU with a core to spare
-            pipelined = runner.device.type == "cpu" and available_cpus() >= 2
+        if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
+            pipelined = runner.device.type == "cuda" or available_cpus() >= 2
         self._pipeline = CodecPipeline() if pipelined else None
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()

@@ -254,7 +254,9 @@ class StaticStepper:
 
         Inputs are zero while capturing: every row is masked, so the warm-up runs change no state.
         """
-        pool = torch.cuda.graph_pool_handle()
+        # Two memory pools: codec replays may run on their own stream while an LM replay runs, so
+        # the two kinds must never share intermediate buffers.
+        pools = {"lm": torch.cuda.graph_pool_handle(), "codec": torch.cuda.graph_pool_handle()}
         with torch.cuda.device(self.device):
             stream = torch.cuda.Stream(self.device)
             self.state.step_in.zero_()
@@ -271,7 +273,8 @@ class StaticStepper:
                             body()
                     torch.cuda.current_stream().wait_stream(stream)
                     graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+                    with torch.cuda.graph(graph, pool=pools[key[0]], stream=stream,
+                                          capture_error_mode="thread_local"):
                         body()
                     self._graphs[key] = graph
             torch.cuda.synchronize(self.device)

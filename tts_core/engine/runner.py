@@ -10,6 +10,7 @@ TTS_NO_CUDA_GRAPH=1); on CPU the plain eager step over exactly the given slots.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -70,6 +71,10 @@ class Runner:
         # Prompt-prefix KV reuse on the eager path (the static GPU path prefills in batches instead).
         self.prefix_cache = PrefixCache(prefix_cache_size) if not is_static and prefix_cache_size > 0 else None
         self._pending: dict[int, np.ndarray] = {}  # slot -> prompt rows not yet prefilled (static path)
+        # CUDA: codec work runs on its own stream, so a pipelined decode overlaps the next LM step;
+        # the event orders it after this thread's last change to codec state (reset, priming).
+        self._codec_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._codec_state_event: torch.cuda.Event | None = None
         self.lengths = [0] * num_slots  # rows in each slot's KV cache (host mirror)
         self.samplers: list[StreamSampler | None] = [None] * num_slots
         self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
@@ -141,6 +146,21 @@ class Runner:
             # Continuation: the decoder must continue the reference audio; its output is dropped.
             # (Many frames at once: the plain eager pass, not the graphs.)
             self._decode_eager([slot], prime_codes[None])
+        self._mark_codec_state()
+
+    def _mark_codec_state(self) -> None:
+        if self._codec_stream is not None:
+            event = torch.cuda.Event()
+            event.record()
+            self._codec_state_event = event
+
+    def _codec_context(self):
+        """Run codec work on the codec stream (CUDA), after the last codec-state change."""
+        if self._codec_stream is None:
+            return contextlib.nullcontext()
+        if self._codec_state_event is not None:
+            self._codec_stream.wait_event(self._codec_state_event)
+        return torch.cuda.stream(self._codec_stream)
 
     def _prefill_with_prefix(self, rows: np.ndarray, rows_t: torch.Tensor, slot: int,
                              prefix_rows: int) -> torch.Tensor:
@@ -191,6 +211,7 @@ class Runner:
         self.lengths[slot] = 0
         self.cache.reset(slot)
         self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
+        self._mark_codec_state()
         if self.stepper is not None:
             self.stepper.reset_slot(slot, 0)
 
@@ -246,11 +267,12 @@ class Runner:
         decoding masked. Eager path: the smallest contiguous band of slots that holds them (a view of the state, so no
         copy); slots inside the band that are not decoding are masked and keep their state.
         """
-        if self.stepper is not None:
-            slots = list(slots)
-            bucket = pick_bucket(max(slots) + 1, self.buckets)
-            return self.stepper.decode(bucket, slots, np.asarray(codes, dtype=np.int64))
-        return self._decode_eager(slots, codes)
+        with self._codec_context():
+            if self.stepper is not None:
+                slots = list(slots)
+                bucket = pick_bucket(max(slots) + 1, self.buckets)
+                return self.stepper.decode(bucket, slots, np.asarray(codes, dtype=np.int64))
+            return self._decode_eager(slots, codes)
 
     @torch.inference_mode()
     def _decode_eager(self, slots: Sequence[int], codes: np.ndarray) -> np.ndarray:
