@@ -29,14 +29,21 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "float16": torch.float16, "fp16": torch.float16}
 
 
+def auto_cuda_dtype(capability: tuple[int, int]) -> torch.dtype:
+    """LM dtype for a GPU of compute `capability`: bf16 where it is native (Ampere, sm 8.0, and
+    newer); older GPUs (a T4 is sm 7.5) get fp16. `torch.cuda.is_bf16_supported()` is not used: it
+    says yes on a T4, where bf16 is emulated and slow."""
+    return torch.bfloat16 if capability >= (8, 0) else torch.float16
+
+
 def resolve_lm_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    """LM precision: bf16 on CUDA (fp16 where bf16 is missing), fp32 on CPU, as the official runtime."""
+    """LM precision: `auto` = bf16 or fp16 on CUDA by capability (`auto_cuda_dtype`), fp32 on CPU."""
     if isinstance(dtype, torch.dtype):
         return dtype
     name = (dtype or "auto").strip().lower()
     if name == "auto":
         if device.type == "cuda":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return auto_cuda_dtype(torch.cuda.get_device_capability(device))
         return torch.float32
     if name not in _DTYPES:
         raise ValueError(f"dtype {dtype!r} unknown; use auto, float32, bfloat16 or float16")
