@@ -279,3 +279,15 @@ def test_every_available_preset_is_warm_before_its_first_request(synth):
     hits = cache.hits
     synth.synthesize(_greedy("Warm voices start fast.", Voice.preset(available[-1]), max_frames=3))
     assert cache.hits == hits + 1  # its prefix came from the warmed cache
+
+
+def test_chunks_say_which_sentence_they_speak_and_the_expected_length(synth):
+    text = "The first sentence is here. And here is the second one, a little longer than the first!"
+    request = SynthesisRequest(text=text, voice=synth.default_voice, seed=5, max_frames=40, normalize_text=False)
+    job = synth.prepare(request)
+    assert len(job.segments) >= 1 and "".join(s.text for s in job.segments).replace(" ", "") == text.replace(" ", "")
+    chunks = list(synth.stream(request))
+    assert [c.segment for c in chunks] == sorted(c.segment for c in chunks)  # in order, never back
+    assert {c.segment_text for c in chunks} <= {s.text for s in job.segments}
+    estimate = chunks[0].estimated_audio_s
+    assert estimate == pytest.approx(job.estimated_audio_s) and 0 < estimate <= 40 * 0.08 + 2.0

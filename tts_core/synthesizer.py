@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
 from .engine.engine import Engine
-from .engine.pacing import default_max_frames
+from .engine.pacing import default_max_frames, estimate_frames
 from .engine.pool import EnginePool
 from .engine.types import Segment, StreamJob, StreamStatus
 from .errors import InvalidRequestError, TTSError
@@ -211,7 +211,8 @@ class Synthesizer:
             last = index == len(chunks) - 1
             segments.append(Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
                                     pause_after_s=0.0 if last else pause_after_chunk_s(chunk),
-                                    prefix_rows=self._voice_clone_prefix_rows(len(resolved.codes))))
+                                    prefix_rows=self._voice_clone_prefix_rows(len(resolved.codes)),
+                                    text=chunk, estimated_frames=estimate_frames(len(text_ids))))
         return segments
 
     def _continuation_segments(self, text: str, voice: Voice | None,
@@ -221,7 +222,8 @@ class Synthesizer:
             rows = build_prompt_rows(self.template, "continuation", text_ids, None)
             self._check_rows_fit(rows)
             return [Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
-                            prefix_rows=self._continuation_prefix_rows())]
+                            prefix_rows=self._continuation_prefix_rows(), text=text,
+                            estimated_frames=estimate_frames(len(text_ids)))]
         transcript = voice.transcript or resolved.transcript
         if not transcript:
             raise InvalidRequestError(
@@ -235,7 +237,8 @@ class Synthesizer:
         self._check_rows_fit(rows)
         new_tokens = max(1, len(text_ids) - self._count_tokens(transcript))
         return [Segment(rows=rows, max_frames=default_max_frames(new_tokens), prime_codes=resolved.codes,
-                        prefix_rows=self._continuation_prefix_rows())]
+                        prefix_rows=self._continuation_prefix_rows(), text=text,
+                        estimated_frames=estimate_frames(new_tokens))]
 
     def _voice_clone_prefix_rows(self, num_reference_frames: int) -> int:
         """Rows before the text in a voice-clone prompt (LM.md §4.3): user prefix, audio start,

@@ -162,6 +162,9 @@ class AudioChunk:
     is_pause: bool = False
     notice: str | None = None  # on the first chunk: something the user should know (e.g. clip trimmed)
     request_id: str = ""
+    segment: int = 0  # which text segment (sentence chunk) this audio speaks; a pause belongs to the one before
+    segment_text: str = ""  # that segment's text
+    estimated_audio_s: float | None = None  # likely length of the whole output (for buffering plans)
 
 
 @dataclass(frozen=True, slots=True)

@@ -297,9 +297,11 @@ class Engine:
             elapsed_s=now - submitted,
             audio_s=live.emitted_samples / SAMPLE_RATE_HZ,
         )
+        segment = live.job.segments[live.segment_index]
         chunk = AudioChunk(seq=live.seq, pcm=pcm, codes=codes, is_last=is_last, timings=timings,
                            is_pause=is_pause, notice=live.job.notice if live.seq == 0 else None,
-                           request_id=live.job.request_id)
+                           request_id=live.job.request_id, segment=live.segment_index,
+                           segment_text=segment.text, estimated_audio_s=live.job.estimated_audio_s)
         live.seq += 1
         live.handle.outbox.put(chunk)
         if is_last:

@@ -10,6 +10,7 @@ from enum import Enum
 import numpy as np
 
 from ..config import SamplingParams
+from .pacing import FRAME_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,8 @@ class Segment:
             (continuation mode: the decoder must continue the reference audio, LM.md §4.4).
         pause_after_s: silence emitted after this segment (0 for the last one).
         prefix_rows: how many leading rows depend only on the voice, not the text.
+        text: the text this segment speaks (captions).
+        estimated_frames: how many frames it will likely take (players plan their buffering on it).
     """
 
     rows: np.ndarray
@@ -30,6 +33,8 @@ class Segment:
     prime_codes: np.ndarray | None = None
     pause_after_s: float = 0.0
     prefix_rows: int = 0  # leading rows shared by every prompt of this voice (KV reusable)
+    text: str = ""
+    estimated_frames: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,11 @@ class StreamJob:
     seed: int
     submitted_at: float  # time.monotonic() when the caller asked
     notice: str | None = None  # shown to the user with the first chunk (e.g. "clip trimmed to 20 s")
+
+    @property
+    def estimated_audio_s(self) -> float:
+        """Likely length of the whole output: each segment's estimate (within its cap) plus pauses."""
+        return sum(min(s.estimated_frames, s.max_frames) * FRAME_S + s.pause_after_s for s in self.segments)
 
 
 class StreamStatus(str, Enum):
