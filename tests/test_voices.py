@@ -128,11 +128,9 @@ def test_parse_catalog_rejects_bad_entries(mutate, message: str) -> None:
 # ------------------------------- presets with the real tiny codec -------------------------------
 @pytest.fixture(scope="module")
 def tiny_encoder(data_dir: Path):
-    try:
-        from tts_core.model.codec_loading import load_codec
-        from tts_core.voices import encoder_from_codec
-    except ImportError as exc:  # the codec is another engineer's module
-        pytest.skip(f"codec module not available yet: {exc}")
+    from tts_core.model.codec_loading import load_codec
+    from tts_core.voices import encoder_from_codec
+
     return encoder_from_codec(load_codec(data_dir / "parity" / "tiny_codec"))
 
 
