@@ -36,7 +36,7 @@ from tts_core.model.lm_config import LMConfig  # noqa: E402
 
 def snr_db(ref: torch.Tensor, test: torch.Tensor) -> float:
     noise = (ref.double() - test.double()).pow(2).sum().item()
-    return float("inf") if noise == 0 else 10 * np.log10(ref.double().pow(2).sum().item() / noise)
+    return float("inf") if noise == 0 else float(10 * np.log10(ref.double().pow(2).sum().item() / noise))
 
 
 def codec_precision(lm, codec, device: torch.device, frames: int = 50) -> dict:

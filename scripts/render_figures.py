@@ -54,7 +54,9 @@ def _machine(record: dict) -> str:
 
 def _caption(title: str, record: dict, source: str) -> str:
     notes = "".join(f" Note: {note.rstrip('.')}." for note in record.get("notes", []))
-    return (f"**{title}.** {_machine(record)}; run {_date(record)}: `{record['command']}` "
+    load = record.get("load_average_1m")
+    busy = f" (load average {load:.1f} at the start)" if load is not None else ""
+    return (f"**{title}.** {_machine(record)}; run {_date(record)}{busy}: `{record['command']}` "
             f"(`bench/results/{source}`).{notes}")
 
 

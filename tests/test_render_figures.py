@@ -41,7 +41,8 @@ def test_engine_table_states_machine_date_and_the_spread_of_runs():
     cpu = render.render_blocks(render.load_records(FIXTURES))["cpu-bench"]
     lines = cpu.splitlines()
     assert lines[0].startswith("**float32 LM, fp32 codec.** Test CPU, 2 of 2 CPUs usable, 1 torch thread, 8 GiB RAM")
-    assert "run 2026-01-02 03:04 UTC" in lines[0] and "`bench/results/cpu-fp32.json`" in lines[0]
+    assert "run 2026-01-02 03:04 UTC (load average 1.5 at the start)" in lines[0]
+    assert "`bench/results/cpu-fp32.json`" in lines[0]
     assert lines[0].endswith("Note: a fixture, not a measurement.")
     assert "| eager | 1 | 342 (330–361) | 350 | 1.781 (1.700–1.850) | 1.781 | 0.56 (0.54–0.59) | 847 MiB RSS (+96) |" in lines
     assert "| eager | 2 | 578 | 600 | 2.900 (2.800–3.000) | 3.100 | 0.69 (0.66–0.71) | 941 MiB RSS (+40) |" in lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -43,6 +44,8 @@ def new_record(kind: str, args: argparse.Namespace, machine: dict, setup: dict,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": command_line(sys.argv, program),
         "machine": machine,
+        # Other work on the machine when the run began (1-minute load average vs usable CPUs).
+        "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         "args": recorded_args,
         "setup": setup,
         "notes": list(args.note or []),

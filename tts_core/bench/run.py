@@ -57,7 +57,7 @@ def _requests(plan: LevelPlan, run: int, frames: int) -> list:
     from ..types import SynthesisRequest, Voice
 
     def voice(i: int) -> Voice:
-        seed = 1 + run * 10_000 + i if plan.cold_voice else 0
+        seed = 1 + (run + 1) * 10_000 + i if plan.cold_voice else 0  # run -1 is the warm-up
         return Voice.from_codes(voice_codes(plan.ref_frames, seed))
 
     return [SynthesisRequest(text=BENCH_TEXT, voice=voice(i), mode="voice_clone", sampling=plan.sampling,
@@ -162,7 +162,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
         if fidelity is not None:
-            record["fidelity"] = fidelity
+            record["fidelity"] = {k: round(v, 4) if isinstance(v, float) else v for k, v in fidelity.items()}
         record["modes"] = {}
         for enforce_eager in ([False, True] if (args.eager_compare and is_cuda) else [False]):
             label = "eager" if (enforce_eager or not is_cuda) else "graphed"
