@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ..config import SamplingParams
+from .extras import measure_fidelity, time_components
 from .machine import machine_info
 from .memory import PeakMemory
 from .models import build_random_models, make_prompt, voice_codes
@@ -36,7 +38,7 @@ class LevelPlan:
     repeats: int
     ref_frames: int  # reference-audio frames in each request's voice (sets the prompt length)
     cold_voice: bool
-    sampling: object
+    sampling: SamplingParams
     enforce_eager: bool
 
 
@@ -86,7 +88,6 @@ def bench_level(models, devices, plan: LevelPlan, tokenizer, context_rows: int, 
     from ..engine.engine import Engine
     from ..engine.pool import EnginePool
     from ..engine.runner import Runner
-    from .extras import time_components
 
     slots = -(-plan.streams // len(devices))  # per engine
     config = EngineConfig(max_active_streams=slots, max_queue=0, max_context_rows=context_rows,
@@ -117,7 +118,7 @@ def bench_level(models, devices, plan: LevelPlan, tokenizer, context_rows: int, 
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from ..config import EngineConfig, SamplingParams
+    from ..config import EngineConfig
     from ..devices import configure_cpu_threads, resolve_device, resolve_lm_dtype
     from ..tokenizer import TextTokenizer
 
@@ -148,7 +149,7 @@ def run_bench(args: argparse.Namespace) -> int:
         quantize_lm_int8(lm)
         quantize_codec_int8(codec)
         if reference is not None:
-            fidelity = measure_fidelity_of(reference, (lm, codec), args.prompt_rows, frames)
+            fidelity = measure_fidelity(reference, (lm, codec), make_prompt(lm.config, args.prompt_rows), frames)
     tokenizer = TextTokenizer.from_file(args.tokenizer)
     context_rows = args.prompt_rows + frames + 40
     sampling = SamplingParams.greedy() if args.greedy else SamplingParams()
@@ -187,8 +188,3 @@ def run_bench(args: argparse.Namespace) -> int:
         write_record(record, args.json)
     return 0
 
-
-def measure_fidelity_of(reference, quantized, prompt_rows: int, frames: int) -> dict:
-    from .extras import measure_fidelity
-
-    return measure_fidelity(reference, quantized, make_prompt(reference[0].config, prompt_rows), frames)
