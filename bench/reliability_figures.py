@@ -84,14 +84,16 @@ def measure_storm(app: AppProc, waves: int = 5, per_wave: int = 10) -> dict:
 
 def measure_left_while_queued(app: AppProc, impatient: int = 6) -> dict:
     app.wait_idle()
-    outcomes, still_queued = asyncio.run(scenarios.leave_while_queued(app.url, PROC_MAX_ACTIVE, impatient))
+    outcomes, still_queued, cleared_after_s = asyncio.run(
+        scenarios.leave_while_queued(app.url, PROC_MAX_ACTIVE, impatient))
     try:
         app.wait_idle(timeout_s=60)
         idle = True
     except AssertionError:
         idle = False
     return {"clients": impatient, "gave_up": outcomes.count("gave up"), "patience_s": scenarios.QUEUE_PATIENCE_S,
-            "queued_after_they_left": still_queued, "engine_idle_afterwards": idle}
+            "queued_after_they_left": still_queued, "queue_cleared_after_s": cleared_after_s,
+            "engine_idle_afterwards": idle}
 
 
 def measure_soak(app: AppProc, data_dir: Path) -> dict:

@@ -71,9 +71,10 @@ async def storm(url: str, waves: int, per_wave: int) -> list[str]:
     return results
 
 
-async def leave_while_queued(url: str, holders: int, impatient: int) -> tuple[list[str], int]:
+async def leave_while_queued(url: str, holders: int, impatient: int) -> tuple[list[str], int, float | None]:
     """`holders` streams take every slot; `impatient` more give up while queued. Returns their
-    outcomes and how many requests /health still showed queued right after they left."""
+    outcomes, how many requests /health still showed queued right after they left, and how long
+    until it showed none (None: not within 5 s), the holders still holding every slot."""
     release = asyncio.Event()
     limits = httpx.Limits(max_connections=holders + impatient + 4, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
@@ -100,10 +101,15 @@ async def leave_while_queued(url: str, holders: int, impatient: int) -> tuple[li
                 raise RuntimeError("the holders never got their slots")
             await asyncio.sleep(0.05)
         results = await asyncio.gather(*(give_up(100 + i) for i in range(impatient)))
-        still_queued = (await client.get("/health")).json()["queued"]
+        left_at = time.monotonic()
+        still_queued = queued = (await client.get("/health")).json()["queued"]
+        while queued and time.monotonic() - left_at < 5.0:
+            await asyncio.sleep(0.02)
+            queued = (await client.get("/health")).json()["queued"]
+        cleared_after_s = None if queued else round(time.monotonic() - left_at, 2)
         release.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
-    return results, still_queued
+    return results, still_queued, cleared_after_s
 
 
 def soak_request(client: httpx.Client, index: int, clip_b64: str) -> httpx.Response:

@@ -148,6 +148,10 @@ def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
 # ---- reliability ---------------------------------------------------------------------------------
 
 
+def _cleared(seconds: float | None) -> str:
+    return "still queued 5 s later" if seconds is None else f"none {seconds:.2f} s later"
+
+
 def render_reliability(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "reliability"]
     if not chosen:
@@ -171,7 +175,8 @@ def render_reliability(records: list[tuple[str, dict]]) -> str:
         f"afterwards; {storm['seconds']:.1f} s |",
         f"| left while queued | {queued['clients']} (+{setup['slots']} holding the slots) | – | – | "
         f"{queued['gave_up']} gave up after {queued['patience_s']:g} s | {queued['queued_after_they_left']} still "
-        f"queued right after they left; engine {'idle' if queued['engine_idle_afterwards'] else 'busy'} afterwards |",
+        f"queued right after they left, {_cleared(queued.get('queue_cleared_after_s'))} (slots still held); "
+        f"engine {'idle' if queued['engine_idle_afterwards'] else 'busy'} afterwards |",
         f"| soak, sequential | {soak['requests']} | {soak['served_200']} | {soak['refused_503']} | 0 | "
         f"{soak['answered_404']} × 404 (the intended unknown-voice case); {soak['seconds']:.1f} s |",
         "",

@@ -86,3 +86,11 @@ def test_a_typed_number_in_a_figures_block_is_caught(tmp_path):
     assert render.main(["--check", "--root", str(tmp_path)]) == 1
     assert render.main(["--root", str(tmp_path)]) == 0  # rendering repairs it
     assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
+
+
+def test_reliability_tables_come_from_the_record():
+    text = render.render_blocks(render.load_records(FIXTURES))["reliability"]
+    assert text.startswith("**Reliability.** Test CPU, 2 of 2 CPUs usable, 1 torch thread")
+    assert ("| left while queued | 6 (+4 holding the slots) | – | – | 6 gave up after 0.5 s | 2 still queued right "
+            "after they left, none 0.12 s later (slots still held); engine idle afterwards |") in text
+    assert "| resident memory, soak (after a 30-request warm-up) | 478.6 MiB | 478.7 MiB (+0.02 %) |" in text
