@@ -18,7 +18,7 @@ import time
 import httpx
 import numpy as np
 import pytest
-from e2e_helpers import chunks_arrived_in_time, playwright_sync_api
+from e2e_helpers import assert_gapless_where_provable, assert_no_underruns, playwright_sync_api
 
 PlaywrightTimeout = playwright_sync_api().TimeoutError
 
@@ -110,31 +110,6 @@ def played(pcm: np.ndarray, fade_frames: int = 96) -> np.ndarray:
     f = min(fade_frames, len(out))
     out[len(out) - f:] *= ((f - np.arange(f)) / (f + 1))[:, None]
     return out
-
-
-def assert_no_underruns(s: dict) -> None:
-    assert s["underruns"] == 0 and s["underrunFrames"] == 0, (
-        f"{s['underruns']} underruns at frames {s['underrunsAt']}; arrivals [ms, frames]: {s['arrivals']}")
-
-
-def assert_underruns_accounted(s: dict) -> None:
-    """Whatever the machine's speed: underruns, their silence and their positions agree."""
-    count, at = s["underruns"], s["underrunsAt"]
-    assert (count == 0) == (s["underrunFrames"] == 0), s
-    assert len(at) == min(count, 20) and at == sorted(set(at)), s
-    assert all(0 < frame <= s["framesRendered"] for frame in at), s  # a gap begins after some audio
-
-
-def assert_gapless_where_provable(s: dict, prebuffer_ms: float = 200) -> bool:
-    """No gap after playback started, asserted only where every chunk provably arrived in time
-    (a slow, loaded machine may starve the player without it being at fault); the accounting is
-    asserted always. Returns whether the audio was provably gapless (the rendered samples then
-    equal the source exactly)."""
-    assert_underruns_accounted(s)
-    if chunks_arrived_in_time(s["arrivals"], total_frames=s["framesReceived"], prebuffer_ms=prebuffer_ms):
-        assert_no_underruns(s)
-        return True
-    return s["underruns"] == 0
 
 
 def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
