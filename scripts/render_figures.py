@@ -94,23 +94,25 @@ def engine_title(record: dict) -> str:
 
 
 def render_engine(source: str, record: dict) -> str:
-    setup = record["setup"]
-    runs = next(iter(record["modes"].values()))[0]["repeats"]
+    setup, modes = record["setup"], record["modes"]
+    runs = next(iter(modes.values()))[0]["repeats"]
+    compiled = f", LM step compile: {setup['compile']}" if setup.get("compile", "off") != "off" else ""
+    several = len(modes) > 1  # a mode column only where the run compared modes (graphed / eager)
     lines = [_caption(engine_title(record), record, source),
              f"{setup['frames']} frames per stream, {setup['prompt_rows']}-row voice-clone prompt, "
-             f"{setup['sampling']} sampling, LM step compile: {setup.get('compile', 'off')}; "
-             f"median of {runs} runs (min–max) after one warm-up run.",
+             f"{setup['sampling']} sampling{compiled}; median of {runs} runs (min–max) after one warm-up run.",
              "",
-             "| mode | streams | TTFP p50 (ms) | TTFP p95 (ms) | RTF p50 | RTF max | × real time | peak memory (level's own) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for label, rows in record["modes"].items():
+             "| " + ("mode | " if several else "") + "streams | TTFP p50 (ms) | TTFP p95 (ms) | RTF p50 | RTF max "
+             "| × real time | peak memory (level's own) |",
+             "|---" * (8 if several else 7) + "|"]
+    for label, rows in modes.items():
         for r in rows:
-            lines.append(f"| {label} | {r['streams']} | {_ranged(r['ttfp_p50_ms'], _ms)} | "
+            lines.append("| " + (f"{label} | " if several else "") + f"{r['streams']} | "
+                         f"{_ranged(r['ttfp_p50_ms'], _ms)} | "
                          f"{_ms(r['ttfp_p95_ms']['median'])} | {_ranged(r['rtf_p50'], _rtf)} | "
                          f"{_rtf(r['rtf_max']['median'])} | {_ranged(r['x_realtime'], _times)} | "
                          f"{_memory(r['memory'])} |")
     lines.append("")
-    modes = record["modes"]
     if "graphed" in modes and "eager" in modes:
         ratios = [f"streams {g['streams']}: RTF {g['rtf_p50']['median'] / e['rtf_p50']['median']:.2f}, "
                   f"TTFP {g['ttfp_p50_ms']['median'] / e['ttfp_p50_ms']['median']:.2f}"
@@ -148,6 +150,14 @@ def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
 # ---- reliability ---------------------------------------------------------------------------------
 
 
+def _answers(other: list[str]) -> str:
+    return f"{len(other)} ({', '.join(other)})" if other else "0"
+
+
+def _statuses(other: list[int]) -> str:
+    return f", other answers: {', '.join(map(str, other))}" if other else ""
+
+
 def _cleared(seconds: float | None) -> str:
     return "still queued 5 s later" if seconds is None else f"none {seconds:.2f} s later"
 
@@ -167,9 +177,9 @@ def render_reliability(records: list[tuple[str, dict]]) -> str:
         "| scenario | requests | served | refused | left early | other |",
         "|---|---|---|---|---|---|",
         f"| load, {load['clients']} at once ({slots}) | {load['clients']} | {load['served']} in full | "
-        f"{load['refused_503']} × 503 `queue_full` + `Retry-After` | 0 | {load['broken']} broken; "
+        f"{load['refused_503']} × 503 `queue_full` + `Retry-After` | – | {load['broken']} broken; "
         f"{load['seconds']:.1f} s; peak RSS {load['peak_rss_mib']:.0f} MiB |",
-        f"| disconnect storm | {storm['clients']} ({storm['waves']} waves) | – | 0 | "
+        f"| disconnect storm | {storm['clients']} ({storm['waves']} waves) | – | {_answers(storm['other'])} | "
         f"{storm['aborted_mid_stream']} mid-stream (engine: {storm['engine_cancelled']} cancelled, "
         f"{storm['engine_finished']} finished) | {storm['active_after']} active / {storm['queued_after']} queued "
         f"afterwards; {storm['seconds']:.1f} s |",
@@ -177,8 +187,9 @@ def render_reliability(records: list[tuple[str, dict]]) -> str:
         f"{queued['gave_up']} gave up after {queued['patience_s']:g} s | {queued['queued_after_they_left']} still "
         f"queued right after they left, {_cleared(queued.get('queue_cleared_after_s'))} (slots still held); "
         f"engine {'idle' if queued['engine_idle_afterwards'] else 'busy'} afterwards |",
-        f"| soak, sequential | {soak['requests']} | {soak['served_200']} | {soak['refused_503']} | 0 | "
-        f"{soak['answered_404']} × 404 (the intended unknown-voice case); {soak['seconds']:.1f} s |",
+        f"| soak, sequential | {soak['requests']} | {soak['served_200']} | {soak['refused_503']} | – | "
+        f"{soak['answered_404']} × 404 (the intended unknown-voice case){_statuses(soak['other_statuses'])}; "
+        f"{soak['seconds']:.1f} s |",
         "",
         "| resource (`python app.py`) | before | after |",
         "|---|---|---|",

@@ -44,14 +44,17 @@ def test_engine_table_states_machine_date_and_the_spread_of_runs():
     assert "run 2026-01-02 03:04 UTC (load average 1.5 at the start)" in lines[0]
     assert "`bench/results/cpu-fp32.json`" in lines[0]
     assert lines[0].endswith("Note: a fixture, not a measurement.")
-    assert "| eager | 1 | 342 (330–361) | 350 | 1.781 (1.700–1.850) | 1.781 | 0.56 (0.54–0.59) | 847 MiB RSS (+96) |" in lines
-    assert "| eager | 2 | 578 | 600 | 2.900 (2.800–3.000) | 3.100 | 0.69 (0.66–0.71) | 941 MiB RSS (+40) |" in lines
+    assert lines[1] == ("40 frames per stream, 200-row voice-clone prompt, default sampling; "
+                        "median of 3 runs (min–max) after one warm-up run.")
+    assert "| 1 | 342 (330–361) | 350 | 1.781 (1.700–1.850) | 1.781 | 0.56 (0.54–0.59) | 847 MiB RSS (+96) |" in lines
+    assert "| 2 | 578 | 600 | 2.900 (2.800–3.000) | 3.100 | 0.69 (0.66–0.71) | 941 MiB RSS (+40) |" in lines
     assert "Per frame (eager, batch 1, `--components`): prefill 940 ms, LM frame 91.2 ms, codec frame 25.1 ms." in lines
 
 
 def test_gpu_block_keeps_graphed_and_eager_side_by_side():
     gpu = render.render_blocks(render.load_records(FIXTURES))["gpu-bench"]
-    assert "Test GPU (CUDA 12.8)" in gpu
+    assert "Test GPU (CUDA 12.8)" in gpu and "LM step compile: inductor" in gpu
+    assert "| graphed | 1 | 12.1 (12.0–12.4) | 12.2 | 0.041 (0.040–0.042) | 0.041 | 24.2 (23.5–24.9) | 458 MiB GPU (+80) |" in gpu
     assert "Graphed / eager (medians, side by side in this run): streams 1: RTF 0.18, TTFP 0.42." in gpu
 
 
