@@ -96,9 +96,10 @@ async def leave_while_queued(url: str, holders: int, impatient: int) -> tuple[li
 
         tasks = [asyncio.create_task(holder(i)) for i in range(holders)]
         deadline = time.monotonic() + 60
-        while (await client.get("/health")).json()["active_streams"] < holders:
+        while (health := (await client.get("/health")).json())["active_streams"] < holders:
             if time.monotonic() > deadline:
-                raise RuntimeError("the holders never got their slots")
+                done = [task.exception() if task.done() else "running" for task in tasks]
+                raise RuntimeError(f"the holders never got their slots: {health}; holders: {done}")
             await asyncio.sleep(0.05)
         results = await asyncio.gather(*(give_up(100 + i) for i in range(impatient)))
         left_at = time.monotonic()
