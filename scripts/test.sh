@@ -18,7 +18,11 @@ if [ ! -x /usr/bin/chromium ]; then
     if [ "$(id -u)" = "0" ]; then
         apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
     else
-        echo "warning: /usr/bin/chromium missing and not root; browser tests will be skipped" >&2
+        case "$(printf '%s' "${MOSS_TTS_REQUIRE_BROWSER:-}" | tr '[:upper:]' '[:lower:]')" in
+            1|true|yes|on) echo "error: /usr/bin/chromium missing and not root to install it;" \
+                "MOSS_TTS_REQUIRE_BROWSER is set, so the browser tests will fail" >&2 ;;
+            *) echo "warning: /usr/bin/chromium missing and not root; browser tests will be skipped" >&2 ;;
+        esac
     fi
 fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1

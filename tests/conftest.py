@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tts_core.env import env_flag
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Test modules import helpers from this plugin directly as well: rewrite its asserts either way.
+pytest.register_assert_rewrite("e2e_helpers")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -24,7 +28,7 @@ def _parity_root() -> Path:
 def data_dir() -> Path:
     """The shared MOSS-TTS-Nano data directory (real tokenizer, configs, clips, parity vectors).
 
-    Skips when absent; fails instead when MOSS_TTS_REQUIRE_PARITY=1 (CI sets it).
+    Skips when absent; fails instead when MOSS_TTS_REQUIRE_PARITY is set (CI's `.ci/run` sets it).
     """
     root = _parity_root()
     if not (root / "parity").is_dir():
@@ -32,8 +36,8 @@ def data_dir() -> Path:
             f"parity data not found at {root}: set MOSS_TTS_PARITY_DIR to the moss_tts_nano_data "
             "directory (default ../shared/moss_tts_nano_data from the repo root)"
         )
-        if os.environ.get("MOSS_TTS_REQUIRE_PARITY") == "1":
-            pytest.fail(message)
+        if env_flag("MOSS_TTS_REQUIRE_PARITY"):
+            pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return root
 

@@ -18,8 +18,9 @@ import time
 import httpx
 import numpy as np
 import pytest
+from e2e_helpers import assert_gapless_where_provable, assert_no_underruns, playwright_sync_api
 
-PlaywrightTimeout = pytest.importorskip("playwright.sync_api").TimeoutError
+PlaywrightTimeout = playwright_sync_api().TimeoutError
 
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
@@ -111,11 +112,6 @@ def played(pcm: np.ndarray, fade_frames: int = 96) -> np.ndarray:
     return out
 
 
-def assert_no_underruns(s: dict) -> None:
-    assert s["underruns"] == 0 and s["underrunFrames"] == 0, (
-        f"{s['underruns']} underruns at frames {s['underrunsAt']}; arrivals [ms, frames]: {s['arrivals']}")
-
-
 def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
     """Every generated frame went through the worklet, at 48 kHz, in two channels, without a gap."""
     assert s["state"] == "finished", s
@@ -125,17 +121,21 @@ def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
     assert len(pcm) > 0
     assert s["bytesReceived"] == pcm.size * 4
     assert s["framesReceived"] == len(pcm) == s["framesRendered"]
-    assert_no_underruns(s)
+    gapless = assert_gapless_where_provable(s)
     assert s["trailingBytes"] == 0
-    # The worklet rendered these very samples, per channel (not a mono mix), in order and without a
-    # seam of its own: same energy on L and R, same L-R difference, same largest sample-to-sample step.
     src = played(pcm)
-    assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=1e-5)
-    assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=1e-5)
-    diff = float(np.sqrt(((src[:, 0] - src[:, 1]) ** 2).mean()))
-    assert diff > 1e-3, "the test clip is mono, so it cannot show that both channels are kept"
-    assert s["rmsDiff"] == pytest.approx(diff, rel=1e-4)
-    assert s["maxStep"] == pytest.approx(float(np.abs(np.diff(src, axis=0)).max()), rel=1e-4)
+    if gapless:
+        # The worklet rendered these very samples, per channel (not a mono mix), in order and without a
+        # seam of its own: same energy on L and R, same L-R difference, same largest sample-to-sample step.
+        assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=1e-5)
+        assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=1e-5)
+        diff = float(np.sqrt(((src[:, 0] - src[:, 1]) ** 2).mean()))
+        assert diff > 1e-3, "the test clip is mono, so it cannot show that both channels are kept"
+        assert s["rmsDiff"] == pytest.approx(diff, rel=1e-4)
+        assert s["maxStep"] == pytest.approx(float(np.abs(np.diff(src, axis=0)).max()), rel=1e-4)
+    else:  # the generator starved the player: the fades around its gaps only remove energy
+        assert s["sumSqL"] <= float((src[:, 0] ** 2).sum()) * (1 + 1e-5)
+        assert s["sumSqR"] <= float((src[:, 1] ** 2).sum()) * (1 + 1e-5)
     assert 0 < s["ttfpMs"] < 60_000 and s["ttfbMs"] <= s["ttfpMs"]
     assert 0 < s["rtf"] < 100 and s["xRealtime"] == pytest.approx(1 / s["rtf"])
     assert s["audioSeconds"] == pytest.approx(len(pcm) / 48_000)
@@ -171,7 +171,7 @@ def test_generate_with_a_preset_plays_every_frame_gaplessly(browser_context, app
     assert re.fullmatch(r"\d+ ms", frame.inner_text("#m-ttfp"))
     assert re.fullmatch(r"\d+\.\d\d", frame.inner_text("#m-rtf"))
     assert re.fullmatch(r"\d+\.\d ×|\d+\.\d×", frame.inner_text("#m-speed"))
-    assert frame.inner_text("#m-underruns") == "0"
+    assert frame.inner_text("#m-underruns") == str(s["underruns"])
     assert frame.inner_text("#state") == "Done"
 
 
@@ -232,7 +232,7 @@ def test_empty_text_shows_an_error_in_the_page(browser_context, app_server):
 
 
 def test_unusable_upload_shows_an_error_in_the_page(browser_context, app_server, tmp_path):
-    soundfile = pytest.importorskip("soundfile")
+    import soundfile
     clip = tmp_path / "phone.wav"  # 8 kHz: too narrow-band to clone a 48 kHz voice
     soundfile.write(clip, 0.1 * np.sin(np.arange(16_000) * 0.3), 8_000)
     page, frame = open_studio(browser_context, app_server)
@@ -264,11 +264,14 @@ def test_voice_audition_plays_each_voice_in_turn(browser_context, app_server):
     assert [c["label"] for c in s["completed"]] == expected
     for item in s["completed"]:
         assert item["frames"] == 12 * SAMPLES_PER_FRAME == item["framesRendered"]  # at most 1 s
-        assert item["underruns"] == 0 and item["ttfpMs"] > 0
+        assert item["ttfpMs"] > 0
+    # Arrival times are kept for the last voice only: its gaps are judged, the first one's cannot be.
+    assert s["completed"][-1]["underruns"] == s["underruns"]
+    assert_gapless_where_provable(s)
 
 
 def test_replay_and_wav_download(browser_context, app_server, artifacts_dir):
-    soundfile = pytest.importorskip("soundfile")
+    import soundfile
     page, frame = open_studio(browser_context, app_server)
     set_max_seconds(page, 1.0)
     page.fill("#tts-text textarea", "Play it again.")
@@ -282,7 +285,7 @@ def test_replay_and_wav_download(browser_context, app_server, artifacts_dir):
     again = wait_done(frame)
     assert again["state"] == "finished" and again["framesRendered"] == len(pcm)
     assert again["label"].endswith("(replay)")
-    assert_no_underruns(again)
+    assert_no_underruns(again)  # all of it reaches the worklet in one message before 'end': nothing can starve it
 
     with page.expect_download() as info:
         frame.click("#download")
@@ -313,7 +316,7 @@ def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context
     assert s["framesReceived"] == 12 * SAMPLES_PER_FRAME
     assert abs(s["framesRendered"] - round(s["framesReceived"] * 44_100 / 48_000)) <= 2
     assert s["outputChannels"] == 2
-    assert_no_underruns(s)
+    assert_gapless_where_provable(s, prebuffer_ms=1000)
 
 
 def test_player_shows_server_errors(browser_context, app_server):

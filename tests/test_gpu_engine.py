@@ -73,8 +73,7 @@ def test_graphed_equals_eager_bf16(full_models, prompts):
         assert len(got) == 16
         np.testing.assert_array_equal(got, want)
     worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
-    print(f"graphed vs eager PCM max |diff| = {worst:.3g}")
-    assert worst <= 1e-5
+    assert worst <= 1e-5, f"graphed vs eager PCM max |diff| = {worst:.3g}"
 
 
 def test_compile_on_by_default_and_off_by_env(full_models, monkeypatch):
@@ -86,24 +85,19 @@ def test_compile_on_by_default_and_off_by_env(full_models, monkeypatch):
     assert runner.stepper.compile_mode == "off" and runner.stepper.units is lm_step.EAGER
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_step_equals_per_op_step(full_models, prompts, dtype):
-    """Compiled fused units vs the per-op step, both graphed, greedy. fp32: identical codes. bf16:
-    rounding differs (fused kernels), so agreement is printed, not asserted (the bf16 per-op step
-    already differs between batch buckets the same way)."""
-    models = full_models(dtype)
+def test_compiled_step_equals_per_op_step_fp32(full_models, prompts):
+    """Compiled fused units vs the per-op step, both graphed, greedy, fp32: identical codes and PCM.
+    (In bf16 the fused kernels round differently, so codes may differ: `bench/gpu_checks.py`
+    measures that agreement; nothing about it is asserted.)"""
+    models = full_models(torch.float32)
     slots = [0, 2, 3, 5, 6, 7]
     args = (prompts[:6], [21, 22, 23, 24, 25, 26], slots, SamplingParams.greedy())
     want, want_pcm = drive(_runner(models, 8, compile="off"), *args, frames=16)
     got, got_pcm = drive(_runner(models, 8), *args, frames=16)
-    same = [np.array_equal(w, g) for w, g in zip(want, got)]
-    agree = np.mean([(w[: len(g)] == g[: len(w)]).mean() for w, g in zip(want, got)])
-    print(f"{dtype}: compiled == per-op greedy codes for {sum(same)}/{len(same)} streams "
-          f"(code agreement {agree:.3f})")
-    if dtype == torch.float32:
-        assert all(same)
-        worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
-        assert worst <= 1e-4
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
+    assert worst <= 1e-4, f"compiled vs per-op PCM max |diff| = {worst:.3g}"
 
 
 def test_tiny_checkpoint_greedy_matches_reference_graphed_fp32(parity_dir):

@@ -9,13 +9,7 @@ from safetensors.torch import load_file
 from tts_core.model.kv_cache import KVCache
 from tts_core.model.lm_loading import load_lm
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _single_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -28,13 +28,7 @@ HIDDEN_TOL = 1e-5
 LOGIT_TOL = 5e-5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _single_thread():
-    # The vectors were produced with one thread; it also keeps this file cheap on a shared box.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,7 @@ from tts_core.model.sampling import (
     sample_filtered,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _single_thread():
-    # Tiny tensors: thread hand-offs only cost time on the shared 2-core box.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _reference_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:

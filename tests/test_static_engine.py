@@ -233,7 +233,8 @@ def test_static_runner_refuses_prompts_over_the_context(models, vectors):
 
 
 def test_route_order_least_loaded_first_stable():
-    assert route_order([3, 1, 2, 1]) == [1, 3, 2, 0]
+    assert route_order([3, 1, 2, 1]) == [1, 3, 2, 0]  # the tie between engines 1 and 3 keeps their order
+    assert route_order([0, 0, 0]) == [0, 1, 2]
     assert engine_load({"active_streams": 2, "queued": 3}) == 5
 
 
@@ -262,18 +263,22 @@ class _FakeEngine:
 def test_pool_routes_to_least_loaded_and_skips_full_engines():
     engines = [_FakeEngine(2, 0), _FakeEngine(0, 0), _FakeEngine(1, 0)]
     pool = EnginePool(engines)
-    for name in "abc":
+    for name in "abc":  # loads 2,0,1 -> a to 1; 2,1,1 -> b to 1 (tie: first); 2,2,1 -> c to 2
         pool.submit(name)
     assert [e.jobs for e in engines] == [[], ["a", "b"], ["c"]]
+    pool.submit("d")  # loads 2,2,2: a three-way tie goes to the first engine
+    assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c"]]
+    engines[0].active, engines[1].active = 4, 1  # loads 4,1,2
     engines[1].full = True
-    pool.submit("d")  # engine 1 is least loaded but full: the next least loaded takes it
-    assert engines[2].jobs == ["c", "d"] or engines[0].jobs == ["d"]
+    pool.submit("e")  # engine 1 is least loaded but full: the next least loaded, engine 2, takes it
+    assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     for e in engines:
         e.full = True
     with pytest.raises(QueueFullError):
-        pool.submit("e")
+        pool.submit("f")
+    assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     stats = pool.stats()
-    assert stats["engines"] == 3 and stats["active_streams"] == sum(e.active for e in engines)
+    assert stats["engines"] == 3 and stats["active_streams"] == sum(e.active for e in engines) == 8
 
 
 def _job(rows, seed, frames=8):

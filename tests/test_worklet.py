@@ -1,7 +1,10 @@
 """static/worklet.js driven quantum by quantum in Chromium's JS engine, without an audio device.
 
 Deterministic checks of the ring buffer arithmetic: bit-exact joins across odd chunk sizes, the
-prebuffer, underrun accounting with fades, the stop fade, ring growth, and the resampler.
+prebuffer, underrun accounting with fades, the stop fade, ring growth, the resampler, restart and
+stop. Paced sources (chunks arriving at chosen render quanta) tie `chunks_arrived_in_time`, which
+decides where the browser tests may demand "no gap", to what this worklet actually does. Nothing
+here depends on the machine's speed: time is the count of quanta the test runs.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_helpers import chunks_arrived_in_time
 
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
@@ -184,3 +188,131 @@ def test_resampler_turns_48k_into_a_clean_44k1_sine(js):
     assert abs(s["framesRendered"] - round(result["from"] * 44_100 / 48_000)) <= 2
     assert result["err"] < 1e-3  # cubic interpolation of a 440 Hz tone: no seams at chunk joins
     assert s["underruns"] == 0
+
+
+# ---- a paced source: chunks arrive at chosen times, the worklet is driven quantum by quantum -------
+
+QUANTUM_MS = 128 / 48  # one render quantum at 48 kHz
+FRAME = 3840  # samples per channel in one 80 ms codec frame
+
+PACED = """
+const [schedule, prebufferMs] = args;   // schedule: [[quantum index, frames], ...] in arrival order
+d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs});
+const src = [], out = [], arrivals = [];
+let from = 0, next = 0, q = 0;
+while (true) {
+  while (next < schedule.length && schedule[next][0] <= q) {   // what arrived before this quantum
+    const chunk = sine(schedule[next][1], from, 48000, 440);
+    for (const v of chunk) src.push(v);
+    from += schedule[next][1];
+    d.send({type: 'pcm', data: chunk});
+    arrivals.push([q * 128 / 48, from]);
+    next += 1;
+    if (next === schedule.length) d.send({type: 'end'});
+  }
+  const [L, R] = d.quantum();
+  q += 1;
+  for (let i = 0; i < 128; i++) out.push(L[i], R[i]);
+  if (d.node.state === 'idle' || q > 100000) break;
+}
+const lead = 2 * d.node.out.find((m) => m.type === 'first-audio').frame;
+let mismatches = 0;   // against the source from the first audible sample on, the faded last 2 ms aside
+for (let i = 0; i < src.length - 2 * 96; i++) if (Math.fround(src[i]) !== out[lead + i]) mismatches += 1;
+let sumSq = 0, srcSumSq = 0;
+for (const v of out) sumSq += v * v;
+for (const v of src) srcSumSq += Math.fround(v) * Math.fround(v);
+const s = d.node.out.find((m) => m.type === 'finished').stats;
+return {s, arrivals, mismatches, quanta: q, lead, total: from, sumSq, srcSumSq};
+"""
+
+
+def paced_schedule(chunk_frames: list[int], rtf: float, first_ms: float, stall_after: int = -1,
+                   stall_ms: float = 0.0) -> list[list[int]]:
+    """A generator at a steady real-time factor: chunk i (of chunk_frames[i] codec frames) is ready
+    first_ms + rtf x (audio made so far) after the request, optionally after a stall; arrivals snap to
+    the next render quantum, as the worklet only sees messages between quanta."""
+    schedule, made_ms = [], 0.0
+    for i, frames in enumerate(chunk_frames):
+        made_ms += 80 * frames
+        ready_ms = first_ms + rtf * made_ms + (stall_ms if i > stall_after >= 0 else 0.0)
+        schedule.append([math.ceil(ready_ms / QUANTUM_MS), frames * FRAME])
+    return schedule
+
+
+PACED_CASES = {
+    # name: (schedule, prebuffer ms, provably in time)
+    "server-like, RTF 0.3": (paced_schedule([1, 1, 1, 2, 2, 4, 4, 8, 8], 0.3, 150), 200, True),
+    "one frame per chunk, RTF 0.9": (paced_schedule([1] * 30, 0.9, 100), 200, True),
+    "RTF 1.0: the prebuffer is the only cushion": (paced_schedule([1] * 20, 1.0, 100), 200, True),
+    "shorter than the prebuffer": (paced_schedule([1], 0.5, 100), 200, True),
+    "RTF 1.3": (paced_schedule([1] * 12, 1.3, 100), 200, False),
+    "1.5 s stall after 10 frames": (paced_schedule([1] * 15, 0.2, 100, stall_after=9, stall_ms=1500), 200, False),
+}
+
+
+@pytest.mark.parametrize("case", PACED_CASES)
+def test_paced_source_gapless_exactly_when_chunks_arrive_in_time(js, case):
+    schedule, prebuffer_ms, in_time = PACED_CASES[case]
+    start(js)
+    result = js.evaluate(f"(args) => {{ const d = window.driver; {SINE} {PACED} }}", [schedule, prebuffer_ms])
+    s, total = result["s"], result["total"]
+    # The harness's own clock: a chunk ready at a quantum boundary is in time for that quantum, so
+    # the margin is one quantum (a real playhead reads a whole quantum at its start).
+    proved = chunks_arrived_in_time(result["arrivals"], total_frames=total, prebuffer_ms=prebuffer_ms,
+                                    margin_ms=QUANTUM_MS)
+    assert proved == in_time
+    assert s["framesReceived"] == s["framesRendered"] == total  # every frame played, gaps or not
+    # Every output quantum is accounted for: silence before the start, audio, counted gap silence, and
+    # the unfilled rest of the last quantum.
+    tail = result["quanta"] * 128 - result["lead"] // 2 - s["framesRendered"] - s["underrunFrames"]
+    assert 0 <= tail < 128
+    assert len(s["underrunsAt"]) == s["underruns"] and (s["underruns"] == 0) == (s["underrunFrames"] == 0)
+    if proved:
+        assert s["underruns"] == 0, s
+        assert result["mismatches"] == 0  # the source, sample for sample, across every chunk join
+    else:
+        assert s["underruns"] >= 1  # these sources are slow enough to starve any real-time player
+        assert result["sumSq"] < result["srcSumSq"]  # gaps are silence, faded in and out
+    # Playback began in the very quantum the prebuffer filled (or the stream ended), not before.
+    prebuffer_frames = 48 * prebuffer_ms
+    filled = next((ms for ms, frames in result["arrivals"] if frames >= prebuffer_frames), result["arrivals"][-1][0])
+    assert result["lead"] // 2 == round(filled / QUANTUM_MS) * 128
+
+
+def test_start_resets_a_stream_that_is_still_playing(js):
+    start(js)
+    result = run(js, SINE + """
+      d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs: 0});
+      d.send({type: 'pcm', data: sine(10000, 0, 48000, 440)});
+      for (let i = 0; i < 5; i++) d.quantum();
+      d.send({type: 'start', id: 2, inputRate: 48000, prebufferMs: 0});
+      const reset = {state: d.node.state, buffered: d.node.avail, rendered: d.node.s.framesRendered};
+      const fresh = sine(1000, 0, 48000, 1000);
+      d.send({type: 'pcm', data: fresh});
+      d.send({type: 'end'});
+      const out = [];
+      while (d.node.state !== 'idle') { const [L, R] = d.quantum(); for (let i = 0; i < 128; i++) out.push(L[i], R[i]); }
+      let mismatches = 0;
+      for (let i = 0; i < fresh.length - 2 * 96; i++) if (fresh[i] !== out[i]) mismatches += 1;
+      const fin = d.node.out.filter((m) => m.type === 'finished');
+      return {reset, mismatches, finished: fin.map((m) => [m.id, m.stats.framesRendered])};
+    """)
+    assert result["reset"] == {"state": "prebuffering", "buffered": 0, "rendered": 0}
+    assert result["mismatches"] == 0  # only the new stream is heard, from its first sample
+    assert result["finished"] == [[2, 1000]]  # the replaced stream never reports, the new one in full
+
+
+def test_stop_before_playback_answers_at_once_and_ignores_late_chunks(js):
+    start(js)
+    result = run(js, SINE + """
+      d.send({type: 'start', id: 3, inputRate: 48000, prebufferMs: 200});
+      d.send({type: 'pcm', data: sine(2000, 0, 48000, 440)});   // below the 9600-frame prebuffer
+      d.quantum();
+      d.send({type: 'stop'});
+      const stopped = d.node.out.filter((m) => m.type === 'stopped').map((m) => m.id);
+      d.send({type: 'pcm', data: sine(20000, 2000, 48000, 440)});   // still in flight when stop was sent
+      let loud = 0;
+      for (let i = 0; i < 100; i++) { const [L] = d.quantum(); loud += L.filter((v) => v !== 0).length; }
+      return {stopped, state: d.node.state, buffered: d.node.avail, loud};
+    """)
+    assert result == {"stopped": [3], "state": "idle", "buffered": 0, "loud": 0}

@@ -1,0 +1,260 @@
+"""Rewrite the figures in README.md and docs/RELIABILITY.md from the benchmark records in bench/results/.
+
+    python scripts/render_figures.py            # rewrite the marked blocks in place
+    python scripts/render_figures.py --check    # exit 1, naming the block, if a document is out of date
+
+Every figure in those blocks comes from a JSON record written by a benchmark (`python -m tts_core
+bench --json ...`, `python bench/reliability_figures.py --json ...`); every table says which machine
+ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures:NAME:end -->`:
+
+    README.md             cpu-bench    engine records run on CPU
+                          gpu-bench    engine records run on CUDA (a "pending" line while there are none)
+    docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak)
+
+Pure text in, text out: the same records always give the same bytes, and a rendered document
+renders to itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench"), "docs/RELIABILITY.md": ("reliability",)}
+GPU_COMMAND = "python -m tts_core bench --eager-compare --components --json bench/results/gpu-h200.json"
+
+
+def load_records(folder: Path) -> list[tuple[str, dict]]:
+    """(file name, record) for every *.json in `folder`, in file-name order."""
+    return [(path.name, json.loads(path.read_text())) for path in sorted(folder.glob("*.json"))]
+
+
+# ---- formatting --------------------------------------------------------------------------------
+
+
+def _date(record: dict) -> str:
+    return record["date"].replace("T", " ")[:16] + " UTC"  # "2026-11-30T21:02:39Z" -> "2026-11-30 21:02 UTC"
+
+
+def _machine(record: dict) -> str:
+    m = record["machine"]
+    threads = f"{m['torch_threads']} torch thread{'s' if m['torch_threads'] != 1 else ''}"
+    text = f"{m['cpu_model']}, {m['usable_cpus']} of {m['logical_cpus']} CPUs usable, {threads}"
+    if m.get("ram_gib"):
+        text += f", {m['ram_gib']:g} GiB RAM"
+    if m.get("gpus"):
+        text += f", {' + '.join(m['gpus'])} (CUDA {m['cuda']})"
+    return text + f", torch {m['torch']}"
+
+
+def _caption(title: str, record: dict, source: str) -> str:
+    notes = "".join(f" Note: {note.rstrip('.')}." for note in record.get("notes", []))
+    load = record.get("load_average_1m")
+    busy = f" (load average {load:.1f} at the start)" if load is not None else ""
+    return (f"**{title}.** {_machine(record)}; run {_date(record)}{busy}: `{record['command']}` "
+            f"(`bench/results/{source}`).{notes}")
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _rtf(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _times(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def _ranged(figure: dict, fmt) -> str:
+    """The median, and the range over the runs when they differ at the shown precision."""
+    low, mid, high = fmt(figure["min"]), fmt(figure["median"]), fmt(figure["max"])
+    return mid if low == high else f"{mid} ({low}–{high})"
+
+
+def _memory(memory: dict) -> str:
+    if memory.get("peak_mib") is None:
+        return "–"
+    kind = {"rss": "RSS", "cuda_allocated": "GPU"}.get(memory["kind"], memory["kind"])
+    return f"{memory['peak_mib']:.0f} MiB {kind} (+{memory['growth_mib']:.0f})"
+
+
+def engine_title(record: dict) -> str:
+    setup = record["setup"]
+    title = "`--quantize int8`" if setup.get("quantize") else f"{setup['lm_dtype']} LM, {setup['codec_dtype']} codec"
+    if setup.get("voice", "").startswith("cold"):
+        title += ", a new voice for every request (`--cold-voice`)"
+    return title
+
+
+def render_engine(source: str, record: dict) -> str:
+    setup, modes = record["setup"], record["modes"]
+    runs = next(iter(modes.values()))[0]["repeats"]
+    compiled = f", LM step compile: {setup['compile']}" if setup.get("compile", "off") != "off" else ""
+    several = len(modes) > 1  # a mode column only where the run compared modes (graphed / eager)
+    lines = [_caption(engine_title(record), record, source),
+             f"{setup['frames']} frames per stream, {setup['prompt_rows']}-row voice-clone prompt, "
+             f"{setup['sampling']} sampling{compiled}; median of {runs} runs (min–max) after one warm-up run.",
+             "",
+             "| " + ("mode | " if several else "") + "streams | TTFP p50 (ms) | TTFP p95 (ms) | RTF p50 | RTF max "
+             "| × real time | peak memory (level's own) |",
+             "|---" * (8 if several else 7) + "|"]
+    for label, rows in modes.items():
+        for r in rows:
+            lines.append("| " + (f"{label} | " if several else "") + f"{r['streams']} | "
+                         f"{_ranged(r['ttfp_p50_ms'], _ms)} | "
+                         f"{_ms(r['ttfp_p95_ms']['median'])} | {_ranged(r['rtf_p50'], _rtf)} | "
+                         f"{_rtf(r['rtf_max']['median'])} | {_ranged(r['x_realtime'], _times)} | "
+                         f"{_memory(r['memory'])} |")
+    lines.append("")
+    if "graphed" in modes and "eager" in modes:
+        ratios = [f"streams {g['streams']}: RTF {g['rtf_p50']['median'] / e['rtf_p50']['median']:.2f}, "
+                  f"TTFP {g['ttfp_p50_ms']['median'] / e['ttfp_p50_ms']['median']:.2f}"
+                  for g, e in zip(modes["graphed"], modes["eager"])]
+        lines += ["Graphed / eager (medians, side by side in this run): " + "; ".join(ratios) + ".", ""]
+    for label, comp in record.get("components", {}).items():
+        lines += [f"Per frame ({label}, batch 1, `--components`): prefill {_ms(comp['prefill_ms'])} ms, "
+                  f"LM frame {_ms(comp['lm_frame_ms'])} ms, codec frame {_ms(comp['codec_frame_ms'])} ms.", ""]
+    if record.get("fidelity"):
+        f = record["fidelity"]
+        mode = record["setup"].get("quantize") or "quantised"
+        lines += [f"{mode} against fp32 (`--fidelity`, teacher-forced greedy, {f['frames']} frames): "
+                  f"{100 * f['top1_agreement']:.1f} % of codes and "
+                  f"{100 * f['codebook0_agreement']:.1f} % of first-codebook codes agree, largest audio-logit "
+                  f"difference {f['max_abs_dlogit']:.3g} (logits reach {f['logit_scale']:.3g}); "
+                  f"codec SNR {f['codec_snr_db']:.1f} dB.", ""]
+    return "\n".join(lines)
+
+
+def _engine_order(item: tuple[str, dict]) -> tuple:
+    source, record = item
+    setup = record["setup"]
+    return (bool(setup.get("quantize")), setup.get("voice", "").startswith("cold"), source)
+
+
+def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
+    chosen = [(s, r) for s, r in records if r.get("kind") == "engine"
+              and (r["setup"]["device"].startswith("cuda") == on_gpu)]
+    if not chosen:
+        if on_gpu:
+            return ("GPU figures pending: no CUDA benchmark record in `bench/results/` yet. On a GPU machine: "
+                    f"`{GPU_COMMAND}`, then `python scripts/render_figures.py`.")
+        return "CPU figures pending: no CPU benchmark record in `bench/results/` yet."
+    return "\n".join(render_engine(s, r) for s, r in sorted(chosen, key=_engine_order)).rstrip("\n")
+
+
+# ---- reliability ---------------------------------------------------------------------------------
+
+
+def _answers(other: list[str]) -> str:
+    return f"{len(other)} ({', '.join(other)})" if other else "0"
+
+
+def _statuses(other: list[int]) -> str:
+    return f", other answers: {', '.join(map(str, other))}" if other else ""
+
+
+def _cleared(seconds: float | None) -> str:
+    return "still queued 5 s later" if seconds is None else f"none {seconds:.2f} s later"
+
+
+def render_reliability(records: list[tuple[str, dict]]) -> str:
+    chosen = [(s, r) for s, r in records if r.get("kind") == "reliability"]
+    if not chosen:
+        return "Reliability figures pending: no record in `bench/results/` yet (`python bench/reliability_figures.py`)."
+    source, r = chosen[-1]
+    setup, load, storm, queued, soak = r["setup"], r["load"], r["disconnect_storm"], r["left_while_queued"], r["soak"]
+    slots = f"{setup['slots']} slots + {setup['queue']} queue"
+    lines = [
+        _caption("Reliability", r, source),
+        f"`python app.py` with the tiny checkpoints, {slots}, `MOSS_TTS_NUM_THREADS={setup['threads']}`; "
+        "resources measured from outside with psutil.",
+        "",
+        "| scenario | requests | served | refused | left early | other |",
+        "|---|---|---|---|---|---|",
+        f"| load, {load['clients']} at once ({slots}) | {load['clients']} | {load['served']} in full | "
+        f"{load['refused_503']} × 503 `queue_full` + `Retry-After` | – | {load['broken']} broken; "
+        f"{load['seconds']:.1f} s; peak RSS {load['peak_rss_mib']:.0f} MiB |",
+        f"| disconnect storm | {storm['clients']} ({storm['waves']} waves) | – | {_answers(storm['other'])} | "
+        f"{storm['aborted_mid_stream']} mid-stream (engine: {storm['engine_cancelled']} cancelled, "
+        f"{storm['engine_finished']} finished) | {storm['active_after']} active / {storm['queued_after']} queued "
+        f"afterwards; {storm['seconds']:.1f} s |",
+        f"| left while queued | {queued['clients']} (+{setup['slots']} holding the slots) | – | – | "
+        f"{queued['gave_up']} gave up after {queued['patience_s']:g} s | {queued['queued_after_they_left']} still "
+        f"queued right after they left, {_cleared(queued.get('queue_cleared_after_s'))} (slots still held); "
+        f"engine {'idle' if queued['engine_idle_afterwards'] else 'busy'} afterwards |",
+        f"| soak, sequential | {soak['requests']} | {soak['served_200']} | {soak['refused_503']} | – | "
+        f"{soak['answered_404']} × 404 (the intended unknown-voice case){_statuses(soak['other_statuses'])}; "
+        f"{soak['seconds']:.1f} s |",
+        "",
+        "| resource (`python app.py`) | before | after |",
+        "|---|---|---|",
+        f"| resident memory, soak (after a {soak['warmup']}-request warm-up) | {soak['rss_mib_before']:.1f} MiB | "
+        f"{soak['rss_mib_after']:.1f} MiB ({soak['rss_growth_pct']:+.2f} %) |",
+        f"| resident memory, disconnect storm | {storm['rss_mib_before']:.1f} MiB | {storm['rss_mib_after']:.1f} MiB |",
+        f"| threads, storm (idle, after pruning idle workers) | {storm['threads_idle_before']} | "
+        f"{storm['threads_idle_after']} ({storm['threads_right_after']} right after the storm) |",
+        f"| threads, soak (idle, after pruning idle workers) | {soak['threads_idle_before']} | {soak['threads_idle_after']} |",
+        f"| open file descriptors, storm / soak | {storm['fds_idle_before']} / {soak['fds_before']} | "
+        f"{storm['fds_after']} / {soak['fds_after']} |",
+        f"| files in the app's `TMPDIR` / `GRADIO_TEMP_DIR`, storm | {storm['tmp_files_before']} | "
+        f"{storm['tmp_files_after']} |",
+    ]
+    return "\n".join(lines)
+
+
+# ---- documents -----------------------------------------------------------------------------------
+
+
+def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
+    return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
+            "reliability": render_reliability(records)}
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """`text` with the lines between the markers of block `name` replaced by `body`."""
+    pattern = re.compile(rf"(<!-- figures:{re.escape(name)}:start -->\n).*?(<!-- figures:{re.escape(name)}:end -->)",
+                         re.DOTALL)
+    if len(pattern.findall(text)) != 1:
+        raise ValueError(f"expected one <!-- figures:{name}:start --> ... <!-- figures:{name}:end --> block")
+    return pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text)
+
+
+def render_document(text: str, names: tuple[str, ...], blocks: dict[str, str]) -> str:
+    for name in names:
+        text = replace_block(text, name, blocks[name])
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=RESULTS, help="folder of JSON records")
+    parser.add_argument("--root", type=Path, default=ROOT, help="repository root holding the documents")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a document is stale")
+    args = parser.parse_args(argv)
+    blocks = render_blocks(load_records(args.results))
+    stale = []
+    for relative, names in DOCUMENTS.items():
+        path = args.root / relative
+        old = path.read_text()
+        new = render_document(old, names, blocks)
+        if new != old:
+            stale.append(relative)
+            if not args.check:
+                path.write_text(new)
+    if args.check and stale:
+        print(f"out of date: {', '.join(stale)}; run python scripts/render_figures.py", file=sys.stderr)
+        return 1
+    for relative in stale:
+        print(f"rewrote the figures in {relative}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
