@@ -65,11 +65,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 logger = logging.getLogger("bench.reference")
-SIDES = ("reference", "ours", "ours_voice_cache")
+SIDES = ("reference", "ours", "ours_voice_cache")  # fp32; other precisions add ours_<p>[_voice_cache]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from tts_core.bench import _default_config
+    from tts_core.bench import default_config_path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--reference-dir", default=os.environ.get("MOSS_TTS_REFERENCE_DIR"),
@@ -81,8 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (after one warm-up)")
     parser.add_argument("--prompt-rows", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0, help="weights seed; run i samples with seed+1000+i")
-    parser.add_argument("--lm-config", default=_default_config("hf_checkpoint_meta", "config.json"))
-    parser.add_argument("--codec-config", default=_default_config("codec", "config.json"))
+    parser.add_argument("--lm-config", default=default_config_path("hf_checkpoint_meta", "config.json"))
+    parser.add_argument("--codec-config", default=default_config_path("codec", "config.json"))
+    parser.add_argument("--precisions", default="fp32",
+                        help="CPU weight precisions of our side, comma-separated (fp32, fp16, int8)")
     parser.add_argument("--json", help="write the record to this file")
     args = parser.parse_args(argv)
     problems = check_args(args)
@@ -100,6 +102,11 @@ def check_args(args: argparse.Namespace) -> list[str]:
     for name, low in (("frames", 1), ("repeats", 1), ("prompt_rows", 80)):
         if getattr(args, name) < low:
             problems.append(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
+    bad = [p for p in args.precisions.split(",") if p.strip() not in ("fp32", "fp16", "int8")]
+    if bad:
+        problems.append(f"--precisions: unknown {', '.join(bad)}; use fp32, fp16, int8")
+    elif args.device != "cpu" and args.precisions.strip() != "fp32":
+        problems.append("--precisions other than fp32 are CPU modes; drop it for cuda")
     if args.threads is not None and args.threads < 1:
         problems.append(f"--threads must be >= 1, got {args.threads}")
     if args.threads is not None and args.device != "cpu":
@@ -129,8 +136,8 @@ def ratios(sides: dict) -> dict:
     if not ref:
         return {}
     out = {}
-    for name in SIDES[1:]:
-        if name in sides:
+    for name in sides:
+        if name != "reference":
             out[f"reference_over_{name}"] = {
                 key: ref[key]["median"] / sides[name][key]["median"] for key in ("ttfp_ms", "rtf")}
     return out
@@ -193,35 +200,50 @@ def format_table(record: dict) -> str:
 
 
 class OursStream:
-    """Our engine through the bench's own helpers (random weights, real engine, one slot)."""
+    """Our engine through the bench's own level runner (random weights, real engine, one stream,
+    timed from the `Synthesizer.stream()` call): a new voice per run = full prefill; the same voice
+    again = its prompt prefix reused, as our server does."""
 
-    def __init__(self, args: argparse.Namespace, device, prompt):
+    def __init__(self, args: argparse.Namespace, device, prompt, precision: str = "fp32"):
         import torch
 
-        from tts_core.bench import build_random_models, prompt_prefix_rows
-        from tts_core.config import EngineConfig, SamplingParams
+        from tts_core.bench import build_random_models
         from tts_core.devices import resolve_lm_dtype
-        from tts_core.engine.engine import Engine
-        from tts_core.engine.runner import Runner
-        from tts_core.model.lm_config import LMConfig
+        from tts_core.model.quant import quantize_codec, quantize_lm
+        from tts_core.tokenizer import TextTokenizer
 
-        self.device, self.prompt, self.sampling = torch.device(device), prompt, SamplingParams()
+        self.device = torch.device(device)
         lm, codec = build_random_models(args.lm_config, args.codec_config, self.device,
                                         resolve_lm_dtype("auto", self.device))
         codec.set_compute_dtype("fp32")  # the bench's default on CUDA too
-        runner = Runner(lm, codec, num_slots=1, max_context_rows=len(prompt) + args.frames + 8, device=self.device)
-        self.engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0))
-        self.prefix_rows = prompt_prefix_rows(prompt, LMConfig.from_json(args.lm_config))
+        if precision != "fp32":
+            quantize_lm(lm, precision)
+            quantize_codec(codec, precision)
+        self.models = [(lm, codec)]
+        self.prompt_rows = len(prompt)
+        self.tokenizer = TextTokenizer.from_file(str(Path(args.lm_config).parent / "tokenizer.model"))
+        self._cache = tempfile.TemporaryDirectory(prefix="moss_ours_bench_")
 
     def run(self, frames: int, voice_cache: bool) -> dict:
-        from tts_core.bench import run_level
+        from tts_core.bench.run import LevelPlan, bench_level, bench_synthesizer, reference_frames_for
+        from tts_core.config import EngineConfig, SamplingParams
 
-        row = run_level(self.engine, self.prompt, 1, frames, self.sampling, self.device,
-                        self.prefix_rows if voice_cache else 0)
-        return {"ttfp_ms": row["ttfp_p50_ms"], "rtf": row["rtf_p50"]}
+        context_rows = self.prompt_rows + frames + 40
+        probe = bench_synthesizer(None, self.tokenizer, EngineConfig(max_context_rows=context_rows),
+                                  self.models[0][0].config, Path(self._cache.name))
+        plan = LevelPlan(streams=1, frames=frames, prompt_rows=self.prompt_rows, repeats=1,
+                         ref_frames=reference_frames_for(probe, self.prompt_rows), cold_voice=not voice_cache,
+                         sampling=SamplingParams(), enforce_eager=False)
+        row, _ = bench_level(self.models, [self.device], plan, self.tokenizer, context_rows,
+                             Path(self._cache.name), components=False)
+        return {"ttfp_ms": row["ttfp_p50_ms"]["median"], "rtf": row["rtf_p50"]["median"]}
 
     def close(self) -> None:
-        self.engine.close()
+        self._cache.cleanup()
+
+
+def precisions(args: argparse.Namespace) -> list[str]:
+    return [p.strip() for p in args.precisions.split(",") if p.strip()]
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -240,18 +262,20 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="moss_ref_bench_") as out_dir:
         reference = ReferenceStream(paths, Path(args.lm_config), Path(args.codec_config), torch.device(args.device),
                                     prompt, args.seed, Path(out_dir))
-        ours = OursStream(args, args.device, prompt)
+        ours = {p: OursStream(args, args.device, prompt, p) for p in precisions(args)}
         warm = min(args.frames, 8)
         reference.run(warm, args.seed + 999)
-        ours.run(warm, voice_cache=True)  # also stores the voice prefix for the cached runs
-        runs: dict[str, list[dict]] = {name: [] for name in SIDES}
-        for i in range(args.repeats):
+        runs: dict[str, list[dict]] = {"reference": []}
+        for i in range(args.repeats):  # the sides alternate, so a slow moment hits them alike
             fig = reference.run(args.frames, args.seed + 1000 + i)
             runs["reference"].append({"ttfp_ms": 1000 * fig.ttfp_s, "rtf": fig.rtf, "audio_s": fig.audio_s})
-            runs["ours"].append(ours.run(args.frames, voice_cache=False))
-            runs["ours_voice_cache"].append(ours.run(args.frames, voice_cache=True))
+            for precision, side in ours.items():
+                name = "ours" if precision == "fp32" else f"ours_{precision}"
+                runs.setdefault(name, []).append(side.run(args.frames, voice_cache=False))
+                runs.setdefault(f"{name}_voice_cache", []).append(side.run(args.frames, voice_cache=True))
             logger.info("run %d: %s", i, {k: v[-1] for k, v in runs.items()})
-        ours.close()
+        for side in ours.values():
+            side.close()
         sources = next((p for p in Path(args.reference_dir).rglob("SOURCES.txt")), None)
         reference_info = {"timed": "moss_tts_nano_runtime.NanoTTSService.synthesize_stream "
                                    "(-> MossTTSNanoForCausalLM.inference_stream)",

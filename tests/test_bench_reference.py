@@ -55,6 +55,7 @@ def test_defaults_and_env_reference_dir(configs, monkeypatch, tmp_path):
     (["--threads", "0"], "--threads must be >= 1"),
     (["--prompt-rows", "10"], "--prompt-rows must be >= 80"),
     (["--device", "cuda", "--threads", "2"], "--threads applies to --device cpu only"),
+    (["--precisions", "fp32,bf8"], "--precisions: unknown bf8"),
 ])
 def test_bad_arguments_name_the_flag(configs, tmp_path, extra, needle):
     with pytest.raises(SystemExit) as exc:
@@ -62,16 +63,17 @@ def test_bad_arguments_name_the_flag(configs, tmp_path, extra, needle):
     assert exc.value.code == 2
     namespace = reference.argparse.Namespace(
         reference_dir=str(tmp_path), device="cpu", threads=None, frames=40, repeats=3, prompt_rows=200,
-        lm_config=configs[1], codec_config=configs[3])
+        lm_config=configs[1], codec_config=configs[3], precisions="fp32")
     for key, value in zip(extra[::2], extra[1::2]):
-        setattr(namespace, key.lstrip("-").replace("-", "_"), value if key == "--device" else int(value))
+        setattr(namespace, key.lstrip("-").replace("-", "_"), value if key in ("--device", "--precisions") else int(value))
     assert any(needle in problem for problem in reference.check_args(namespace))
 
 
 def test_missing_reference_dir_and_configs_are_reported(monkeypatch):
     monkeypatch.delenv("MOSS_TTS_REFERENCE_DIR", raising=False)
     namespace = reference.argparse.Namespace(reference_dir=None, device="cpu", threads=None, frames=40, repeats=3,
-                                             prompt_rows=200, lm_config=None, codec_config="/no/such.json")
+                                             prompt_rows=200, lm_config=None, codec_config="/no/such.json",
+                                             precisions="fp32")
     problems = reference.check_args(namespace)
     assert any("--reference-dir is required" in p for p in problems)
     assert any("--lm-config" in p for p in problems) and any("--codec-config" in p for p in problems)
