@@ -25,9 +25,9 @@ from schemathesis import GenerationMode
 from tts_core.audio import load_audio
 from tts_core.errors import InvalidRequestError, TTSError
 from tts_core.model.lm_config import LMConfig
-from tts_core.ref_audio import ClipInfo, check_clip, read_ref_audio
-from tts_core.settings import ServerSettings
 from tts_core.types import SynthesisRequest, Voice
+from tts_core.web.ref_audio import ClipInfo, check_clip, read_ref_audio
+from tts_core.web.settings import ServerSettings
 
 pytest_plugins = ["reliability_helpers"]
 pytestmark = pytest.mark.slow
