@@ -6,10 +6,9 @@ suites (test_openai_api, test_stream_route, test_reliability) drive the rest thr
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from pydantic import ValidationError
+from reliability_common import run_coro
 
 from tts_core.errors import (
     InvalidRequestError,
@@ -40,7 +39,7 @@ SETTINGS = ServerSettings(max_text_chars=20)
 
 def _refusal(fields, dialect) -> InvalidRequestError:
     with pytest.raises(InvalidRequestError) as info:
-        asyncio.run(prepare(fields, dialect, synth=None, settings=SETTINGS, uploads=UploadStore()))
+        run_coro(prepare(fields, dialect, synth=None, settings=SETTINGS, uploads=UploadStore()))
     return info.value
 
 
