@@ -172,7 +172,7 @@ class InProc:
 
 
 def inproc_settings(data_dir: Path, file_port: int):
-    from tts_core.settings import ServerSettings
+    from tts_core.web.settings import ServerSettings
 
     return ServerSettings(
         max_text_chars=INPROC_MAX_TEXT, max_upload_bytes=INPROC_MAX_UPLOAD, max_ref_audio_s=INPROC_MAX_REF_S,
@@ -184,7 +184,7 @@ def inproc_settings(data_dir: Path, file_port: int):
 
 def ensure_guards(app, settings) -> None:
     """The body-limit and CORS middlewares, unless create_app already installed them."""
-    from tts_core.http_guard import BodyLimitMiddleware, install_http_guards
+    from tts_core.web.guards import BodyLimitMiddleware, install_http_guards
 
     if not any(m.cls is BodyLimitMiddleware for m in app.user_middleware):
         install_http_guards(app, settings)
@@ -193,9 +193,9 @@ def ensure_guards(app, settings) -> None:
 @pytest.fixture(scope="session")
 def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer) -> Iterator[InProc]:
     from tts_core.config import EngineConfig
-    from tts_core.server import create_app
-    from tts_core.service import SynthesizerService
     from tts_core.synthesizer import Synthesizer
+    from tts_core.web.app import create_app
+    from tts_core.web.service import SynthesizerService
 
     parity = data_dir / "parity"
     cache = tmp_path_factory.mktemp("inproc_voice_cache")

@@ -343,9 +343,9 @@ def loading_app():
     from e2e_helpers import free_port
 
     from tts_core.errors import ModelLoadError
-    from tts_core.server import create_app
-    from tts_core.service import SynthesizerService
-    from tts_core.settings import ServerSettings
+    from tts_core.web.app import create_app
+    from tts_core.web.service import SynthesizerService
+    from tts_core.web.settings import ServerSettings
 
     gate = threading.Event()
 

@@ -23,12 +23,12 @@ import soundfile as sf
 from fastapi import FastAPI
 from server_helpers import ServerThread
 
-from tts_core.api_openai import build_openai_router
 from tts_core.config import EngineConfig
-from tts_core.http_errors import install_error_handlers
-from tts_core.server import create_app
-from tts_core.service import SynthesizerService
-from tts_core.settings import ServerSettings
+from tts_core.web.app import create_app
+from tts_core.web.errors import install_error_handlers
+from tts_core.web.openai_api import build_openai_router
+from tts_core.web.service import SynthesizerService
+from tts_core.web.settings import ServerSettings
 
 pytestmark = pytest.mark.slow  # one real server for the module: ~25-40 s in all on 2 cores
 

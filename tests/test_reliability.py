@@ -32,11 +32,11 @@ from reliability_common import (
     wav_bytes,
 )
 
-from tts_core import netguard
 from tts_core.errors import InvalidRequestError, ModelLoadError
-from tts_core.http_errors import install_error_handlers, sanitize_health, scrub_paths
-from tts_core.http_guard import BodyLimitMiddleware, install_http_guards
-from tts_core.settings import ServerSettings
+from tts_core.web import netguard
+from tts_core.web.errors import install_error_handlers, sanitize_health, scrub_paths
+from tts_core.web.guards import BodyLimitMiddleware, install_http_guards
+from tts_core.web.settings import ServerSettings
 
 pytest_plugins = ["reliability_helpers"]
 pytestmark = pytest.mark.slow
@@ -581,8 +581,8 @@ def test_public_address_rules() -> None:
 
 
 def test_voice_names_and_paths_never_escape(inproc, inproc_client, data_dir, tmp_path) -> None:
-    from tts_core.server import UploadStore
     from tts_core.voices import VoiceBank, load_catalog
+    from tts_core.web.requests import UploadStore
 
     for name in ("../../../../etc/passwd", "Cedar/../../app", "..", "%2e%2e%2fapp.py", "C:\\x", "\x00"):
         for route, body in (("/v1/audio/speech", {"input": "Hi.", "voice": name}),
@@ -634,8 +634,8 @@ def test_no_paths_or_traces_in_responses(app_proc, inproc_client, data_dir) -> N
 
 def test_model_load_failure_reveals_no_path(data_dir) -> None:
     """A failed load's message names the path in the log, never in a response."""
-    from tts_core.server import create_app
-    from tts_core.service import SynthesizerService
+    from tts_core.web.app import create_app
+    from tts_core.web.service import SynthesizerService
 
     secret = str(data_dir / "private" / "models")
 

@@ -7,6 +7,7 @@ import pytest
 from tts_core.engine.pacing import default_max_frames, frame_budget, playback_lead_s
 from tts_core.engine.scheduler import Scheduler
 from tts_core.errors import QueueFullError
+from tts_core.web.errors import http_status
 
 
 def test_admits_fifo_into_lowest_free_slots() -> None:
@@ -37,7 +38,7 @@ def test_queue_limit_refuses_with_queue_full() -> None:
     sched.submit("b")
     with pytest.raises(QueueFullError) as info:
         sched.submit("c")
-    assert info.value.status_code == 503 and info.value.retry_after_s > 0
+    assert http_status(info.value) == (503, "server_busy") and info.value.retry_after_s > 0
     assert sched.stats.refused == 1
     # Once a slot frees, the queue drains and new work is accepted again.
     sched.finish("a")

@@ -1,29 +1,24 @@
-"""Command line: `python -m tts_core {say, make-tiny-checkpoint, bench}`."""
+"""Command line: `python -m tts_core {say, serve, make-tiny-checkpoint, bench}`.
+
+`python -m tts_core serve` runs the web server with the flags of app.py; `tts_core/__main__.py`
+dispatches it, so this module (part of the engine side) never imports the web wing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
+from .cli_flags import add_model_flags
+from .env import env_str
 from .errors import TTSError
 
 logger = logging.getLogger("tts_core.cli")
 
-
-def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lm", default=os.environ.get("MOSS_TTS_LM", "OpenMOSS-Team/MOSS-TTS-Nano"),
-                        help="LM Hub id or local directory (env MOSS_TTS_LM)")
-    parser.add_argument("--codec", default=os.environ.get("MOSS_TTS_CODEC", "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano"),
-                        help="codec Hub id or local directory (env MOSS_TTS_CODEC)")
-    parser.add_argument("--tokenizer", default=os.environ.get("MOSS_TTS_TOKENIZER"),
-                        help="tokenizer.model path (default: the one in the LM directory)")
-    parser.add_argument("--voices-dir", default=os.environ.get("MOSS_TTS_VOICES_DIR"),
-                        help="folder with the presets' reference clips (env MOSS_TTS_VOICES_DIR)")
-    parser.add_argument("--device", default=os.environ.get("MOSS_TTS_DEVICE", "auto"))
-    parser.add_argument("--dtype", default=os.environ.get("MOSS_TTS_DTYPE", "auto"))
+SERVE_HELP = ("also: python -m tts_core serve [flags] runs the web studio and HTTP API, the same server as "
+              "app.py (serve --help lists its flags)")
 
 
 def _cmd_say(args: argparse.Namespace) -> int:
@@ -72,7 +67,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tts_core", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tts_core", description=__doc__.split("\n\n")[0],
+                                     epilog=SERVE_HELP)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -85,12 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     say.add_argument("--seed", type=int)
     say.add_argument("--greedy", action="store_true", help="argmax decoding (deterministic)")
     say.add_argument("--max-frames", type=int)
-    _add_model_flags(say)
+    add_model_flags(say)
     say.set_defaults(func=_cmd_say)
 
     tiny = sub.add_parser("make-tiny-checkpoint", help="write a small random LM + codec pair for offline runs")
     tiny.add_argument("directory")
-    tiny.add_argument("--tokenizer", default=os.environ.get("MOSS_TTS_TOKENIZER"),
+    tiny.add_argument("--tokenizer", default=env_str("MOSS_TTS_TOKENIZER"),
                       help="tokenizer.model to put next to the tiny LM (required unless found automatically)")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_cmd_make_tiny)

@@ -13,10 +13,11 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from .errors import ModelLoadError, TTSError
+from ..errors import ModelLoadError, TTSError
+from .errors import ModelNotReadyError
 
 if TYPE_CHECKING:
-    from .synthesizer import Synthesizer
+    from ..synthesizer import Synthesizer
 
 logger = logging.getLogger(__name__)
 
@@ -26,15 +27,6 @@ class ServiceState(str, Enum):
     LOADING = "loading"
     READY = "ready"
     FAILED = "failed"
-
-
-class ModelNotReadyError(TTSError):
-    status_code = 503
-    error_type = "model_loading"
-
-    def __init__(self, message: str):
-        super().__init__(message, code="model_loading")
-        self.retry_after_s = 5.0
 
 
 class SynthesizerService:

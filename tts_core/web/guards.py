@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .http_errors import error_body
+from .errors import error_body
 from .settings import ServerSettings
 
 RETRY_AFTER_S = 2

@@ -1,7 +1,7 @@
 """Settings of the HTTP layer: request limits, network policy and what the OpenAI-compatible API reports.
 
-Built once by `app.py` (from command-line flags / environment) and handed to `create_app` and to
-`build_openai_router`. Engine limits (concurrent streams, queue depth) live in
+Built once by `web/flags.py` (from command-line flags / environment) and handed to `create_app` and
+to `build_openai_router`. Engine limits (concurrent streams, queue depth) live in
 `config.EngineConfig`, not here; docs/RELIABILITY.md lists every limit in one table.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
+from ..config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
 
 # Bytes a JSON body may need beyond the base64 clip: the text fields (up to 6 bytes per character
 # when JSON-escaped as \uXXXX, twice for input + ref_text) and the small fields.
@@ -46,7 +46,7 @@ class ServerSettings:
             it gets 503 + Retry-After. None = 4 x `body_limit_bytes`.
         allow_remote_audio: let `ref_audio` be an http(s) URL that the server downloads. Off by
             default: a public server that fetches URLs for anyone can be used to probe its network.
-            Even when on, only public addresses are fetched (see `tts_core.netguard`).
+            Even when on, only public addresses are fetched (see `tts_core.web.netguard`).
         remote_audio_timeout_s: total time allowed to download a remote `ref_audio` (DNS,
             connecting, redirects and body together).
         remote_audio_max_redirects: redirects followed, each re-checked like the first URL.

@@ -2,7 +2,7 @@
 
 Accepted: base64 (standard or URL-safe alphabet, padding optional), a `data:` URL (base64 or
 percent-encoded), or an http(s) URL where the server allows remote audio (fetched through
-`tts_core.netguard`). Never a local file: a string that looks like a path or a `file:` URL is
+`tts_core.web.netguard`). Never a local file: a string that looks like a path or a `file:` URL is
 refused before anything else happens.
 
 Limits, all from `ServerSettings`, all checked before the clip is decoded in full:
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import anyio
 import soundfile as sf
 
+from ..audio import MAX_SAMPLE_RATE_HZ, MIN_DURATION_S, sniff_container
+from ..errors import InvalidRequestError, PayloadTooLargeError
 from . import netguard
-from .audio import MAX_SAMPLE_RATE_HZ, MIN_DURATION_S, sniff_container
-from .errors import InvalidRequestError, PayloadTooLargeError
 from .settings import ServerSettings
 
 PARAM = "ref_audio"

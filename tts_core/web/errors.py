@@ -1,7 +1,8 @@
 """HTTP error translation: every failure leaves as OpenAI's error shape, never a stack trace.
 
-`{"error": {"message", "type", "param", "code"}}` with the status of the exception class
-(400 bad input, 404 unknown voice, 413 too large, 503 busy + Retry-After).
+`{"error": {"message", "type", "param", "code"}}` with the status that `http_status` maps the
+exception class to (400 bad input, 404 unknown voice or model, 413 too large, 503 busy or loading
++ Retry-After). The engine's exceptions know nothing of HTTP: the mapping lives here, at the boundary.
 
 No message reveals a file-system path: `scrub_paths` cuts absolute, home-relative and Windows
 paths down to their last component ("could not load --lm /srv/models/x" -> "... --lm x") before
@@ -21,9 +22,52 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .errors import QueueFullError, TTSError
+from ..errors import (
+    InvalidRequestError,
+    ModelLoadError,
+    PayloadTooLargeError,
+    QueueFullError,
+    TTSError,
+    VoiceNotFoundError,
+    VoiceUnavailableError,
+)
 
 logger = logging.getLogger(__name__)
+
+
+class ModelNotReadyError(TTSError):
+    """The model is still loading (the service raises it); retry after a few seconds."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="model_loading")
+        self.retry_after_s = 5.0
+
+
+class ModelNotFoundError(InvalidRequestError):
+    """A `model` id this server does not answer to (OpenAI-compatible API)."""
+
+
+# (status, OpenAI error type) per exception class; a class not listed takes its nearest base's entry.
+_HTTP_STATUS: dict[type[BaseException], tuple[int, str]] = {
+    TTSError: (500, "server_error"),
+    InvalidRequestError: (400, "invalid_request_error"),
+    VoiceNotFoundError: (404, "invalid_request_error"),
+    ModelNotFoundError: (404, "invalid_request_error"),
+    PayloadTooLargeError: (413, "invalid_request_error"),
+    VoiceUnavailableError: (503, "voice_unavailable"),
+    QueueFullError: (503, "server_busy"),
+    ModelNotReadyError: (503, "model_loading"),
+    ModelLoadError: (500, "model_load_error"),
+}
+
+
+def http_status(exc: BaseException) -> tuple[int, str]:
+    """The HTTP status and OpenAI error type of `exc`: the entry of its closest class in the MRO."""
+    for cls in type(exc).__mro__:
+        found = _HTTP_STATUS.get(cls)
+        if found is not None:
+            return found
+    return 500, "server_error"
 
 
 # Route prefixes of this app: "/v1/voices" in a message is an address to call, not a file.
@@ -89,12 +133,13 @@ def error_body(message: str, *, error_type: str, param: str | None = None, code:
 
 
 def error_response(exc: TTSError) -> JSONResponse:
+    status, error_type = http_status(exc)
     headers = {}
     retry_after_s = getattr(exc, "retry_after_s", None)
-    if isinstance(exc, QueueFullError) or (retry_after_s is not None and exc.status_code == 503):
+    if isinstance(exc, QueueFullError) or (retry_after_s is not None and status == 503):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s or 1.0)))
-    body = error_body(exc.message, error_type=exc.error_type, param=exc.param, code=exc.code)
-    return JSONResponse(body, status_code=exc.status_code, headers=headers)
+    body = error_body(exc.message, error_type=error_type, param=exc.param, code=exc.code)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:

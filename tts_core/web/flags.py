@@ -1,0 +1,80 @@
+"""The web server's command line (`python app.py`, `python -m tts_core serve`).
+
+Every flag has an environment twin, named in its help and read through `tts_core.env`; the model
+flags are the ones `python -m tts_core say` takes (`tts_core.cli_flags`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..cli_flags import add_model_flags
+from ..config import EngineConfig
+from ..env import env_flag, env_float, env_int, env_str
+from .settings import ServerSettings
+
+DESCRIPTION = """MOSS-TTS-Nano Studio: serves the Gradio page, the streaming route and the OpenAI API.
+
+Every flag has an environment twin (in brackets below). The server is up at once; the model loads
+in the background and the page shows its progress. Hugging Face Spaces: binds 0.0.0.0:7860 there."""
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The parser, its defaults read from the environment now (a malformed variable: ValueError)."""
+    p = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_model_flags(p)
+    p.add_argument("--host", default=env_str("MOSS_TTS_HOST", "0.0.0.0" if env_str("SPACE_ID") else "127.0.0.1"),
+                   help="bind address (0.0.0.0 on Hugging Face Spaces) [MOSS_TTS_HOST]")
+    p.add_argument("--port", type=int, default=env_int("PORT", 7860), help="[PORT]")
+    p.add_argument("--max-active-streams", type=int, default=env_int("MOSS_TTS_MAX_ACTIVE"),
+                   help="streams decoded together [MOSS_TTS_MAX_ACTIVE]")
+    p.add_argument("--max-queue", type=int, default=env_int("MOSS_TTS_MAX_QUEUE"),
+                   help="requests waiting for a slot before new ones get 503 [MOSS_TTS_MAX_QUEUE]")
+    p.add_argument("--max-text-chars", type=int, default=env_int("MOSS_TTS_MAX_TEXT_CHARS"),
+                   help="longest accepted text [MOSS_TTS_MAX_TEXT_CHARS]")
+    p.add_argument("--allow-remote-audio", action="store_true", default=env_flag("MOSS_TTS_ALLOW_REMOTE_AUDIO"),
+                   help="accept http(s) URLs as ref_audio [MOSS_TTS_ALLOW_REMOTE_AUDIO]")
+    p.add_argument("--max-upload-mb", type=float, default=env_float("MOSS_TTS_MAX_UPLOAD_MB"),
+                   help="largest reference clip upload, MiB (default 10) [MOSS_TTS_MAX_UPLOAD_MB]")
+    p.add_argument("--max-ref-audio-s", type=float, default=env_float("MOSS_TTS_MAX_REF_AUDIO_S"),
+                   help="longest reference clip accepted, seconds (default 60) [MOSS_TTS_MAX_REF_AUDIO_S]")
+    p.add_argument("--cors-allow-origins", default=env_str("MOSS_TTS_CORS_ALLOW_ORIGINS", ""),
+                   help="comma-separated origins allowed cross-site (default: same-origin only) "
+                        "[MOSS_TTS_CORS_ALLOW_ORIGINS]")
+    p.add_argument("--devices", default=env_str("MOSS_TTS_DEVICES"),
+                   help="several GPUs, one engine each, e.g. cuda:0,cuda:1 (default: all visible with "
+                        "--device auto/cuda) [MOSS_TTS_DEVICES]")
+    p.add_argument("--quantize", choices=["auto", "fp32", "fp16", "int8"], default=env_str("MOSS_TTS_QUANTIZE", "auto"),
+                   help="CPU weight precision: auto measures and takes the most faithful mode that runs in real "
+                        "time here; fp32 is bit-faithful; fp16 / int8 are faster (ignored on CUDA) [MOSS_TTS_QUANTIZE]")
+    p.add_argument("--enforce-eager", action="store_true", default=env_flag("MOSS_TTS_ENFORCE_EAGER"),
+                   help="GPU: no CUDA graphs (debugging; TTS_NO_CUDA_GRAPH=1 also works) [MOSS_TTS_ENFORCE_EAGER]")
+    p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
+    return p
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    try:
+        parser = build_parser(prog)
+    except ValueError as exc:  # a malformed environment variable: one line, like a bad flag
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return parser.parse_args(argv)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    given = {"max_active_streams": args.max_active_streams, "max_queue": args.max_queue,
+             "max_text_chars": args.max_text_chars, "enforce_eager": args.enforce_eager or None}
+    return EngineConfig(**{k: v for k, v in given.items() if v is not None})
+
+
+def server_settings(args: argparse.Namespace) -> ServerSettings:
+    return ServerSettings(
+        max_text_chars=engine_config(args).max_text_chars, allow_remote_audio=args.allow_remote_audio,
+        lm_id=args.lm, codec_id=args.codec,
+        cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
+        **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
+        **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),
+    )

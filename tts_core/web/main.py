@@ -1,0 +1,71 @@
+"""`main(argv)`: flags → logging → SynthesizerService → create_app → uvicorn.
+
+Run by `python app.py` and `python -m tts_core serve`. The server is up at once; the model loads
+in the service's background thread, so torch is imported off the start-up path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..env import env_flag, env_str
+from ..errors import ModelLoadError, TTSError
+from .flags import engine_config, parse_args, server_settings
+
+logger = logging.getLogger("moss_tts_app")
+
+
+def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
+    """What failed and what to do. Names local paths: the server log gets it whole, clients scrubbed."""
+    hf_home = env_str("HF_HOME", "~/.cache/huggingface")
+    try:
+        offline = " HF_HUB_OFFLINE=1 is set, so nothing is downloaded." if env_flag("HF_HUB_OFFLINE") else ""
+    except ValueError:  # a malformed value must not hide the load error itself
+        offline = ""
+    return (f"could not load the model from --lm {args.lm} / --codec {args.codec} "
+            f"({type(exc).__name__}: {exc}). Check the network connection to huggingface.co, or that "
+            f"HF_HOME ({hf_home}) holds the weights, or pass local directories with --lm and --codec.{offline}")
+
+
+def make_factory(args: argparse.Namespace):
+    """Builds the Synthesizer in the service's loader thread; every failure becomes one clear line."""
+
+    def factory(report):
+        report(f"importing the engine (device {args.device})")
+        try:
+            from .. import Synthesizer  # torch is imported here, off the server's start-up path
+
+            return Synthesizer.from_pretrained(
+                lm=args.lm, codec=args.codec, device=args.device, dtype=args.dtype, tokenizer=args.tokenizer,
+                voices_dir=args.voices_dir, engine_config=engine_config(args), report=report,
+                devices=args.devices, quantize=args.quantize,
+            )
+        except TTSError:
+            raise
+        except ImportError as exc:
+            raise ModelLoadError(f"a runtime dependency is missing ({exc}); run pip install -r requirements.txt") from None
+        except Exception as exc:  # network, cache, file or format problem: one line, details at debug level
+            from .errors import scrub_paths
+
+            hint = _load_hint(args, exc)
+            logger.error("%s", hint)
+            logger.debug("model load failed", exc_info=True)
+            raise ModelLoadError(scrub_paths(hint)) from None
+
+    return factory
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    args = parse_args(argv, prog)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    import uvicorn
+
+    from .app import create_app
+    from .service import SynthesizerService
+
+    service = SynthesizerService(make_factory(args))
+    app = create_app(service, server_settings(args))  # the app's lifespan starts loading the model in the background
+    logger.info("serving on http://%s:%d (model loads in the background)", args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)

@@ -1,0 +1,102 @@
+"""The player's routes: `POST /api/tts/stream` (raw float32 PCM), `GET /health`, `GET /api/voices`
+and each preset's reference clip."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, StreamingResponse
+
+from ..errors import VoiceNotFoundError, VoiceUnavailableError
+from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
+from .errors import sanitize_health, scrub_paths
+from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
+from .service import ServiceState, SynthesizerService
+from .settings import ServerSettings
+from .streaming import ClosingStreamingResponse, f32_bytes, open_stream
+
+logger = logging.getLogger(__name__)
+
+
+def sniff_audio_type(path: Path) -> str:
+    """Preset clips are named .wav but some hold FLAC or MP3 data (see the data MANIFEST)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if head[:4] == b"RIFF":
+        return "audio/wav"
+    if head[:4] == b"fLaC":
+        return "audio/flac"
+    if head[:4] == b"OggS":
+        return "audio/ogg"
+    if head[:3] == b"ID3" or head[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):
+        return "audio/mpeg"
+    return "application/octet-stream"
+
+
+def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/api/tts/stream")
+    async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
+        """Raw little-endian float32 interleaved stereo at 48 kHz, streamed as it is generated."""
+        synth = service.get()
+        prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads)
+        gen, first = await open_stream(synth, prepared.request, http_request)
+        request_id = uuid.uuid4().hex[:16]
+        logger.info("stream %s: %d chars, voice %s, mode %s", request_id, len(body.text), prepared.voice_label,
+                    prepared.request.mode)
+        headers = {
+            "X-Sample-Rate": str(SAMPLE_RATE_HZ),
+            "X-Channels": str(NUM_CHANNELS),
+            "X-Sample-Format": "f32le",
+            "X-Request-Id": request_id,
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
+            "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
+        }
+        return ClosingStreamingResponse(gen, first, f32_bytes, request_id=request_id,
+                                        media_type="application/octet-stream", headers=headers)
+
+    @router.get("/health")
+    def health() -> dict:
+        out: dict = {"status": service.state.value, "message": service.status, "error": service.error}
+        if service.state is ServiceState.READY:
+            synth = service.get()
+            out = {**synth.health(), **out, "stats": synth.stats()}
+        return sanitize_health(out)  # checkpoint paths and load errors never leave the server
+
+    @router.get("/api/voices")
+    def voices() -> dict:
+        synth = service.get()
+        return {
+            "default": synth.default_voice,
+            "voices": [
+                {
+                    "name": p.name,
+                    "language": p.language,
+                    "gender": p.gender,
+                    "description": p.description,
+                    "available": p.available,
+                    "unavailable_reason": scrub_paths(p.unavailable_reason),
+                    "clip_url": f"/api/voices/{quote(p.name, safe='')}/clip" if p.has_clip else None,
+                }
+                for p in synth.list_voices()
+            ],
+        }
+
+    @router.get("/api/voices/{name}/clip")
+    def voice_clip(name: str) -> FileResponse:
+        """A preset's reference clip, for audition. `name` is only ever matched against the catalog."""
+        synth = service.get()
+        if name not in {p.name for p in synth.list_voices()}:
+            raise VoiceNotFoundError(f"no preset voice named {name!r}; GET /api/voices lists them", param="name")
+        path = synth.voice_clip_path(name)
+        if path is None or not Path(path).is_file():
+            raise VoiceUnavailableError(f"the reference clip of {name!r} is not available on this server", param="name")
+        return FileResponse(path, media_type=sniff_audio_type(Path(path)), headers={"Cache-Control": "max-age=3600"})
+
+    return router

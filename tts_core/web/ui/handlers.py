@@ -1,0 +1,196 @@
+"""What the page's events do, as methods of one small class over the service (no layout here).
+
+Python never touches audio on the page. A click checks the inputs (`requests.prepare`, the same
+rules as the HTTP route), then hands a JSON payload to `window.mossTTS.play` (static/bridge.js),
+which posts it to the player iframe; the player streams POST /api/tts/stream into its worklet.
+Errors in the inputs are shown in the page (#tts-message); errors of the stream itself in the player.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import secrets
+import uuid
+from urllib.parse import quote
+
+import gradio as gr
+
+from ...errors import TTSError
+from ..errors import scrub_paths
+from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
+from ..service import ServiceState, SynthesizerService
+from ..settings import ServerSettings
+
+MAX_AUDITION_VOICES = 8
+FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
+_LANGUAGES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "jp": "Japanese", "ko": "Korean",
+              "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "ru": "Russian"}
+_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text"}
+
+
+def language_name(code: str) -> str:
+    return _LANGUAGES.get(code.lower(), code.title()) if code else "Other"
+
+
+def voice_choices(presets: list, language: str = "All") -> list[tuple[str, str]]:
+    """(label, name) pairs grouped by language, then by name."""
+    chosen = [p for p in presets if language == "All" or language_name(p.language) == language]
+    chosen.sort(key=lambda p: (language_name(p.language), p.name))
+    return [(f"{language_name(p.language)} · {p.name} ({p.gender})", p.name) for p in chosen]
+
+
+def audition_defaults(presets: list, default: str) -> list[str]:
+    """The default voice plus the first voice of two other languages."""
+    compare, seen = [default], {next((p.language for p in presets if p.name == default), "")}
+    for p in presets:
+        if p.language not in seen and len(compare) < 3:
+            compare.append(p.name)
+            seen.add(p.language)
+    return compare
+
+
+def clip_player(name: str | None, presets: list) -> str:
+    preset = next((p for p in presets if p.name == name), None)
+    if preset is None:
+        return ""
+    about = html.escape(preset.description)
+    if not preset.has_clip:
+        return f"<p>{about} <em>(no reference clip to play)</em></p>"
+    return f"<p>{about}</p><audio controls preload='none' src='/api/voices/{quote(preset.name, safe='')}/clip'></audio>"
+
+
+def page_error(message: str) -> str:
+    """A core error message as a sentence for the page ("ref_audio is ..." -> "The reference clip is ...")."""
+    field, _, rest = message.partition(" ")
+    if field in _FIELD_NAMES and rest:
+        message = f"{_FIELD_NAMES[field]} {rest}"
+    return f"⚠️ {message[:1].upper()}{message[1:]}"
+
+
+def fresh_seed(seed: float | None, random_seed: bool) -> int:
+    return secrets.randbelow(2**31) if random_seed or seed is None else int(seed)
+
+
+class PageHandlers:
+    """The page's event handlers, bound to the service, the HTTP limits and the upload store."""
+
+    def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore):
+        self.service = service
+        self.settings = settings
+        self.uploads = uploads
+
+    def presets(self) -> list:
+        """The available presets once the model is ready (else none)."""
+        if self.service.state is not ServiceState.READY:
+            return []
+        return [p for p in self.service.get().list_voices() if p.available]
+
+    def status(self) -> str:
+        service = self.service
+        if service.state is ServiceState.READY:
+            health = service.get().health()
+            return (f"🟢 **Ready** · {health.get('device')} · {health.get('dtype')} · "
+                    f"up to {health.get('max_active_streams')} streams at once")
+        if service.state is ServiceState.FAILED:
+            return f"🔴 **The model could not be loaded.** {scrub_paths(service.error)}"
+        return f"⏳ **Loading the model** — {service.status}. You can prepare your text meanwhile."
+
+    def refresh(self) -> tuple:
+        """Status line; on the first 'ready' also fill the voice pickers and stop polling.
+
+        Outputs: status, voice dropdown, audition voices, language radio, clip player, timer.
+        """
+        status = self.status()
+        if self.service.state in (ServiceState.LOADING, ServiceState.IDLE):
+            return status, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=True)
+        presets = self.presets()
+        if not presets:
+            return status, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
+        default = self.service.get().default_voice
+        languages = FIXED_LANGUAGES + sorted({language_name(p.language) for p in presets} - set(FIXED_LANGUAGES))
+        num_languages = len({p.language for p in presets})
+        return (
+            status,
+            gr.Dropdown(choices=voice_choices(presets), value=default,
+                        info=f"{len(presets)} voices in {num_languages} languages; the clip below is its reference."),
+            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, default)),
+            gr.Radio(choices=languages),
+            clip_player(default, presets),
+            gr.Timer(active=False),
+        )
+
+    def filter_language(self, language: str, current: str | None) -> tuple:
+        presets = self.presets()
+        if not presets:
+            return gr.skip(), gr.skip()
+        choices = voice_choices(presets, language or "All")
+        names = [name for _, name in choices]
+        value = current if current in names else (names[0] if names else None)
+        return gr.Dropdown(choices=choices, value=value), clip_player(value, presets)
+
+    def clip(self, name: str | None) -> str:
+        return clip_player(name, self.presets())
+
+    def describe_upload(self, path: str | None) -> str:
+        if not path:
+            return ""
+        try:
+            import soundfile
+
+            info = soundfile.info(path)
+        except Exception:  # any unreadable file: say so; the server gives the final word
+            return page_error("This file could not be read as audio. Try WAV, FLAC, OGG or MP3.")
+        seconds = info.frames / info.samplerate
+        shape = f"{seconds:.1f} s, {info.samplerate / 1000:g} kHz, {'mono' if info.channels == 1 else 'stereo'}"
+        min_rate = self.settings.ref_audio_min_sample_rate_hz
+        if info.samplerate < min_rate:
+            return page_error(f"Reference: {shape} — too low a sample rate to clone from; record at "
+                              f"{min_rate // 1000} kHz or more.")
+        if seconds < 1.5:
+            return page_error(f"Reference: {shape} — very short; 3-10 s of clean speech clones best.")
+        if seconds > 15:
+            return page_error(f"Reference: {shape} — long; only the start is used. 3-10 s of clean speech works best.")
+        return f"✅ Reference: {shape}."
+
+    async def _checked_body(self, form: PageForm) -> dict:
+        """The stream body for `form`, checked exactly as POST /api/tts/stream will check it."""
+        body = form_body(form, self.settings, self.uploads)
+        synth = self.service.get()  # raises "still loading" / "failed to load" as a clear message
+        await prepare(stream_fields(StreamBody(**body)), STREAM, synth=synth, settings=self.settings,
+                      uploads=self.uploads)
+        return body
+
+    async def prepare_speak(self, text, voice, source, ref_path, ref_text, do_sample, audio_temperature, audio_top_p,
+                            audio_top_k, repetition_penalty, text_temperature, seed, random_seed, max_seconds):
+        """Outputs: the player payload (JSON), the message line, the seed used."""
+        seed = fresh_seed(seed, random_seed)
+        form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
+                        text_temperature, seed, max_seconds, voice=voice, clone=source == "clone",
+                        ref_path=ref_path, ref_text=ref_text)
+        try:
+            body = await self._checked_body(form)
+        except TTSError as exc:
+            return "", page_error(exc.message), seed
+        label = "your reference clip" if form.clone else (voice or "default voice")
+        payload = {"nonce": uuid.uuid4().hex, "items": [{"label": label, "request": body}]}
+        return json.dumps(payload), f"▶ Speaking {len(text)} characters as **{label}** (seed {seed}).", seed
+
+    async def prepare_audition(self, text, names, do_sample, audio_temperature, audio_top_p, audio_top_k,
+                               repetition_penalty, text_temperature, seed, random_seed, max_seconds):
+        """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison)."""
+        seed = fresh_seed(seed, random_seed)
+        if not names:
+            return "", page_error("Pick at least one voice to compare."), seed
+        if len(names) > MAX_AUDITION_VOICES:
+            return "", page_error(f"Pick at most {MAX_AUDITION_VOICES} voices to compare."), seed
+        items = []
+        try:
+            for name in names:
+                form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
+                                text_temperature, seed, max_seconds, voice=name)
+                items.append({"label": name, "request": await self._checked_body(form)})
+        except TTSError as exc:
+            return "", page_error(exc.message), seed
+        payload = {"nonce": uuid.uuid4().hex, "items": items}
+        return json.dumps(payload), f"▶ Comparing {len(items)} voices, one after another (seed {seed}).", seed
