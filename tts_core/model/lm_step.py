@@ -16,6 +16,7 @@ calls of either kind into CUDA graphs. Attention over the global cache is delega
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 
@@ -94,8 +95,11 @@ class StepUnits:
     norm: Callable = final_norm
 
     @classmethod
+    @functools.cache
     def compiled(cls, backend: str = "inductor") -> StepUnits:
-        """Each unit through torch.compile (whole-graph; batch dims dynamic from B = 2 up)."""
+        """Each unit through torch.compile (whole-graph; batch dims dynamic from B = 2 up). One set
+        per backend for the process, so every runner (and every model: their tensors are inputs to
+        the compiled graphs) reuses what was compiled before instead of tracing again."""
         compile_unit = _compiler(backend)
         # Second argument: positions of the arguments whose dim 0 is the batch.
         return cls(local=compile_unit(local_position, (1, 5, 6)), decide=compile_unit(decide, (1, 2)),
