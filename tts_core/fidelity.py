@@ -25,10 +25,11 @@ def _greedy_trace(lm, prompt: np.ndarray, frames: int, forced: np.ndarray | None
     codes, logits = [], []
     for i in range(frames):
         trace: list[torch.Tensor] = []
-        _, frame = lm.generate_frame(hidden, batch_for_frame([sampler]), local=local, trace=trace)
-        codes.append(frame[0].numpy())
-        logits.append(torch.stack([t[0].float() for t in trace]))  # [K, V]
-        step = frame if forced is None else torch.as_tensor(forced[i : i + 1])
+        _, frame = lm.generate_frame(hidden, batch_for_frame([sampler], device=lm.device), local=local, trace=trace)
+        codes.append(frame[0].cpu().numpy())
+        sampler.observe(codes[-1])
+        logits.append(torch.stack([t[0].float().cpu() for t in trace]))  # [K, V]
+        step = frame if forced is None else torch.as_tensor(forced[i : i + 1], device=lm.device)
         hidden = lm.decode(step, cache, [0])
     return np.stack(codes), torch.stack(logits)
 
@@ -43,11 +44,11 @@ def compare_models(reference: tuple, test: tuple, prompt: np.ndarray, frames: in
     """reference / test: (lm, codec) pairs. Returns the figures described in the module doc."""
     ref_codes, ref_logits = _greedy_trace(reference[0], prompt, frames, None)
     test_codes, test_logits = _greedy_trace(test[0], prompt, frames, ref_codes)
-    codes = torch.as_tensor(ref_codes.T[None])  # [1, K, F]
     pcm = []
     for codec in (reference[1], test[1]):
+        codes = torch.as_tensor(ref_codes.T[None], device=codec.device)  # [1, K, F]
         state = codec.new_decode_state(1)
-        pcm.append(torch.cat([codec.decode_step(codes[:, :, f : f + 1], state) for f in range(frames)], dim=-1))
+        pcm.append(torch.cat([codec.decode_step(codes[:, :, f : f + 1], state) for f in range(frames)], dim=-1).cpu())
     return {
         "frames": frames,
         "max_abs_dlogit": float((test_logits - ref_logits).abs().max()),
