@@ -40,10 +40,12 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--components", action="store_true", help="also time prefill / LM step / codec decode")
     parser.add_argument("--devices", default=None,
                         help="CUDA: one engine per device, e.g. cuda:0,cuda:1 (streams routed to the least loaded)")
-    parser.add_argument("--codec-dtype", default="fp32", choices=["fp32", "bf16"],
+    parser.add_argument("--codec-dtype", default="fp32", choices=["fp32", "bf16", "fp16"],
                         help="codec compute precision on CUDA (the LM follows --dtype)")
     parser.add_argument("--cold-voice", action="store_true",
                         help="a new voice for every request: no prompt-prefix reuse, every request pays the full prefill")
+    parser.add_argument("--context-rows", type=int, default=None,
+                        help="KV rows per stream (default: the server's, EngineConfig.max_context_rows)")
     parser.add_argument("--quantize", choices=["fp16", "int8"],
                         help="CPU weight precision (tts_core/model/quant.py); default fp32")
     parser.add_argument("--fidelity", action="store_true",

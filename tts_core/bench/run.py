@@ -147,7 +147,11 @@ def run_bench(args: argparse.Namespace) -> int:
             quantize_lm(lm_model, args.quantize)
             quantize_codec(codec_model, args.quantize)
     tokenizer = TextTokenizer.from_file(args.tokenizer)
-    context_rows = args.prompt_rows + frames + 40
+    # The server's KV length by default (attention cost follows it on the static path), so the
+    # figures are what a server gets; --context-rows overrides.
+    context_rows = args.context_rows or EngineConfig().max_context_rows
+    if context_rows < args.prompt_rows + frames + 8:
+        raise SystemExit(f"--context-rows {context_rows} cannot hold a {args.prompt_rows}-row prompt and {frames} frames")
     sampling = SamplingParams.greedy() if args.greedy else SamplingParams()
     with tempfile.TemporaryDirectory(prefix="moss-bench-") as cache:
         probe = bench_synthesizer(None, tokenizer, EngineConfig(max_context_rows=context_rows), lm.config, Path(cache))
@@ -156,6 +160,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  "lm_dtype": str(lm_dtype).removeprefix("torch."), "codec_dtype": codec_dtype,
                  "quantize": args.quantize, "prompt_rows": args.prompt_rows, "frames": frames,
                  "repeats": args.repeats, "sampling": "greedy" if args.greedy else "default",
+                 "context_rows": context_rows,
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
         record["modes"] = {}
