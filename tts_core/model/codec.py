@@ -274,6 +274,7 @@ class MossAudioCodec(nn.Module):
                 codes = torch.where(active[:, None, None], codes, torch.zeros_like(codes))
         codes = self._check_codes(codes)
         active = None if active is None else active.to(codes.device)
+        trim = codes.device.type == "cpu"  # host reads are free there; CUDA keeps fixed shapes
         pieces = []
         for start in range(0, codes.shape[-1], state.max_frames_per_pass):
             h = self.quantizer.decode(codes[:, :, start : start + state.max_frames_per_pass]).transpose(1, 2)
@@ -283,7 +284,7 @@ class MossAudioCodec(nn.Module):
                     if isinstance(stage, Patch):
                         h = unpatchify(h, stage.patch_size)
                     else:
-                        h = stage.step(h, next(caches), active)
+                        h = stage.step(h, next(caches), active, trim=trim)
             pieces.append(self._deinterleave(h))
         audio = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
         if active is not None:

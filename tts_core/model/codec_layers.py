@@ -142,10 +142,12 @@ class TransformerLayer(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
     ) -> torch.Tensor:
+        """`mask` [B, 1, n, K] covers the first K ring slots (K <= capacity: see `step`'s trim)."""
         q, k, v = self.self_attn.qkv(self.norm1(h), cos, sin)
         write.store(cache_k, k)
         write.store(cache_v, v)
-        attn = F.scaled_dot_product_attention(q, cache_k, cache_v, attn_mask=mask)
+        keys = mask.shape[-1]
+        attn = F.scaled_dot_product_attention(q, cache_k[:, :, :keys], cache_v[:, :, :keys], attn_mask=mask)
         return self._finish(h, attn)
 
 
@@ -244,8 +246,15 @@ class ProjectedTransformer(nn.Module):
             h = layer.forward_offline(h, blocks, cos, sin, query_valid)
         return self.output_proj(h)
 
-    def step(self, x: torch.Tensor, cache: StageCache, active: torch.Tensor | None) -> torch.Tensor:
-        """Streaming pass over n new tokens x [B, n, C_in] per row, at each row's own offset."""
+    def step(self, x: torch.Tensor, cache: StageCache, active: torch.Tensor | None,
+             trim: bool = False) -> torch.Tensor:
+        """Streaming pass over n new tokens x [B, n, C_in] per row, at each row's own offset.
+
+        `trim` (host-synchronising; for the CPU path): attend over the ring slots filled so far
+        instead of all of them. Until a ring wraps, row r has filled slots [0, offset_r + n), and
+        the empty ones are masked anyway, so early in a stream (most of a short utterance) the
+        attention costs what was said so far rather than the whole window.
+        """
         batch, n, _ = x.shape
         if n > cache.capacity - cache.window + 1:
             raise ValueError(f"{n} tokens in one call exceed the ring (capacity {cache.capacity})")
@@ -256,11 +265,15 @@ class ProjectedTransformer(nn.Module):
         if active is not None:  # rows that do not advance write back what their slots already hold
             stored = torch.where(active[:, None], positions, cache.positions.gather(1, slots))
         cache.positions.scatter_(1, slots, stored)
-        delta = positions[:, :, None] - cache.positions[:, None, :]  # [B, n, capacity]
-        allowed = (cache.positions[:, None, :] >= 0) & (delta >= 0) & (delta < cache.window)
+        keys = cache.capacity
+        if trim:
+            keys = min(keys, int(cache.offsets.max()) + n)
+        held = cache.positions[:, :keys]
+        delta = positions[:, :, None] - held[:, None, :]  # [B, n, keys]
+        allowed = (held[:, None, :] >= 0) & (delta >= 0) & (delta < cache.window)
         # Additive float mask built once per stage: SDPA would otherwise convert a bool mask per layer.
         mask = torch.zeros(allowed.shape, device=x.device).masked_fill_(~allowed, float("-inf"))
-        mask = mask.unsqueeze(1)  # [B, 1, n, capacity]
+        mask = mask.unsqueeze(1)  # [B, 1, n, keys]
         cos, sin = rope_tables(positions, spec.head_dim, spec.max_period)  # [B, 1, n, D/2]
         index = slots[:, None, :, None].expand(batch, spec.num_heads, n, spec.head_dim)
         write = _RingWrite(index, None if active is None else active[:, None, None, None])
