@@ -352,15 +352,3 @@ def test_static_multi_frame_decode_matches_plain_path(models):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, atol=1e-5)
 
-
-def test_whole_frame_compile_equals_the_plain_step(models, vectors, monkeypatch):
-    """The local transformer's whole frame traced as one graph (TTS_COMPILE_WHOLE_FRAME=1) gives
-    the plain step's codes too."""
-    monkeypatch.setenv("TTS_COMPILE_WHOLE_FRAME", "1")
-    prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
-    traced = _static(models, compile="aot_eager")
-    assert traced.stepper.units.whole_frame is not None
-    want, _ = drive(_static(models), prompts, [3, 4, 5, 6], [6, 1, 3, 0], SamplingParams())
-    got, _ = drive(traced, prompts, [3, 4, 5, 6], [6, 1, 3, 0], SamplingParams())
-    for w, g in zip(want, got):
-        np.testing.assert_array_equal(g, w)

@@ -40,7 +40,6 @@ logger = logging.getLogger(__name__)
 
 NO_GRAPH_ENV = "TTS_NO_CUDA_GRAPH"
 NO_COMPILE_ENV = "TTS_NO_COMPILE"
-WHOLE_FRAME_ENV = "TTS_COMPILE_WHOLE_FRAME"  # compile the local transformer's frame as one graph
 CODEC_PASS_FRAMES = (1, 2, 4)  # codec graphs per bucket: frames decoded by one pass (one replay)
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
 
@@ -179,7 +178,7 @@ class StaticStepper:
     def _compile_units(self) -> lm_step.StepUnits | None:
         """The compiled units, built on scratch tensors for every bucket; None if compiling failed
         (a compiler problem must not take the engine down: the plain functions stay)."""
-        units = lm_step.StepUnits.compiled(self._target_mode, whole_frame=env_flag(WHOLE_FRAME_ENV))
+        units = lm_step.StepUnits.compiled(self._target_mode)
         try:
             compile_on_scratch(self.lm, units, self.buckets, self.state.cache.max_len, self.device)
         except Exception:

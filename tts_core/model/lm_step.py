@@ -93,25 +93,23 @@ class StepUnits:
     qkv: Callable = block_qkv
     finish: Callable = block_finish
     norm: Callable = final_norm
-    whole_frame: Callable | None = None  # `frame` of plain units compiled as one graph (see `compiled`)
 
     @classmethod
     @functools.cache
-    def compiled(cls, backend: str = "inductor", whole_frame: bool = False) -> StepUnits:
+    def compiled(cls, backend: str = "inductor") -> StepUnits:
         """Each unit through torch.compile (whole-graph; batch dims dynamic from B = 2 up). One set
         per backend for the process, so every runner (and every model: their tensors are inputs to
         the compiled graphs) reuses what was compiled before instead of tracing again.
 
-        `whole_frame`: the local transformer's 17 positions and the 16 picks compile as one graph
-        (fewer, fused kernels at a longer compile) instead of unit by unit.
+        (Compiling a whole frame as one graph instead was measured on an H200: LM step 2.05 ms vs
+        2.11 ms unit by unit, for a much longer compile; not worth it.)
         """
         compile_unit = _compiler(backend)
         # Second argument: positions of the arguments whose dim 0 is the batch.
         return cls(local=compile_unit(local_position, (1, 5, 6)), decide=compile_unit(decide, (1, 2)),
                    pick=compile_unit(pick, (2, 3, 4, 5)), embed=compile_unit(embed_frame, (2, 3)),
                    qkv=compile_unit(block_qkv, (1, 2, 3)), finish=compile_unit(block_finish, (1, 2)),
-                   norm=compile_unit(final_norm, (1,)),
-                   whole_frame=compile_unit(_plain_frame, (1, 2)) if whole_frame else None)
+                   norm=compile_unit(final_norm, (1,)))
 
 
 EAGER = StepUnits()
@@ -133,8 +131,6 @@ def frame(lm, hidden: torch.Tensor, sampling: SamplingBatch, local: LocalKVCache
     Returns:
         is_continue [B] bool, codes [B, n_vq] long (meaningless for rows that stop).
     """
-    if units.whole_frame is not None and trace is None:
-        return units.whole_frame(lm, hidden, sampling, local)
     batch = hidden.shape[0]
     if sampling.uniforms.shape[0] != batch:
         raise ValueError(f"sampling has {sampling.uniforms.shape[0]} rows for {batch} hidden states")
@@ -155,10 +151,6 @@ def frame(lm, hidden: torch.Tensor, sampling: SamplingBatch, local: LocalKVCache
                 trace.append(logits)
             codes.append(code)
     return is_continue, torch.stack(codes, dim=1)
-
-
-def _plain_frame(lm, hidden: torch.Tensor, sampling: SamplingBatch, local: LocalKVCache):
-    return frame(lm, hidden, sampling, local, EAGER)
 
 
 def global_step(lm, codes: torch.Tensor, positions: torch.Tensor, attender: Attender, rope_len: int,
