@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     machine["gpus"] = _gpu_names()
     machine["cuda"] = torch.version.cuda if machine["gpus"] else None
     args.lm = args.codec = None  # local paths stay out of the record
+    args.app_arg = [public_arg(a) for a in args.app_arg]
     record = new_record("cold_start", args, machine, {"weights": weights, "request": REQUEST,
                                                       "device": args.device, "app_args": args.app_arg},
                         program="python bench/cold_start.py")
@@ -222,8 +223,16 @@ def command_of(argv: list[str]) -> str:
         if arg.split("=", 1)[0] in private:
             skip = "=" not in arg
             continue
-        kept.append(arg)
+        kept.append(public_arg(arg))
     return " ".join(["python bench/cold_start.py", *kept])
+
+
+def public_arg(arg: str) -> str:
+    """An argument for the record: a local path in it is replaced by "<path>"."""
+    if "/" not in arg:
+        return arg
+    name, equals, _ = arg.rpartition("=")
+    return f"{name}=<path>" if equals else "<path>"
 
 
 def _gpu_names() -> list[str]:
