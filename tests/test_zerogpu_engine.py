@@ -5,8 +5,8 @@ in-process engine, and the server process never initialises CUDA."""
 from __future__ import annotations
 
 import base64
-import os
 import json
+import os
 import sys
 import types
 
