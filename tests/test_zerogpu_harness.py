@@ -148,25 +148,32 @@ def test_a_call_after_the_caller_initialised_cuda_is_refused(monkeypatch):
     assert info.value.error_cls == "CudaInParent"
 
 
-def test_a_worker_closes_the_servers_listening_socket():
+def test_a_worker_keeps_none_of_the_callers_sockets_or_pipes():
+    """Else a client connection or a child's pipe would stay open for as long as the worker lives."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
-    fd = server.fileno()
+    read_end, write_end = os.pipe()
 
     @GPU
-    def open_in_worker(number):
-        try:
-            os.fstat(number)
-        except OSError:
-            return False
-        return True
+    def open_in_worker(numbers):
+        still_open = []
+        for number in numbers:
+            try:
+                os.fstat(number)
+            except OSError:
+                continue
+            still_open.append(number)
+        return still_open
 
     try:
-        assert open_in_worker(fd) is False
-        os.fstat(fd)  # still open here
+        assert open_in_worker([server.fileno(), read_end, write_end]) == []
+        os.fstat(server.fileno())  # all still open here
+        os.fstat(write_end)
     finally:
         server.close()
+        os.close(read_end)
+        os.close(write_end)
 
 
 def test_workers_end_with_the_process_that_forked_them(tmp_path):

@@ -10,6 +10,7 @@ What a ZeroGPU Space does to a decorated function, reproduced here so the app's 
   sent and what the fork inherited is shared;
 - a generator's yields are relayed one by one as they are made; closing the caller's generator
   stops the worker's at its next yield;
+- a worker keeps none of the caller's open files (sockets, pipes) but its own pipe and stdio;
 - the caller's process must not initialise CUDA (a forked child cannot use it then): a call made
   after the caller did so is refused, as `spaces` refuses to start then;
 - `duration` (seconds, or a function of the call's arguments) is validated and recorded per call;
@@ -20,6 +21,7 @@ Not reproduced: the GPU queue and quotas of Hugging Face, the CUDA emulation in 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -27,7 +29,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import socket
 import sys
 import threading
 import time
@@ -81,26 +82,17 @@ def _send(conn: Connection, message: tuple) -> bool:
     return True
 
 
-def _close_listening_sockets() -> None:
-    """Close the server sockets the fork inherited (as ZeroGPU does): a worker must not keep the
-    server's port open, nor accept on it."""
+def _close_inherited_fds(keep: int) -> None:
+    """Close every file the fork inherited but this worker's pipe and stdio (ZeroGPU closes the
+    server's sockets likewise): a worker must not hold the server's port, its clients' connections
+    (a client would wait for an end that never comes) or other processes' pipes open."""
     fd_dir = "/proc/self/fd"
-    if not os.path.isdir(fd_dir):
-        return
-    for name in os.listdir(fd_dir):
+    names = os.listdir(fd_dir) if os.path.isdir(fd_dir) else [str(fd) for fd in range(3, 1024)]
+    for name in names:
         fd = int(name)
-        try:
-            probe = socket.socket(fileno=fd)
-        except OSError:
-            continue  # not a socket
-        try:
-            listening = probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-        except OSError:
-            listening = 0
-        finally:
-            probe.detach()
-        if listening:
-            os.close(fd)
+        if fd > 2 and fd != keep:
+            with contextlib.suppress(OSError):  # not open (or the listing's own descriptor, gone)
+                os.close(fd)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -116,12 +108,12 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 def _worker_main(task: Callable, conn: Connection, stop, parent_pid: int, inherited: list[Connection]) -> None:
     """The worker's loop: one call at a time until the caller closes the pipe (or goes away)."""
-    for other in inherited:  # the caller's ends of this and older workers' pipes
+    for other in inherited:  # the caller's ends of this and older workers' pipes (objects, then fds)
         other.close()
+    _close_inherited_fds(keep=conn.fileno())
     # The server's signal handlers (uvicorn's) came with the fork: a worker ends on SIGTERM / SIGINT.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    _close_listening_sockets()
     _exit_with_parent(parent_pid)
     while True:
         try:

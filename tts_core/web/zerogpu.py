@@ -27,6 +27,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
@@ -112,6 +113,17 @@ def pcm_field(chunk: AudioChunk) -> str:
     return base64.b64encode(f32_bytes(chunk)).decode("ascii")
 
 
+def run_coroutine(coroutine):
+    """Run the request checks (a coroutine) from this synchronous handler: on a loop of its own, in
+    another thread when this one already runs a loop (Gradio runs the handler in a worker thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 class PageRelay:
     """The page's ZeroGPU event: payload (the JSON `prepare_speak` makes) in, relay messages out."""
 
@@ -126,8 +138,8 @@ class PageRelay:
 
     def _job(self, request_body: dict):
         synth = self.service.get()
-        prepared = asyncio.run(prepare(stream_fields(StreamBody(**request_body)), STREAM, synth=synth,
-                                       settings=self.settings, uploads=self.uploads))
+        prepared = run_coroutine(prepare(stream_fields(StreamBody(**request_body)), STREAM, synth=synth,
+                                         settings=self.settings, uploads=self.uploads))
         return synth.prepare(prepared.request)
 
     def relay(self, payload_json: str | None) -> Iterator[str]:
