@@ -37,6 +37,36 @@ from tts_core.bench.machine import machine_info  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
 
 GRAPHS_LINE = "engine now runs the compiled+graphs step"
+# --engine-only: the same start without the web server (no gradio / fastapi needed), in a child
+# that prints these markers; the parent stamps them on arrival.
+ENGINE_SCRIPT = """
+import os, sys, time
+from tts_core import Synthesizer, SynthesisRequest
+lm, codec, device = sys.argv[1:4]
+synth = Synthesizer.from_pretrained(lm, codec, device=device, voices_dir=None, allow_download=False,
+                                    tokenizer=os.environ.get("MOSS_TTS_TOKENIZER") or None)
+print("cold-start: ready", flush=True)
+request = dict(text=sys.argv[4], mode="continuation", seed=1, max_frames=25)
+
+def ttfp_ms():
+    started = time.monotonic()
+    first = None
+    for chunk in synth.stream(SynthesisRequest(**request)):
+        if first is None and chunk.pcm.shape[1]:
+            first = 1000 * (time.monotonic() - started)
+            print("cold-start: first audio", flush=True)
+    return first
+
+print(f"cold-start: ttfp_ms {ttfp_ms():.1f}", flush=True)
+runner = synth.engine.runner
+deadline = time.monotonic() + float(sys.argv[5])
+while runner.device.type == "cuda" and runner.step_kind != "compiled+graphs" and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(f"cold-start: step {runner.step_kind}", flush=True)
+if runner.step_kind == "compiled+graphs":
+    print(f"cold-start: graphs ttfp_ms {ttfp_ms():.1f}", flush=True)
+synth.close()
+"""
 REQUEST = {"text": "Hello! This is the first sentence a listener hears.", "seed": 1, "max_frames": 25}
 
 
@@ -65,6 +95,9 @@ class LogWatch:
             self.lines.append((time.monotonic() - self.t0, line))
             if self.echo:
                 print(f"  [app {self.lines[-1][0]:6.2f}s] {line}", file=sys.stderr)
+
+    def join(self) -> None:
+        self._thread.join(10)
 
     def first(self, text: str) -> float | None:
         return next((t for t, line in self.lines if text in line), None)
@@ -98,6 +131,35 @@ def request_ttfp_ms(url: str) -> float:
             if chunk:
                 return 1000 * (time.monotonic() - started)
     raise RuntimeError("the stream ended without audio")
+
+
+def _marker_value(log: LogWatch, marker: str) -> float | None:
+    line = next((line for _, line in log.lines if marker in line), None)
+    return None if line is None else float(line.rsplit(" ", 1)[-1])
+
+
+def run_engine_scenario(name: str, lm: str, codec: str, cache_dir: Path, args: argparse.Namespace) -> dict:
+    """Process start -> first audio of the engine alone (Synthesizer in a fresh `python`)."""
+    env = {**os.environ, "MOSS_TTS_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    t0 = time.monotonic()
+    process = subprocess.Popen([sys.executable, "-c", ENGINE_SCRIPT, lm, codec, args.device, REQUEST["text"],
+                                str(args.timeout)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = LogWatch(process.stdout, t0, args.verbose)
+    try:
+        process.wait(timeout=args.timeout + 60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    log.join()
+    if log.first("cold-start: first audio") is None:
+        tail = "\n".join(line for _, line in log.lines[-30:])
+        raise RuntimeError(f"the engine gave no audio (exit {process.returncode}):\n{tail}")
+    step = next((line.rsplit(" ", 1)[-1] for _, line in log.lines if "cold-start: step" in line), None)
+    return {"scenario": name, "first_audio_s": _round(log.first("cold-start: first audio")),
+            "ready_s": _round(log.first("cold-start: ready")), "first_request_ttfp_ms": _marker_value(log, "cold-start: ttfp_ms"),
+            "device": args.device, "step_at_end": step, "graphs_s": _round(log.first("cold-start: step compiled+graphs")),
+            "graphs_request_ttfp_ms": _marker_value(log, "cold-start: graphs ttfp_ms")}
 
 
 def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse.Namespace) -> dict:
@@ -160,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default="empty,warm", help="comma-separated: empty, warm (in order)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per scenario")
     parser.add_argument("--app-arg", action="append", default=[], help="extra flag for app.py (repeatable)")
+    parser.add_argument("--engine-only", action="store_true",
+                        help="time the engine alone (Synthesizer in a fresh python), for machines without the "
+                             "web server's packages; no server-up time then")
     parser.add_argument("--json", help="write the record here")
     parser.add_argument("--note", action="append", help="a note kept in the record")
     parser.add_argument("-v", "--verbose", action="store_true", help="echo the app's log")
@@ -189,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             if name == "empty" and cache.exists():
                 cache = Path(tempfile.mkdtemp(dir=tmp, prefix="cache-"))
             print(f"scenario {name}: cache {cache}", file=sys.stderr)
-            results.append(run_scenario(name, app_args, cache, args))
+            if args.engine_only:
+                results.append(run_engine_scenario(name, lm, codec, cache, args))
+            else:
+                results.append(run_scenario(name, app_args, cache, args))
             print(json.dumps(results[-1]), file=sys.stderr)
 
     import torch  # after the runs: the machine description only (never initialises CUDA)
@@ -199,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     machine["cuda"] = torch.version.cuda if machine["gpus"] else None
     args.lm = args.codec = None  # local paths stay out of the record
     args.app_arg = [public_arg(a) for a in args.app_arg]
-    record = new_record("cold_start", args, machine, {"weights": weights, "request": REQUEST,
+    what = "the engine alone (no web server)" if args.engine_only else "python app.py"
+    record = new_record("cold_start", args, machine, {"weights": weights, "request": REQUEST, "what": what,
                                                       "device": args.device, "app_args": args.app_arg},
                         program="python bench/cold_start.py")
     record["args"].pop("checkpoint_dir", None)

@@ -263,10 +263,13 @@ def _cold_start_line(records: list[tuple[str, dict]]) -> str:
             run = runs.get(name)
             if run is None:
                 continue
-            graphs = f", CUDA graphs in use after {run['graphs_s']:.1f} s" if run.get("graphs_s") else ""
-            parts.append(f"{label} {run['first_audio_s']:.1f} s (server answering after {run['server_up_s']:.1f} s, "
-                         f"model ready after {run['ready_s']:.1f} s{graphs})")
-        lines.append(f"Process start → first audio of `python app.py` ({r['setup']['weights']}, device "
+            steps = [f"server answering after {run['server_up_s']:.1f} s"] if run.get("server_up_s") else []
+            steps.append(f"model ready after {run['ready_s']:.1f} s")
+            if run.get("graphs_s"):
+                steps.append(f"CUDA graphs in use after {run['graphs_s']:.1f} s")
+            parts.append(f"{label} {run['first_audio_s']:.1f} s ({', '.join(steps)})")
+        what = r["setup"].get("what", "python app.py")
+        lines.append(f"Process start → first audio of `{what}` ({r['setup']['weights']}, device "
                      f"{next(iter(runs.values()))['device']}): " + "; ".join(parts) + f". {_where(source, r)}.")
     return "\n\n".join(lines)
 

@@ -217,3 +217,23 @@ def test_cold_start_bench_runs_on_the_cpu(tmp_path, data_dir):
     for run in record["runs"]:
         assert 0 < run["server_up_s"] <= run["first_audio_s"] and run["device"] == "cpu"
     assert str(data_dir) not in json.dumps(record)  # no local path in a record that may be committed
+
+
+def test_cold_start_bench_times_the_engine_alone_where_the_web_stack_is_missing(tmp_path, data_dir):
+    parity = data_dir / "parity"
+    out = tmp_path / "cold-engine.json"
+    env = {**os.environ, "MOSS_TTS_NUM_THREADS": "1",
+           "MOSS_TTS_TOKENIZER": str(data_dir / "hf_checkpoint_meta" / "tokenizer.model")}
+    result = subprocess.run(
+        [sys.executable, "bench/cold_start.py", "--engine-only", "--scenarios", "empty", "--lm", str(parity / "tiny_lm"),
+         "--codec", str(parity / "tiny_codec"), "--device", "cpu", "--timeout", "60", "--json", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads(out.read_text())
+    (run,) = record["runs"]
+    assert record["setup"]["what"] == "the engine alone (no web server)"
+    assert 0 < run["ready_s"] <= run["first_audio_s"] and run["first_request_ttfp_ms"] > 0
+    assert run["step_at_end"] == "eager" and run["graphs_s"] is None  # the CPU path never compiles
+    line = render.render_spaces([("cold-start-cpu.json", record)]).splitlines()[-1]
+    assert line.startswith("Process start → first audio of `the engine alone (no web server)`")
+    assert "server answering" not in line
