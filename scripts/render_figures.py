@@ -9,6 +9,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
 
     README.md             cpu-bench    engine records run on CPU
                           gpu-bench    engine records run on CUDA (a "pending" line while there are none)
+                          spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
+                                       measured figures (engine, cold-start and ZeroGPU records)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak)
 
 Pure text in, text out: the same records always give the same bytes, and a rendered document
@@ -25,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench"), "docs/RELIABILITY.md": ("reliability",)}
+DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "spaces-hardware"), "docs/RELIABILITY.md": ("reliability",)}
 GPU_COMMAND = "python -m tts_core bench --eager-compare --components --json bench/results/gpu-h200.json"
 
 
@@ -209,12 +211,105 @@ def render_reliability(records: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+# ---- Spaces hardware -----------------------------------------------------------------------------
+
+ZEROGPU_COMMAND = "python bench/zerogpu_gpu.py --json bench/results/zerogpu-h200.json"
+COLD_START_COMMAND = "python bench/cold_start.py --json bench/results/cold-start-h200.json"
+
+
+def _where(source: str, record: dict) -> str:
+    m = record["machine"]
+    gpu = f"{' + '.join(m['gpus'])}, " if m.get("gpus") else ""
+    return f"{gpu}{m['usable_cpus']} CPUs, {_date(record)}, `{source}`"
+
+
+def _engine_figure(chosen: list[tuple[str, dict]], mode: str | None = None) -> str | None:
+    """One stream's TTFP and RTF (medians) from the first engine record in `chosen` with warm voices."""
+    for source, record in chosen:
+        if record["setup"].get("voice", "").startswith("cold"):
+            continue
+        modes = record["modes"]
+        rows = modes.get(mode) if mode else next(iter(modes.values()))
+        if not rows:
+            continue
+        row = next((r for r in rows if r["streams"] == 1), rows[0])
+        label = f"{engine_title(record)}{f', {mode}' if mode else ''}"
+        return (f"TTFP {_ms(row['ttfp_p50_ms']['median'])} ms, RTF {_rtf(row['rtf_p50']['median'])} "
+                f"({label}; {_where(source, record)})")
+    return None
+
+
+def _zerogpu_figure(records: list[tuple[str, dict]]) -> str:
+    chosen = [(s, r) for s, r in records if r.get("kind") == "zerogpu" and r["machine"].get("gpus")]
+    if not chosen:
+        return f"pending: `{ZEROGPU_COMMAND}` on a GPU machine"
+    source, r = chosen[-1]
+    warm, cold = r["warm"], r["cold"]
+    return (f"local harness (not Spaces' scheduler): first call of a worker TTFP {_ms(cold['ttfp_ms'])} ms "
+            f"(fork, CUDA start, weights to the GPU), later calls TTFP {_ms(warm['ttfp_ms']['median'])} ms, "
+            f"RTF {_rtf(warm['rtf']['median'])} ({_where(source, r)})")
+
+
+def _cold_start_line(records: list[tuple[str, dict]]) -> str:
+    chosen = [(s, r) for s, r in records if r.get("kind") == "cold_start"]
+    if not chosen:
+        return (f"Process start → first audio: pending (`{COLD_START_COMMAND}` on the GPU; targets on an H200: "
+                "≤ 15 s with an empty compile cache, ≤ 8 s with a warm one).")
+    lines = []
+    for source, r in chosen:
+        runs = {run["scenario"]: run for run in r["runs"]}
+        parts = []
+        for name, label in (("empty", "empty cache"), ("warm", "warm cache")):
+            run = runs.get(name)
+            if run is None:
+                continue
+            steps = [f"server answering after {run['server_up_s']:.1f} s"] if run.get("server_up_s") else []
+            steps.append(f"model ready after {run['ready_s']:.1f} s")
+            if run.get("graphs_s"):
+                steps.append(f"CUDA graphs in use after {run['graphs_s']:.1f} s")
+            parts.append(f"{label} {run['first_audio_s']:.1f} s ({', '.join(steps)})")
+        what = r["setup"].get("what", "python app.py")
+        lines.append(f"Process start → first audio of `{what}` ({r['setup']['weights']}, device "
+                     f"{next(iter(runs.values()))['device']}): " + "; ".join(parts) + f". {_where(source, r)}.")
+    return "\n\n".join(lines)
+
+
+def render_spaces(records: list[tuple[str, dict]]) -> str:
+    """The Deploy-on-Spaces table: per hardware, the mode the app picks and the nearest measured figures."""
+    engines = [(s, r) for s, r in records if r.get("kind") == "engine"]
+    cpu = sorted([(s, r) for s, r in engines if not r["setup"]["device"].startswith("cuda")], key=_engine_order)
+    gpu = [(s, r) for s, r in engines if r["setup"]["device"].startswith("cuda")]
+    cpu_figure = _engine_figure(cpu) or "pending (no CPU record)"
+    gpu_figure = _engine_figure(gpu, "graphed") or f"pending: `{GPU_COMMAND}`"
+    gpu_eager = _engine_figure(gpu, "eager")
+    rows = [
+        ("ZeroGPU (free accounts: up to 2 Spaces; H200 slice per call)",
+         "ZeroGPU mode, automatic (`SPACES_ZERO_GPU`): the page generates in `@spaces.GPU` calls, eager; "
+         "the API on the CPU engine", _zerogpu_figure(records)),
+        ("CPU basic (2 vCPU, 16 GB; paid plan to create)", "CPU engine, 1 torch thread, `--quantize auto`",
+         f"measured on this project's 2-vCPU machine: {cpu_figure}"),
+        ("CPU upgrade (8 vCPU, 32 GB)", "CPU engine, 4 torch threads, `--quantize auto`",
+         "not measured; nearest: the 2-vCPU figures (one stream is bound by memory bandwidth, so more "
+         "vCPUs mostly help several streams at once)"),
+        ("T4 small / medium (16 GB, sm 7.5)", "CUDA engine, fp16 LM (no native bf16), compile + CUDA graphs "
+         "built in the background", "not measured; nearest: the H200 figures below, which a T4 will not reach"),
+        ("L4 / A10G (24 GB)", "CUDA engine, bf16 LM, compile + CUDA graphs in the background",
+         "not measured; nearest: the H200 figures below"),
+        ("A100 / H100 / H200", "CUDA engine, bf16 LM, compile + CUDA graphs in the background",
+         f"graphed: {gpu_figure}" + (f"; before the graphs are ready (eager): {gpu_eager}" if gpu_eager else "")),
+    ]
+    lines = ["| hardware | what the app runs there | TTFP / RTF, one stream (measured, or the nearest measured machine) |",
+             "|---|---|---|"]
+    lines += [f"| {hardware} | {mode} | {figure} |" for hardware, mode, figure in rows]
+    return "\n".join([*lines, "", _cold_start_line(records)])
+
+
 # ---- documents -----------------------------------------------------------------------------------
 
 
 def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
-            "reliability": render_reliability(records)}
+            "reliability": render_reliability(records), "spaces-hardware": render_spaces(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -317,6 +317,7 @@
 
   function stop() {
     playSeq += 1;
+    pushed = null;
     if (stopCurrent()) {
       setState('stopped');
       setButtons({ stop: false, replay: !!last, download: !!last });
@@ -344,6 +345,94 @@
     const how = await run.outcome;
     if (how === 'finished') setState('finished');
     setButtons({ stop: false, replay: true, download: true });
+  }
+
+  // ---- push source (CONTRACTS D): the parent page posts the audio (ZeroGPU mode) ------------------
+  // {type:'tts:start', requestId, sampleRate, channels, estimatedDuration, label?, item?, items?, clickedAt?},
+  // {type:'tts:pcm', requestId, data: Float32Array interleaved}, {type:'tts:end', requestId},
+  // {type:'tts:error', requestId, message}. Same stats as a fetched stream.
+
+  let pushed = null;   // {run, requestId, rate, channels, ready, backlog: [message, ...]}
+
+  async function pushStart(m) {
+    playSeq += 1;
+    stopCurrent();
+    let t0 = performance.now();
+    if (m.clickedAt) {
+      const t = m.clickedAt - performance.timeOrigin;
+      if (t <= t0 && t0 - t < 60000) t0 = t;
+    }
+    const run = newRun(t0);
+    run.sentAt = t0;
+    const channels = m.channels || 2;
+    const rate = m.sampleRate || 48000;
+    const item = m.item || 0;
+    resetStats(run, m.label || '', item, m.items || 1);
+    if (item === 0) stats.completed = [];
+    Object.assign(stats, { streamSampleRate: rate, streamChannels: channels, streamFormat: 'f32le',
+      requestId: m.requestId, ttfbMs: performance.now() - t0 });
+    const state = { run, requestId: m.requestId, rate, channels, ready: false, backlog: [] };
+    pushed = state;
+    setMessage('');
+    setState('connecting');
+    setButtons({ stop: true, replay: false, download: false });
+    try { await resumeAudio(); } catch (err) { pushed = null; failed(run, err); return; }
+    if (pushed !== state) return;
+    node.port.postMessage({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS });
+    setState('buffering');
+    state.ready = true;
+    for (const queued of state.backlog.splice(0)) pushMessage(state, queued);
+  }
+
+  function pushMessage(state, m) {
+    const run = state.run;
+    if (m.type === 'tts:pcm') {
+      const samples = m.data instanceof Float32Array ? m.data : new Float32Array(m.data);
+      stats.networkReads += 1;
+      stats.bytesReceived += samples.byteLength;
+      pushFrames(run, state.channels === 2 ? samples : upmix(samples), state.rate);
+      stats.elapsedMs = performance.now() - run.sentAt;
+      stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
+      stats.xRealtime = 1 / stats.rtf;
+      render();
+    } else if (m.type === 'tts:end') {
+      pushed = null;
+      pushEnd(state);
+    } else if (m.type === 'tts:error') {
+      pushed = null;
+      failed(run, new Error(m.message || 'the audio source failed'));
+    }
+  }
+
+  async function pushEnd(state) {
+    const run = state.run;
+    stats.elapsedMs = performance.now() - run.sentAt;
+    if (stats.audioSeconds > 0) {
+      stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
+      stats.xRealtime = 1 / stats.rtf;
+    }
+    node.port.postMessage({ type: 'end' });
+    if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
+    const how = await run.outcome;
+    keepResult(run, state.rate, stats.label);
+    if (how !== 'finished') {
+      if (current === run) setButtons({ stop: false, replay: !!last, download: !!last });
+      return;
+    }
+    stats.completed.push({
+      label: stats.label, ttfpMs: stats.ttfpMs, rtf: stats.rtf, frames: stats.framesReceived,
+      framesRendered: stats.framesRendered, underruns: stats.underruns, requestId: stats.requestId,
+    });
+    setState('finished');
+    setButtons({ stop: false, replay: true, download: true });
+  }
+
+  function onPush(m) {
+    if (m.type === 'tts:start') { pushStart(m); return; }
+    const state = pushed;
+    if (!state || m.requestId !== state.requestId || state.run !== current || state.run.settled) return;
+    if (state.ready) pushMessage(state, m);
+    else state.backlog.push(m);
   }
 
   // ---- WAV download (wav.js builds the file from the received samples) ---------------------------
@@ -426,6 +515,7 @@
     if (e.origin !== location.origin || !e.data) return;
     if (e.data.type === 'moss-tts:play') play(e.data.payload, e.data.clickedAt);
     else if (e.data.type === 'moss-tts:stop') stop();
+    else if (typeof e.data.type === 'string' && e.data.type.startsWith('tts:')) onPush(e.data);
   });
   $('stop').onclick = stop;
   $('replay').onclick = replay;

@@ -60,6 +60,19 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_make_random(args: argparse.Namespace) -> int:
+    from .bench.models import save_random_checkpoint
+    from .tiny import _find_tokenizer
+
+    data = Path(env_str("MOSS_TTS_PARITY_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "moss_tts_nano_data")))
+    lm_dir, codec_dir = save_random_checkpoint(
+        Path(args.directory), lm_config=args.lm_config or data / "hf_checkpoint_meta" / "config.json",
+        codec_config=args.codec_config or data / "codec" / "config.json", tokenizer=_find_tokenizer(args.tokenizer))
+    logger.info("full-size random LM written to %s, codec to %s", lm_dir, codec_dir)
+    print(f"--lm {lm_dir} --codec {codec_dir}")
+    return 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -90,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="tokenizer.model to put next to the tiny LM (required unless found automatically)")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_cmd_make_tiny)
+
+    full = sub.add_parser("make-random-checkpoint",
+                          help="write full-size models with random weights (real configs) for start-up benchmarks")
+    full.add_argument("directory")
+    full.add_argument("--lm-config", help="LM config.json (default: the shared data's hf_checkpoint_meta/config.json)")
+    full.add_argument("--codec-config", help="codec config.json (default: the shared data's codec/config.json)")
+    full.add_argument("--tokenizer", default=env_str("MOSS_TTS_TOKENIZER"), help="tokenizer.model to put next to the LM")
+    full.set_defaults(func=_cmd_make_random)
 
     bench = sub.add_parser("bench", help="measure TTFP / RTF with full-size random weights")
     from .bench import add_bench_args

@@ -75,6 +75,9 @@ class EngineConfig:
     max_context_rows: int = 2048  # global KV length per stream (prompt + generated rows)
     voice_clone_max_text_tokens: int = 75  # long-text chunk budget (LM.md §4.7)
     enforce_eager: bool = False  # GPU: skip CUDA graphs
+    # GPU: serve at once on the plain step while the compiled step and its CUDA graphs are built in
+    # a background thread (the engine switches over between steps); off = build them before serving.
+    defer_compile: bool = True
     pipeline_codec: bool | None = None  # codec on a second thread; None = on CUDA, or a CPU with >= 2 cores
 
     def __post_init__(self) -> None:

@@ -55,6 +55,22 @@ def default_cache_dir() -> Path:
     return Path(base)
 
 
+COMPILE_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def persist_compile_cache(cache_root: Path) -> Path:
+    """Keep torch.compile's caches under the cache dir, so a restart compiles from the cache.
+
+    Inductor reads TORCHINDUCTOR_CACHE_DIR each time it looks for a cache (torch 2.4 onwards, 2.11
+    included): its FX-graph and AOTAutograd caches and the Triton kernels (a `triton/` folder inside,
+    unless TRITON_CACHE_DIR says otherwise) all live there. Its default is under /tmp, which machines
+    clear on reboot. A directory the user set is kept. Returns the directory in use.
+    """
+    chosen = os.environ.get(COMPILE_CACHE_ENV) or str(cache_root / "torch-compile")
+    os.environ[COMPILE_CACHE_ENV] = chosen
+    return Path(chosen)
+
+
 def checkpoint_fingerprint(directory: Path) -> str:
     """Identifies a checkpoint (config + weight file names and sizes) for cache keys."""
     digest = hashlib.sha256((directory / "config.json").read_bytes())
@@ -165,6 +181,8 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         codec_fingerprint=checkpoint_fingerprint(codec_dir),
         allow_download=allow_download,
     )
+    if any(d.type == "cuda" for d in engine_devices):
+        logger.info("torch.compile cache: %s", persist_compile_cache(cache_root))
     engines = []
     for index, engine_device in enumerate(engine_devices):
         if index > 0:  # one engine per device, each with its own copy of both models
@@ -174,6 +192,7 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         runner = Runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
                         max_context_rows=engine_config.max_context_rows, device=engine_device,
                         enforce_eager=engine_config.enforce_eager,
+                        defer=engine_config.defer_compile and engine_device.type == "cuda",
                         # room for every preset's prefix (kept warm) plus recent cloned voices
                         prefix_cache_size=len(voices.list_presets()) + 8)
         engines.append(Engine(runner, engine_config))

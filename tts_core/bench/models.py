@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -34,6 +37,28 @@ def build_random_models(lm_config: str, codec_config: str, device: torch.device,
     lm = lm.to(device=device, dtype=lm_dtype).eval().requires_grad_(False)
     codec = codec.to(device).eval().requires_grad_(False)
     return lm, codec
+
+
+def save_random_checkpoint(directory: Path, *, lm_config: str | Path, codec_config: str | Path,
+                           tokenizer: str | Path) -> tuple[Path, Path]:
+    """Write the full-size random models in the official layout: `directory/lm` (config.json,
+    model.safetensors, tokenizer.model) and `directory/codec`; returns both directories. For
+    measuring the app as users start it (load, warm-up, compile) without the real weights."""
+    from safetensors.torch import save_file
+
+    from ..tiny import _unique_tensors, quiet_output
+
+    lm, codec = build_random_models(str(lm_config), str(codec_config), torch.device("cpu"), torch.float32)
+    quiet_output(codec)  # random decoders are loud: keep what a listener hears at a sane level
+    written = []
+    for name, module, config in (("lm", lm, lm_config), ("codec", codec, codec_config)):
+        folder = Path(directory) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(config, folder / "config.json")
+        save_file(_unique_tensors(module), str(folder / "model.safetensors"))
+        written.append(folder)
+    shutil.copyfile(tokenizer, written[0] / "tokenizer.model")
+    return written[0], written[1]
 
 
 def make_prompt(lm_config, rows: int, seed: int = 0) -> np.ndarray:

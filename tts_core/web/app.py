@@ -22,12 +22,14 @@ from .routes import build_player_router
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .ui import build_ui
+from .zerogpu import PageRelay, ZeroGPUMode
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 
 
-def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI:
-    """Build the FastAPI app: streaming + helper routes, the OpenAI router, /player, then Gradio at /."""
+def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: ZeroGPUMode | None = None) -> FastAPI:
+    """Build the FastAPI app: streaming + helper routes, the OpenAI router, /player, then Gradio at /.
+    With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`)."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -45,12 +47,16 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
     app.include_router(build_openai_router(service, settings))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
 
-    demo = build_ui(service, settings, uploads)
+    relay = PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,)) if zerogpu else None
+    demo = build_ui(service, settings, uploads, relay)
+    head = '<script src="/player/bridge.js" defer></script>'
+    if zerogpu is not None:
+        head += '<script src="/player/bridge-zerogpu.js" defer></script>'
     return gr.mount_gradio_app(
         app,
         demo,
         path="/",
-        head='<script src="/player/bridge.js" defer></script>',
+        head=head,
         css_paths=[STATIC_DIR / "ui.css"],
         footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
         max_file_size=settings.max_upload_bytes,

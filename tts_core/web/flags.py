@@ -51,8 +51,29 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "time here; fp32 is bit-faithful; fp16 / int8 are faster (ignored on CUDA) [MOSS_TTS_QUANTIZE]")
     p.add_argument("--enforce-eager", action="store_true", default=env_flag("MOSS_TTS_ENFORCE_EAGER"),
                    help="GPU: no CUDA graphs (debugging; TTS_NO_CUDA_GRAPH=1 also works) [MOSS_TTS_ENFORCE_EAGER]")
+    p.add_argument("--defer-compile", action=argparse.BooleanOptionalAction,
+                   default=env_flag("MOSS_TTS_DEFER_COMPILE", True),
+                   help="GPU: serve at once on the plain step while torch.compile and CUDA graphs are built in the "
+                        "background (--no-defer-compile builds them before serving) [MOSS_TTS_DEFER_COMPILE]")
+    p.add_argument("--zerogpu", action=argparse.BooleanOptionalAction, default=_tristate("MOSS_TTS_ZEROGPU"),
+                   help="ZeroGPU mode: this process never touches CUDA; the page generates in @spaces.GPU calls "
+                        "(forked workers; a local harness with the same contract where Spaces is absent); the API "
+                        "uses this process's CPU engine. Default: on when SPACES_ZERO_GPU says this is ZeroGPU "
+                        "hardware [MOSS_TTS_ZEROGPU]")
     p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p
+
+
+def _tristate(name: str) -> bool | None:
+    """A yes/no variable that may be unset (None: decide automatically)."""
+    return env_flag(name) if env_str(name) is not None else None
+
+
+def zerogpu_enabled(args: argparse.Namespace) -> bool:
+    """--zerogpu / --no-zerogpu when given, else whether Hugging Face says this is ZeroGPU hardware."""
+    from ..engine.zerogpu_env import on_zerogpu_space
+
+    return args.zerogpu if args.zerogpu is not None else on_zerogpu_space()
 
 
 def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
@@ -66,7 +87,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     given = {"max_active_streams": args.max_active_streams, "max_queue": args.max_queue,
-             "max_text_chars": args.max_text_chars, "enforce_eager": args.enforce_eager or None}
+             "max_text_chars": args.max_text_chars, "enforce_eager": args.enforce_eager or None,
+             "defer_compile": args.defer_compile}
     return EngineConfig(**{k: v for k, v in given.items() if v is not None})
 
 

@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import argparse
 import logging
+from typing import TYPE_CHECKING
 
 from ..env import env_flag, env_str
 from ..errors import ModelLoadError, TTSError
-from .flags import engine_config, parse_args, server_settings
+from .flags import engine_config, parse_args, server_settings, zerogpu_enabled
+
+if TYPE_CHECKING:
+    from .zerogpu import ZeroGPUMode
 
 logger = logging.getLogger("moss_tts_app")
+
+
+TRY_WITHOUT_DOWNLOAD = ("To try the app without any download: python -m tts_core make-tiny-checkpoint /tmp/tiny "
+                        "--tokenizer /path/to/tokenizer.model writes a small random model (it babbles, but every "
+                        "part of the app runs), then python app.py --lm /tmp/tiny/lm --codec /tmp/tiny/codec.")
 
 
 def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
@@ -25,22 +34,33 @@ def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
         offline = ""
     return (f"could not load the model from --lm {args.lm} / --codec {args.codec} "
             f"({type(exc).__name__}: {exc}). Check the network connection to huggingface.co, or that "
-            f"HF_HOME ({hf_home}) holds the weights, or pass local directories with --lm and --codec.{offline}")
+            f"HF_HOME ({hf_home}) holds the weights, or pass local directories with --lm and --codec.{offline} "
+            f"{TRY_WITHOUT_DOWNLOAD}")
 
 
-def make_factory(args: argparse.Namespace):
-    """Builds the Synthesizer in the service's loader thread; every failure becomes one clear line."""
+def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
+    """Builds the Synthesizer in the service's loader thread; every failure becomes one clear line.
+
+    ZeroGPU mode: the Synthesizer (API, /api/tts/stream, the page's checks) runs on this process's
+    CPU, and a second, pristine copy of the weights is read for the GPU workers."""
+    device, devices = ("cpu", None) if zerogpu is not None else (args.device, args.devices)
 
     def factory(report):
-        report(f"importing the engine (device {args.device})")
+        report(f"importing the engine (device {device})")
         try:
             from .. import Synthesizer  # torch is imported here, off the server's start-up path
 
-            return Synthesizer.from_pretrained(
-                lm=args.lm, codec=args.codec, device=args.device, dtype=args.dtype, tokenizer=args.tokenizer,
-                voices_dir=args.voices_dir, engine_config=engine_config(args), report=report,
-                devices=args.devices, quantize=args.quantize,
+            config = engine_config(args)
+            synth = Synthesizer.from_pretrained(
+                lm=args.lm, codec=args.codec, device=device, dtype=args.dtype, tokenizer=args.tokenizer,
+                voices_dir=args.voices_dir, engine_config=config, report=report,
+                devices=devices, quantize=args.quantize,
             )
+            if zerogpu is not None:
+                report("reading the model for the ZeroGPU workers…")
+                zerogpu.load_weights(args.lm, args.codec, dtype=args.dtype, max_context_rows=config.max_context_rows)
+                synth.info["mode"] = zerogpu.describe()
+            return synth
         except TTSError:
             raise
         except ImportError as exc:
@@ -60,12 +80,31 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
+    zerogpu = _zerogpu_mode(args)
     import uvicorn
 
     from .app import create_app
     from .service import SynthesizerService
 
-    service = SynthesizerService(make_factory(args))
-    app = create_app(service, server_settings(args))  # the app's lifespan starts loading the model in the background
+    service = SynthesizerService(make_factory(args, zerogpu))
+    # the app's lifespan starts loading the model in the background
+    app = create_app(service, server_settings(args), zerogpu)
+    if zerogpu is not None:
+        zerogpu.before_serving()
     logger.info("serving on http://%s:%d (model loads in the background)", args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
+
+
+def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:
+    """ZeroGPU mode's GPU function, made before the page (which wires it) and before serving."""
+    if not zerogpu_enabled(args):
+        return None
+    if args.device not in ("auto", "cpu") or args.devices:
+        logger.warning("ZeroGPU mode: --device/--devices are ignored; this process stays on the CPU and "
+                       "each page generation gets its GPU from a ZeroGPU call")
+    from .zerogpu import ZeroGPUMode, disable_spaces_auto_wrap
+
+    disable_spaces_auto_wrap()  # before any Gradio event exists (see the function)
+    zerogpu = ZeroGPUMode(concurrency=engine_config(args).max_active_streams)
+    logger.info("ZeroGPU mode (%s): page generations run in GPU worker processes", zerogpu.backend)
+    return zerogpu

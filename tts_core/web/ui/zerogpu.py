@@ -1,0 +1,31 @@
+"""ZeroGPU mode on the page: the one place the page differs (see `tts_core.web.zerogpu`).
+
+Instead of the player fetching POST /api/tts/stream (this process's CPU engine), a click runs a
+Gradio event whose generator makes the audio in GPU calls; its relay messages land in a hidden
+textbox, and each update is handed to static/bridge-zerogpu.js, which forwards it to the player.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ..zerogpu import PageRelay
+from .layout import Widgets
+
+_JS_ARM = "() => { window.mossZeroGPU && window.mossZeroGPU.arm(); }"
+_JS_PUSH = "(m) => { window.mossZeroGPU && window.mossZeroGPU.push(m); }"
+_HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
+RELAY_ELEM_ID = "zerogpu-relay"
+
+
+def wire_relay(demo: gr.Blocks, w: Widgets, prepared: list, relay: PageRelay) -> None:
+    """After each of the `prepared` events (they leave the checked request in `w.payload`), run the
+    relay; Stop cancels it (closing the GPU generator, which stops the worker's job)."""
+    with demo:
+        box = gr.Textbox(visible=False, elem_id=RELAY_ELEM_ID)
+        for button in (w.generate_btn, w.audition_btn):
+            button.click(None, js=_JS_ARM, **_HIDDEN)
+        runs = [event.then(relay.relay, inputs=w.payload, outputs=box, concurrency_limit=relay.concurrency,
+                           concurrency_id="zerogpu", **_HIDDEN) for event in prepared]
+        box.change(None, inputs=box, js=_JS_PUSH, queue=False, **_HIDDEN)
+        w.stop_btn.click(None, cancels=runs, **_HIDDEN)

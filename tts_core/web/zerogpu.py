@@ -1,0 +1,187 @@
+"""ZeroGPU mode, web side: the server process stays on the CPU, the page's audio comes from GPU calls.
+
+`ZeroGPUMode` owns the decorated generator (`tts_core.engine.zerogpu.make_gpu_stream`) and the GPU
+copy of the weights, loaded by the service's loader thread next to the CPU synthesizer. What runs
+where:
+
+- The page's Generate / Compare buttons: a Gradio event (so ZeroGPU sees the visitor's request and
+  charges the visitor's quota) whose generator `PageRelay.relay` checks and prepares each request on
+  the CPU (text, voice, prompt rows), then calls the GPU generator and turns every chunk into one
+  relay message: a JSON string written to a hidden component. static/bridge-zerogpu.js forwards each
+  message to the player iframe (CONTRACTS D: tts:start / tts:pcm / tts:end / tts:error).
+- The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
+  needs a Gradio request to be charged to; see README "Deploy on Spaces").
+
+Relay message (one JSON object per Gradio update): `relay` (this event's id) and `n` (0, 1, 2, ...:
+a gap means a lost update), `type` start | pcm | end | error, `requestId`, and per type: start:
+`label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`; pcm: `pcm` (base64 of
+little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`, `elapsedMs`;
+error: `message`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import TTSError
+from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
+from .errors import scrub_paths
+from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
+from .service import SynthesizerService
+from .settings import ServerSettings
+from .streaming import f32_bytes
+
+logger = logging.getLogger(__name__)
+
+
+class ZeroGPUMode:
+    """The decorated GPU generator (made at start-up, as `spaces` expects) and its weights.
+
+    `backend` is "spaces" on a ZeroGPU Space, "harness" elsewhere (`tts_core.engine.zerogpu_harness`).
+    Make it before the Gradio page is built and before serving.
+    """
+
+    def __init__(self, *, concurrency: int = 4) -> None:
+        from ..engine.zerogpu import gpu_decorator, make_gpu_stream  # imports torch (never CUDA)
+
+        self.concurrency = concurrency  # page generations at once, each its own GPU call
+        self.gpu, self.backend = gpu_decorator()
+        self.weights = None
+        self.stream = make_gpu_stream(self._loaded_weights, self.gpu)
+
+    def _loaded_weights(self):
+        if self.weights is None:
+            raise TTSError("the GPU copy of the model is not loaded yet; try again in a few seconds")
+        return self.weights
+
+    def load_weights(self, lm: str, codec: str, *, dtype: str, max_context_rows: int) -> None:
+        """Read both checkpoints onto the CPU for the GPU workers (the service's loader thread)."""
+        from ..engine.zerogpu import load_gpu_weights
+
+        self.weights = load_gpu_weights(lm, codec, dtype=dtype, max_context_rows=max_context_rows)
+
+    def describe(self) -> str:
+        where = "Hugging Face ZeroGPU" if self.backend == "spaces" else "the local ZeroGPU harness"
+        return (f"zerogpu ({where}): the page generates in GPU workers, eager; the API and "
+                "/api/tts/stream use this process's CPU engine")
+
+    def before_serving(self) -> None:
+        """On a ZeroGPU Space: what Gradio's own launch() would have done for `spaces` (this server
+        mounts Gradio in FastAPI instead): report the decorated function to ZeroGPU."""
+        if self.backend != "spaces":
+            return
+        import spaces.zero as zero  # present on ZeroGPU (the backend is "spaces" only then)
+
+        startup = getattr(zero, "startup", None)
+        if callable(startup):
+            startup()
+        else:
+            logger.warning("spaces.zero has no startup(): ZeroGPU was not told about the GPU function")
+
+
+def disable_spaces_auto_wrap() -> None:
+    """`spaces` can wrap every Gradio event in a GPU call (SPACES_GRADIO_AUTO_WRAP): this page's
+    events are CPU work (status polls, input checks) except the one we decorate ourselves."""
+    try:
+        import spaces
+    except ImportError:
+        return
+    spaces.disable_gradio_auto_wrap()
+
+
+class RelayMessages:
+    """Numbers the messages of one relay (one Gradio event), so the page can tell a lost one."""
+
+    def __init__(self) -> None:
+        self.relay = uuid.uuid4().hex[:12]
+        self.count = 0
+
+    def __call__(self, kind: str, request_id: str, **fields) -> str:
+        message = {"relay": self.relay, "n": self.count, "type": kind, "requestId": request_id, **fields}
+        self.count += 1
+        return json.dumps(message, separators=(",", ":"))
+
+
+def pcm_field(chunk: AudioChunk) -> str:
+    """The chunk's audio as the player takes it: base64 of interleaved little-endian float32."""
+    return base64.b64encode(f32_bytes(chunk)).decode("ascii")
+
+
+def run_coroutine(coroutine):
+    """Run the request checks (a coroutine) from this synchronous handler: on a loop of its own, in
+    another thread when this one already runs a loop (Gradio runs the handler in a worker thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+class PageRelay:
+    """The page's ZeroGPU event: payload (the JSON `prepare_speak` makes) in, relay messages out."""
+
+    def __init__(self, mode: ZeroGPUMode, service: SynthesizerService, settings: ServerSettings,
+                 uploads: UploadStore, *, error_types: tuple[type[BaseException], ...] = ()):
+        self.mode = mode
+        self.concurrency = mode.concurrency
+        self.service = service
+        self.settings = settings
+        self.uploads = uploads
+        self.reraise = error_types  # shown by Gradio too (e.g. ZeroGPU's quota errors, gr.Error)
+
+    def _job(self, request_body: dict):
+        synth = self.service.get()
+        prepared = run_coroutine(prepare(stream_fields(StreamBody(**request_body)), STREAM, synth=synth,
+                                         settings=self.settings, uploads=self.uploads))
+        return synth.prepare(prepared.request)
+
+    def relay(self, payload_json: str | None) -> Iterator[str]:
+        """Every item of the payload, one after another: start, its audio chunks, end (or error)."""
+        if not payload_json:
+            return
+        items = json.loads(payload_json).get("items", [])
+        message = RelayMessages()
+        for index, item in enumerate(items):
+            request_id = uuid.uuid4().hex[:16]
+            try:
+                job = self._job(item["request"])
+            except TTSError as exc:  # the page checked the inputs already; the model may have gone
+                yield message("error", request_id, message=scrub_paths(exc.message))
+                return
+            yield message("start", request_id, label=item.get("label", ""), item=index, items=len(items),
+                          sampleRate=SAMPLE_RATE_HZ, channels=NUM_CHANNELS,
+                          estimatedDuration=round(job.estimated_audio_s, 3))
+            last = None
+            try:
+                for last in self.mode.stream(job):
+                    if last.pcm.shape[1]:
+                        yield message("pcm", request_id, pcm=pcm_field(last))
+            except GeneratorExit:  # Stop on the page (Gradio cancels the event): the GPU call is stopped
+                logger.info("ZeroGPU stream %s stopped by the page", request_id)
+                raise
+            except Exception as exc:
+                logger.warning("ZeroGPU stream %s failed: %s: %s", request_id, type(exc).__name__, exc)
+                text = exc.message if isinstance(exc, TTSError) else f"{type(exc).__name__}: {exc}"
+                yield message("error", request_id, message=scrub_paths(text) or "the GPU call failed")
+                if isinstance(exc, self.reraise):
+                    raise
+                return
+            yield message("end", request_id, **end_fields(last))
+            logger.info("ZeroGPU stream %s done: %s", request_id, end_fields(last))
+
+
+def end_fields(last: AudioChunk | None) -> dict:
+    """The end message's figures, from the last chunk's timings (from the request to now)."""
+    if last is None:
+        return {"audioSeconds": 0.0, "firstAudioMs": None, "elapsedMs": None}
+    t = last.timings
+    return {"audioSeconds": round(t.audio_s, 3),
+            "firstAudioMs": None if t.first_audio_s is None else round(1000 * t.first_audio_s, 1),
+            "elapsedMs": round(1000 * t.elapsed_s, 1)}
