@@ -25,11 +25,18 @@ from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
 from .runner import Runner
 from .scheduler import Scheduler
+from .static_step import CompileCancelled
 from .types import StreamHandle, StreamJob, StreamStatus
 
 logger = logging.getLogger(__name__)
 
 _END = None  # sentinel on an outbox: no more chunks
+# Deferred compile (CUDA): tracing holds the GIL and would starve a stream being served, so each
+# unit compiles only after the engine has been without streams for QUIET_S, and the switch to
+# the compiled step (graph capture, ~1 s) waits for an idle moment too; a server that is never
+# idle gets them anyway after MAX_DEFER_S.
+QUIET_S = 1.0
+MAX_DEFER_S = 300.0
 
 
 @dataclass(slots=True)
@@ -78,8 +85,11 @@ class Engine:
         if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
             pipelined = runner.device.type == "cuda" or available_cpus() >= 2
         self._pipeline = CodecPipeline() if pipelined else None
+        self._last_busy = time.monotonic()
+        self._upgrade_ready_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()
+        runner.start_background_compile(self._wait_until_quiet)
 
     # ---- caller side (any thread) -------------------------------------------------------------
 
@@ -144,7 +154,7 @@ class Engine:
                     break
                 idle = not self._live and not self._scheduler.num_waiting
                 warm = self._warm_jobs.popleft() if idle and self._warm_jobs else None
-            if self.runner.upgrade_ready():  # the compiled step is ready: switch over between steps
+            if self._upgrade_due():  # the compiled step is ready: switch over between steps
                 self._upgrade()
                 continue
             if warm is not None:
@@ -163,7 +173,30 @@ class Engine:
             self._fail(live, TTSError("the engine was shut down"))
 
     def _has_work(self) -> bool:
-        return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self.runner.upgrade_ready())
+        return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self._upgrade_due())
+
+    def _is_idle(self) -> bool:
+        return not self._live and not self._scheduler.num_waiting
+
+    def _wait_until_quiet(self) -> None:
+        """Called by the background compile before each unit: returns once the engine has had no
+        stream for QUIET_S (or after MAX_DEFER_S of waiting, or when the engine stops)."""
+        started = time.monotonic()
+        while time.monotonic() - started < MAX_DEFER_S:
+            if self._stopping:
+                raise CompileCancelled("the engine is shutting down")
+            if self._is_idle() and time.monotonic() - self._last_busy >= QUIET_S:
+                return
+            time.sleep(0.05)
+
+    def _upgrade_due(self) -> bool:
+        """The compiled step is ready and the engine is idle (or it has waited MAX_DEFER_S)."""
+        if not self.runner.upgrade_ready():
+            return False
+        now = time.monotonic()
+        if self._upgrade_ready_since is None:
+            self._upgrade_ready_since = now
+        return self._is_idle() or now - self._upgrade_ready_since >= MAX_DEFER_S
 
     def _upgrade(self) -> None:
         self._sync()
@@ -183,6 +216,7 @@ class Engine:
                 handle.outbox.put(_END)
 
     def _iterate(self) -> None:
+        self._last_busy = time.monotonic()
         with self._lock:
             self._drop_cancelled_waiting()
             cancelled = [live for live in self._live.values() if live.handle.cancelled.is_set()]

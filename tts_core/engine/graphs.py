@@ -34,7 +34,7 @@ from ..config import SamplingParams
 from ..env import env_flag
 from ..model import lm_step
 from .sampler import param_row
-from .static_step import StepState, compile_on_scratch, run_lm_step
+from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm_step
 
 logger = logging.getLogger(__name__)
 
@@ -175,25 +175,28 @@ class StaticStepper:
     def upgraded(self) -> bool:
         return self.compile_mode == self._target_mode and self.use_graphs == self._target_graphs
 
-    def _compile_units(self) -> lm_step.StepUnits | None:
+    def _compile_units(self, before_each=None) -> lm_step.StepUnits | None:
         """The compiled units, built on scratch tensors for every bucket; None if compiling failed
         (a compiler problem must not take the engine down: the plain functions stay)."""
         units = lm_step.StepUnits.compiled(self._target_mode)
         try:
-            compile_on_scratch(self.lm, units, self.buckets, self.state.cache.max_len, self.device)
+            compile_on_scratch(self.lm, units, self.buckets, self.state.cache.max_len, self.device, before_each)
+        except CompileCancelled:
+            return None
         except Exception:
             logger.exception("compiling the LM step (%s) failed: keeping the plain step", self._target_mode)
             return None
         return units
 
-    def compile_in_background(self) -> threading.Thread | None:
-        """Start compiling in a daemon thread (deferred start-up); None when there is nothing to compile."""
+    def compile_in_background(self, before_each=None) -> threading.Thread | None:
+        """Start compiling in a daemon thread (deferred start-up); None when there is nothing to
+        compile. `before_each` runs ahead of every unit compile (the engine passes a wait for idle)."""
         if self._compile_done.is_set():
             return None
 
         def work() -> None:
             if self._target_mode != "off":
-                self._compiled = self._compile_units()
+                self._compiled = self._compile_units(before_each)
             self._compile_done.set()
 
         thread = threading.Thread(target=work, name="tts-compile", daemon=True)

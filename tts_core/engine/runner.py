@@ -87,13 +87,17 @@ class Runner:
                 self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
                                              buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
                                              compile=compile, defer=defer)
-                self.stepper.compile_in_background()
             else:
                 self.local = lm.new_local_cache(rows, device)
 
     @property
     def uses_graphs(self) -> bool:
         return self.stepper is not None and self.stepper.use_graphs
+
+    def start_background_compile(self, before_each=None) -> None:
+        """Deferred static path: build the compiled step in a background thread (see graphs.py)."""
+        if self.stepper is not None:
+            self.stepper.compile_in_background(before_each)
 
     def upgrade_ready(self) -> bool:
         """A deferred static path has its compiled units ready to switch to."""

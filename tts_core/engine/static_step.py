@@ -10,7 +10,8 @@ can be captured once per (batch bucket, length bucket) and replayed; or it simpl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -91,11 +92,32 @@ def run_lm_step(lm, state: StepState, bucket: int, length: int, units: lm_step.S
     out[:, 1:] = codes
 
 
+class CompileCancelled(Exception):
+    """Raised by a background compile's gate when the engine is shutting down."""
+
+
+def _gated(units: lm_step.StepUnits, before_each: Callable[[], None]) -> lm_step.StepUnits:
+    """`units` with `before_each()` called ahead of every unit call (each call may compile)."""
+
+    def wrap(unit):
+        def call(*args):
+            before_each()
+            return unit(*args)
+
+        return call
+
+    return lm_step.StepUnits(**{f.name: wrap(getattr(units, f.name)) for f in fields(units)})
+
+
 @torch.inference_mode()
 def compile_on_scratch(lm, units: lm_step.StepUnits, buckets: list[int], rope_len: int,
-                       device: torch.device) -> None:
+                       device: torch.device, before_each: Callable[[], None] | None = None) -> None:
     """Run `units` once per batch bucket on throw-away tensors, so torch.compile builds every
-    variant without touching a live state (safe in a background thread while the engine serves)."""
+    variant without touching a live state (safe in a background thread while the engine serves).
+    `before_each` runs ahead of every unit call: a background compile waits there for the engine to
+    be idle, because tracing holds the GIL and would starve a stream being served."""
+    if before_each is not None:
+        units = _gated(units, before_each)
     c = lm.config
     rows = max(buckets)
     cache = lm.new_cache(rows, 16, device=device)
