@@ -41,10 +41,14 @@ GRAPHS_LINE = "engine now runs the compiled+graphs step"
 # that prints these markers; the parent stamps them on arrival.
 ENGINE_SCRIPT = """
 import os, sys, time
+print("cold-start: python up", flush=True)
+import torch
+print("cold-start: torch imported", flush=True)
 from tts_core import Synthesizer, SynthesisRequest
 lm, codec, device = sys.argv[1:4]
 synth = Synthesizer.from_pretrained(lm, codec, device=device, voices_dir=None, allow_download=False,
-                                    tokenizer=os.environ.get("MOSS_TTS_TOKENIZER") or None)
+                                    tokenizer=os.environ.get("MOSS_TTS_TOKENIZER") or None,
+                                    report=lambda line: print(f"cold-start: phase {line}", flush=True))
 print("cold-start: ready", flush=True)
 request = dict(text=sys.argv[4], mode="continuation", seed=1, max_frames=25)
 
@@ -159,7 +163,11 @@ def run_engine_scenario(name: str, lm: str, codec: str, cache_dir: Path, args: a
     return {"scenario": name, "first_audio_s": _round(log.first("cold-start: first audio")),
             "ready_s": _round(log.first("cold-start: ready")), "first_request_ttfp_ms": _marker_value(log, "cold-start: ttfp_ms"),
             "device": args.device, "step_at_end": step, "graphs_s": _round(log.first("cold-start: step compiled+graphs")),
-            "graphs_request_ttfp_ms": _marker_value(log, "cold-start: graphs ttfp_ms")}
+            "graphs_request_ttfp_ms": _marker_value(log, "cold-start: graphs ttfp_ms"),
+            # Where start-up time goes: seconds from process start to each step the loader reports.
+            "phases": [[_round(t), line.split("cold-start: ", 1)[1].removeprefix("phase ")] for t, line in log.lines
+                       if "cold-start: phase" in line or "cold-start: python up" in line
+                       or "cold-start: torch imported" in line]}
 
 
 def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse.Namespace) -> dict:
