@@ -6,7 +6,8 @@ Two real servers, both on 127.0.0.1 only, both running the tiny parity checkpoin
   threads and open files can be measured from outside), 4 streams + a queue of 12;
 - `inproc`: `create_app(...)` under uvicorn in a thread of the test process, with settings the
   command line cannot give: small upload limits, remote `ref_audio` enabled for one exempt
-  127.0.0.1 port (a local file server), a 2 s fetch deadline.
+  127.0.0.1 port (a local file server), a 2 s fetch deadline. Gradio's upload folder of the test
+  process is a session temporary folder (`gradio_dir`), so its content can be checked.
 
 `figures` collects what the tests measured; at the end of the session it is written to
 test-artifacts/reliability.json (docs/RELIABILITY.md quotes the last full run).
@@ -191,27 +192,22 @@ def ensure_guards(app, settings) -> None:
 
 
 @pytest.fixture(scope="session")
-def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer) -> Iterator[InProc]:
-    from tts_core.config import EngineConfig
-    from tts_core.synthesizer import Synthesizer
+def gradio_dir(tmp_path_factory) -> Path:
+    """Gradio's upload folder in this test process (GRADIO_TEMP_DIR, read by Gradio at run time)."""
+    folder = os.environ.get("GRADIO_TEMP_DIR")
+    if not folder:
+        folder = str(tmp_path_factory.mktemp("gradio_uploads"))
+        os.environ["GRADIO_TEMP_DIR"] = folder  # for the whole session: apps keep the folder they started with
+    return Path(os.path.realpath(folder))
+
+
+@pytest.fixture(scope="session")
+def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer, gradio_dir: Path) -> Iterator[InProc]:
+    from reliability_servers import tiny_service
+
     from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
 
-    parity = data_dir / "parity"
-    cache = tmp_path_factory.mktemp("inproc_voice_cache")
-
-    def factory(report):
-        return Synthesizer.from_pretrained(
-            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
-            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-            voices_dir=str(data_dir / "presets"), cache_dir=cache,
-            engine_config=EngineConfig(max_active_streams=2, max_queue=4, max_text_chars=INPROC_MAX_TEXT),
-            allow_download=False, warmup=False, report=report,
-        )
-
-    service = SynthesizerService(factory)
-    service.start(background=False)
-    assert service.wait(0), f"tiny model failed to load: {service.error}"
+    service = tiny_service(data_dir, tmp_path_factory.mktemp("inproc_voice_cache"))
     settings = inproc_settings(data_dir, file_server.port)
     app = create_app(service, settings)
     ensure_guards(app, settings)
@@ -286,7 +282,7 @@ class AppProc:
         return self._baseline
 
 
-@pytest.fixture(scope="module")  # only test_reliability uses it: stopped when that module ends
+@pytest.fixture(scope="session")
 def app_proc(data_dir: Path, tmp_path_factory) -> Iterator[AppProc]:
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..config import SamplingParams
 from ..errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
 from ..types import SynthesisRequest, Voice
+from .clip_decode import CLIP_DECODER
 from .openai_schemas import OPENAI_VOICES, SAMPLING_FIELDS, SpeechRequest, VoiceId
-from .ref_audio import check_clip, read_ref_audio
+from .ref_audio import read_ref_audio
 from .settings import ServerSettings
 
 FRAMES_PER_SECOND = 12.5  # codec frame rate: one frame = 80 ms
@@ -217,7 +217,7 @@ async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSe
     _check_text(fields, dialect, settings)
     _check_voice_fields(fields, dialect, settings)
     sampling = _sampling(fields, dialect)
-    clip = await _reference_clip(fields, settings, uploads)
+    clip = await _reference_clip(fields, settings, uploads, synth)
     if clip is not None:
         voice: Voice | str | None = Voice.from_audio(clip, transcript=fields.ref_text)
         label = "reference"
@@ -308,14 +308,15 @@ def _sampling(fields: Fields, dialect: Dialect) -> SamplingParams:
         raise _renamed(exc, dialect) from None
 
 
-async def _reference_clip(fields: Fields, settings: ServerSettings, uploads: UploadStore | None) -> bytes | None:
-    """The clip's checked bytes: an upload (by id), base64 / data: URL / allowed URL, never a path."""
+async def _reference_clip(fields: Fields, settings: ServerSettings, uploads: UploadStore | None,
+                          synth) -> bytes | None:
+    """The clip, checked and decoded in the bounded clip pool (counted in `synth`'s queue limit):
+    an upload (by id), base64 / data: URL / allowed URL, never a path."""
     if fields.ref_audio_id:
         if uploads is None:
             raise InvalidRequestError("ref_audio_id is not accepted here: send ref_audio", param="ref_audio_id")
         audio = uploads.get(fields.ref_audio_id)
-        await anyio.to_thread.run_sync(check_clip, audio, settings)  # the same limits as ref_audio
-        return audio
+        return (await CLIP_DECODER.decode(audio, settings, synth=synth)).wav  # the same limits as ref_audio
     if fields.ref_audio is not None:
-        return await read_ref_audio(fields.ref_audio, settings)
+        return await read_ref_audio(fields.ref_audio, settings, synth=synth)
     return None
