@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import threading
 from dataclasses import dataclass
 
 import anyio
@@ -191,6 +192,8 @@ class ClipDecoder:
         self.workers = workers or min(2, os.cpu_count() or 1)
         self._limiter = anyio.CapacityLimiter(self.workers)
         self.pending = 0  # clips accepted and not decoded yet (waiting or decoding); event loop only
+        self.running = self.peak_running = 0  # decoding now / at most at once (for tests and figures)
+        self._lock = threading.Lock()
 
     def admits(self, stats: dict | None) -> bool:
         if stats is None:
@@ -207,9 +210,19 @@ class ClipDecoder:
         keep_s = float(getattr(getattr(synth, "voices", None), "max_clip_s", DEFAULT_KEEP_S - 0.5)) + 0.5
         self.pending += 1
         try:
-            return await anyio.to_thread.run_sync(decode_clip, data, settings, keep_s, param, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(self._decode, data, settings, keep_s, param, limiter=self._limiter)
         finally:
             self.pending -= 1
+
+    def _decode(self, data: bytes, settings: ServerSettings, keep_s: float, param: str) -> DecodedClip:
+        with self._lock:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+        try:
+            return decode_clip(data, settings, keep_s, param)
+        finally:
+            with self._lock:
+                self.running -= 1
 
 
 CLIP_DECODER = ClipDecoder()  # one per process: it bounds this process's CPU and memory for decoding

@@ -148,7 +148,8 @@ class BodyLimitMiddleware:
         counted = 0  # also what this request holds of the in-flight sum
         waited_s = 0.0
         body_done = declared == 0 or (scope.get("method") in ("GET", "HEAD") and not declared)
-        started = refused = False
+        started = False
+        refused: HTTPException | None = None  # what limited_receive raised, if it did
 
         async def limited_receive() -> Message:
             nonlocal counted, waited_s, body_done, refused
@@ -160,20 +161,20 @@ class BodyLimitMiddleware:
                 message = await receive()
             waited_s += time.monotonic() - began
             if timer.cancelled_caught:
-                refused = True
                 self.counters.body_timeouts += 1
-                raise BodyTimeout(self.deadlines)
+                refused = BodyTimeout(self.deadlines)
+                raise refused
             if message["type"] == "http.request":
                 size = len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
                 if counted + size > self.limit:
-                    refused = True
                     self.counters.bodies_too_large += 1
-                    raise BodyTooLarge(self.limit)
+                    refused = BodyTooLarge(self.limit)
+                    raise refused
                 if size and self.inflight_bytes + size > self.inflight_limit:
-                    refused = True
                     self.counters.bodies_busy += 1
-                    raise BodiesInFlight()
+                    refused = BodiesInFlight()
+                    raise refused
                 self.inflight_bytes += size
                 counted += size
             else:
@@ -184,7 +185,10 @@ class BodyLimitMiddleware:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-            if refused and message["type"] == "http.response.body" and not message.get("more_body", False):
+                if refused is not None:  # the app answered our refusal: the connection ends after it
+                    message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+            elif (refused is not None and not isinstance(refused, BodyTimeout)
+                  and message["type"] == "http.response.body" and not message.get("more_body", False)):
                 await send({**message, "more_body": True})  # the answer is out; then drain, then end
                 await _drain(receive)
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
