@@ -75,14 +75,19 @@ def test_the_worst_accepted_clip_is_decoded_only_as_far_as_it_is_used() -> None:
     assert check_clip(clip, settings).frames == decoded.info.frames  # counted the same way
 
 
-def test_a_clip_within_the_kept_length_reaches_the_voice_bank_unchanged(clip_wav) -> None:
-    """For clips the bank uses whole, the 48 kHz audio handed on is the one it would have made itself."""
+def test_a_clip_within_the_kept_length_gives_the_voice_it_gave_before(inproc, clip_wav) -> None:
+    """For clips the bank uses whole, the 48 kHz audio handed on is the one it would have made
+    itself, and the pool's voice (encoded there) has the codes the engine made from the raw clip."""
     from tts_core.audio import load_audio, to_codec_input
+    from tts_core.types import Voice, VoiceKind
 
     decoded = decode_clip(clip_wav, ServerSettings())
     wav, rate = sf.read(io.BytesIO(decoded.wav), dtype="float32", always_2d=True)
     expected = to_codec_input(*load_audio(clip_wav))
     assert rate == 48_000 and np.array_equal(wav.T, expected)
+    voice = run_coro(ClipDecoder(workers=1).voice(clip_wav, ServerSettings(), synth=inproc.synth, transcript="Hi."))
+    assert voice.kind is VoiceKind.CODES and voice.transcript == "Hi."
+    assert np.array_equal(voice.codes, inproc.synth.voices.resolve(Voice.from_audio(clip_wav)).codes)
 
 
 def test_decoding_is_bounded_and_counted_in_the_queue_limit(inproc) -> None:

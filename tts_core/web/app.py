@@ -89,6 +89,8 @@ def _live_values(service: SynthesizerService, counters: GuardCounters, disk: Upl
     values = {
         "tts_model_ready": 1.0 if service.state is ServiceState.READY else 0.0,
         "tts_http_connections_open": counters.connections_open,
+        "tts_http_connections_peak": counters.connections_peak,
+        "tts_http_connection_cap": counters.connection_cap,
         "tts_http_connections_refused": counters.connections_refused,
         "tts_http_head_timeouts": counters.head_timeouts,
         "tts_http_body_timeouts": counters.body_timeouts,

@@ -9,18 +9,22 @@ engine's queue, for any number of requests at once. Here:
 - the clip is decoded block by block and only its first `keep_s` seconds are kept (the voice bank
   uses 20 s), and trimmed *before* resampling to 48 kHz. The rest is decoded only to count it
   where the header does not vouch for the length (OGG, MP3, FLAC of unknown length), never held;
-- the result is handed to the engine as a 48 kHz stereo float WAV, so the voice bank reads it
-  without resampling again (for a clip within `keep_s` the samples are the ones it would have made);
-- `ClipDecoder` runs this in at most `workers` threads; clips waiting for it count as queued
-  requests, and one that would take the count over the engine's queue limit gets 503 `queue_full`.
+- the result is handed to the voice bank as a 48 kHz stereo float WAV, so it reads it without
+  resampling again (for a clip within `keep_s` the samples are the ones it would have made);
+- `ClipDecoder` runs this in at most `workers` threads, and with a synthesizer also the voice
+  bank's encoding of the clip (`voice()`: the engine then gets the codes); clips waiting for it
+  count as queued requests, and one that would take the count over the engine's queue limit gets
+  503 `queue_full`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 
 import anyio
@@ -29,7 +33,7 @@ import soundfile as sf
 
 from ..audio import MIN_DURATION_S, sniff_container, to_codec_input
 from ..errors import InvalidRequestError, PayloadTooLargeError, QueueFullError
-from ..types import SAMPLE_RATE_HZ
+from ..types import SAMPLE_RATE_HZ, Voice
 from .settings import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -190,7 +194,8 @@ class ClipDecoder:
 
     def __init__(self, workers: int | None = None):
         self.workers = workers or min(2, os.cpu_count() or 1)
-        self._limiter = anyio.CapacityLimiter(self.workers)
+        # One limiter per event loop (a server has one; tests run several): anyio's limiter belongs to a loop.
+        self._limiters: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.pending = 0  # clips accepted and not decoded yet (waiting or decoding); event loop only
         self.running = self.peak_running = 0  # decoding now / at most at once (for tests and figures)
         self._lock = threading.Lock()
@@ -203,6 +208,16 @@ class ClipDecoder:
 
     async def decode(self, data: bytes, settings: ServerSettings, *, synth=None,
                      param: str = PARAM) -> DecodedClip:
+        """`decode_clip` in the pool (admission counted against `synth`'s queue, when given)."""
+        return await self._run(self._decode, data, settings, synth, param)
+
+    async def voice(self, data: bytes, settings: ServerSettings, *, synth=None, transcript: str | None = None,
+                    param: str = PARAM) -> Voice:
+        """The voice of a clip: decoded, and with `synth` encoded by its voice bank too, all in the
+        pool (the engine then gets codes: no decoding or encoding outside the pool)."""
+        return await self._run(self._voice, data, settings, synth, param, transcript)
+
+    async def _run(self, work, data: bytes, settings: ServerSettings, synth, param: str, *extra):
         stats = synth.stats() if synth is not None else None
         if not self.admits(stats):
             raise QueueFullError(f"server busy: {self.pending} reference clips being decoded and "
@@ -210,16 +225,37 @@ class ClipDecoder:
         keep_s = float(getattr(getattr(synth, "voices", None), "max_clip_s", DEFAULT_KEEP_S - 0.5)) + 0.5
         self.pending += 1
         try:
-            return await anyio.to_thread.run_sync(self._decode, data, settings, keep_s, param, limiter=self._limiter)
+            loop = asyncio.get_running_loop()
+            limiter = self._limiters.get(loop)
+            if limiter is None:
+                limiter = self._limiters[loop] = anyio.CapacityLimiter(self.workers)
+            return await anyio.to_thread.run_sync(work, data, settings, keep_s, param, synth, *extra,
+                                                  limiter=limiter)
         finally:
             self.pending -= 1
 
-    def _decode(self, data: bytes, settings: ServerSettings, keep_s: float, param: str) -> DecodedClip:
+    def _decode(self, data: bytes, settings: ServerSettings, keep_s: float, param: str, synth=None) -> DecodedClip:
         with self._lock:
             self.running += 1
             self.peak_running = max(self.peak_running, self.running)
         try:
             return decode_clip(data, settings, keep_s, param)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def _voice(self, data: bytes, settings: ServerSettings, keep_s: float, param: str, synth,
+               transcript: str | None) -> Voice:
+        with self._lock:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+        try:
+            voice = Voice.from_audio(decode_clip(data, settings, keep_s, param).wav, transcript=transcript)
+            bank = getattr(synth, "voices", None)
+            if bank is None:
+                return voice
+            # The bank reads the 48 kHz WAV, checks it (silence), encodes and caches its codes.
+            return Voice.from_codes(bank.resolve(voice).codes, transcript=transcript)
         finally:
             with self._lock:
                 self.running -= 1

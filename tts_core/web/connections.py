@@ -199,6 +199,7 @@ def uvicorn_config(app, *, host: str, port: int, limits: ConnectionLimits, count
                    **kwargs) -> uvicorn.Config:
     """A uvicorn Config serving `app` through `GuardedH11Protocol` (whatever HTTP parsers are installed)."""
     cap = limits.cap()
+    counters.connection_cap = cap
     protocol = functools.partial(GuardedH11Protocol, limits=limits, cap=cap, counters=counters)
     logger.info("connections: at most %d open (503 beyond), %g s for a request head, %g s idle keep-alive",
                 cap, limits.header_timeout_s, limits.keep_alive_s)

@@ -49,6 +49,7 @@ _EXPOSED_HEADERS = ["X-Sample-Rate", "X-Channels", "X-Sample-Format", "X-Voice",
 class GuardCounters:
     """What the guards refused or cut since start (for /metrics). Changed on the event loop only."""
 
+    connection_cap: int = 0  # set by the server (connections.uvicorn_config)
     connections_open: int = 0
     connections_peak: int = 0
     connections_refused: int = 0

@@ -62,6 +62,8 @@ class _Live(Collector):
             "tts_stream_slots": "streams generated together at most",
             "tts_queue_limit": "requests that may wait before new ones get 503",
             "tts_http_connections_open": "HTTP connections open now",
+            "tts_http_connections_peak": "most HTTP connections open at once since start",
+            "tts_http_connection_cap": "connections allowed open at once (the next get 503 at once); 0: not set",
             "tts_gradio_upload_files": "files in Gradio's upload folder after the last sweep",
             "tts_gradio_upload_bytes": "bytes in Gradio's upload folder after the last sweep",
         }

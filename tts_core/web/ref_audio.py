@@ -18,6 +18,7 @@ import binascii
 import re
 import urllib.parse
 
+from ..types import Voice
 from . import netguard
 from .clip_decode import CLIP_DECODER, ClipInfo, bad, check_clip, too_large
 from .settings import ServerSettings
@@ -99,9 +100,9 @@ def _inline_or_url(text: str, settings: ServerSettings) -> bytes | str:
 # ---- the field ---------------------------------------------------------------------------------
 
 
-async def read_ref_audio(value: str, settings: ServerSettings, *, synth=None) -> bytes:
-    """A `ref_audio` field (base64, a data: URL, or an allowed URL), checked and decoded by the
-    clip pool: the voice bank's input (48 kHz float WAV bytes of the first seconds).
+async def read_ref_audio(value: str, settings: ServerSettings, *, synth=None, transcript: str | None = None) -> Voice:
+    """The voice of a `ref_audio` field (base64, a data: URL, or an allowed URL), checked, decoded
+    and (with `synth`) encoded in the clip pool (`ClipDecoder.voice`).
 
     Never opens a local file, whatever the string looks like. Too big or too long: 413, before
     decoding in full; anything else unusable: 400; decode pool and queue full (with `synth`): 503.
@@ -113,4 +114,4 @@ async def read_ref_audio(value: str, settings: ServerSettings, *, synth=None) ->
         raise bad("is empty: send base64 audio or a data: URL", "empty_audio")
     found = _inline_or_url(text, settings)
     data = await download(found, settings) if isinstance(found, str) else found
-    return (await CLIP_DECODER.decode(data, settings, synth=synth)).wav
+    return await CLIP_DECODER.voice(data, settings, synth=synth, transcript=transcript)

@@ -217,9 +217,9 @@ async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSe
     _check_text(fields, dialect, settings)
     _check_voice_fields(fields, dialect, settings)
     sampling = _sampling(fields, dialect)
-    clip = await _reference_clip(fields, settings, uploads, synth)
-    if clip is not None:
-        voice: Voice | str | None = Voice.from_audio(clip, transcript=fields.ref_text)
+    clip_voice = await _reference_voice(fields, settings, uploads, synth)
+    if clip_voice is not None:
+        voice: Voice | str | None = clip_voice
         label = "reference"
     elif dialect.preset_aliases is not None:
         label = resolve_preset(synth, fields.voice, dialect.preset_aliases)
@@ -308,15 +308,15 @@ def _sampling(fields: Fields, dialect: Dialect) -> SamplingParams:
         raise _renamed(exc, dialect) from None
 
 
-async def _reference_clip(fields: Fields, settings: ServerSettings, uploads: UploadStore | None,
-                          synth) -> bytes | None:
-    """The clip, checked and decoded in the bounded clip pool (counted in `synth`'s queue limit):
-    an upload (by id), base64 / data: URL / allowed URL, never a path."""
+async def _reference_voice(fields: Fields, settings: ServerSettings, uploads: UploadStore | None,
+                           synth) -> Voice | None:
+    """The reference clip's voice, checked, decoded and encoded in the bounded clip pool (counted in
+    `synth`'s queue limit): an upload (by id), base64 / data: URL / allowed URL, never a path."""
     if fields.ref_audio_id:
         if uploads is None:
             raise InvalidRequestError("ref_audio_id is not accepted here: send ref_audio", param="ref_audio_id")
-        audio = uploads.get(fields.ref_audio_id)
-        return (await CLIP_DECODER.decode(audio, settings, synth=synth)).wav  # the same limits as ref_audio
+        audio = uploads.get(fields.ref_audio_id)  # the same limits as ref_audio:
+        return await CLIP_DECODER.voice(audio, settings, synth=synth, transcript=fields.ref_text)
     if fields.ref_audio is not None:
-        return await read_ref_audio(fields.ref_audio, settings, synth=synth)
+        return await read_ref_audio(fields.ref_audio, settings, synth=synth, transcript=fields.ref_text)
     return None
