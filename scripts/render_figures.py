@@ -212,7 +212,7 @@ def render_reliability(records: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def _ms(summary: dict) -> str:
+def _ms_spread(summary: dict) -> str:
     return f"{summary['median']:.0f} ms ({summary['min']:.0f}–{summary['max']:.0f})"
 
 
@@ -225,15 +225,16 @@ def render_hostile(r: dict) -> list[str]:
     return [
         "| hostile clients (`python app.py`, default limits) | measured |",
         "|---|---|",
-        f"| a normal listener's time to first audio, median (min–max) of {runs} | idle: {_ms(attack['idle_ttfp_ms'])}; "
+        f"| a normal listener's time to first audio, median (min–max) of {runs} | idle: {_ms_spread(attack['idle_ttfp_ms'])}; "
         f"under {attack['stalled_uploads']} stalled uploads + {attack['idle_connections']:,} idle connections + "
-        f"the /dev/zero payload on every file input: {_ms(attack['attacked_ttfp_ms'])}, **{attack['ratio']:.2f}×** |",
+        f"the /dev/zero payload on every file input: {_ms_spread(attack['attacked_ttfp_ms'])}, **{attack['ratio']:.2f}×** |",
         f"| during that attack | {attack['connections_held']:,} idle connections held "
         f"({attack['server_connections_open']:,} open on the server); {attack['payloads_posted']} /dev/zero payloads, "
         f"{attack['payloads_refused_400']} refused with 400; `/health` {attack['health_status']} |",
         f"| connection cap | {cap['held']:,} connections held (the cap: {cap['cap']:,}); the next {cap['beyond_cap']} "
         f"answered 503 at once ({cap['answered_503']} of {cap['beyond_cap']} within {cap['refused_100_in_s']:.2f} s, "
-        f"before sending anything); the idle ones closed within {cap['idle_closed_after_s']:.1f} s; "
+        f"before sending anything); {cap.get('idle_probe', 50)} idle connections all closed by the server within "
+        f"{cap['idle_closed_after_s']:.1f} s; "
         f"a listener {'served' if cap['served_after'] else 'NOT served'} afterwards |",
         f"| stalled uploads | {stalled['stalled']} uploads announce {stalled['declared_bytes'] / 2**20:.0f} MiB and send "
         f"nothing: a listener is served meanwhile (HTTP {stalled['listener_status']}, first audio after "
@@ -249,7 +250,8 @@ def render_hostile(r: dict) -> list[str]:
         f"| disk | {disk['uploaded_files']:,} files uploaded ({disk['uploaded_mib']:.0f} MiB): Gradio's folder holds "
         f"{disk['folder_files']} files / {disk['folder_mib']:.0f} MiB (bound {disk['bound_files']} files / "
         f"{disk['bound_mib']} MiB), {disk['evicted']:,} evicted; {disk['cloned_clips']} distinct cloned clips: "
-        f"{disk['code_files']} voice-code files (bound {disk['code_bound_files']:,}) |",
+        f"{disk['code_files']} voice-code files in the cache, the presets' included (bound "
+        f"{disk['code_bound_files']:,}) |",
         f"| log storm | {logs['bad_requests']:,} malformed requests in {logs['seconds']:.1f} s: "
         f"{logs['log_lines']} log lines |",
         "",

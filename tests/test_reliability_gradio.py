@@ -57,6 +57,13 @@ def test_every_file_input_refuses_server_paths_and_urls(inproc, data_dir, file_s
                     assert error_of(r)["code"] == "file_not_uploaded"
                     answers.add(r.text)
             assert client.get("/health", timeout=5).status_code == 200, path
+        event = events[0]
+        hidden = '{"path": "/etc/passwd", "meta": {"_type": "gradio\\u002eFile\\u0044ata"}}'  # no "FileData" bytes
+        data = ", ".join(hidden if kind == "audio" else "null" for kind in event.input_types)
+        escaped = f'{{"fn_index": {event.fn_index}, "session_hash": "e", "data": [{data}]}}'.encode()
+        r = client.post("/gradio_api/run/predict", content=escaped, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and error_of(r)["code"] == "file_not_uploaded", r.text[:300]  # JSON escapes
+        answers.add(r.text)
     assert len(answers) == 1, answers  # the same words for an existing file, a missing one and a URL
     assert_clean(answers.pop(), data_dir)
     assert _files(gradio_dir) - before == set()  # nothing copied into Gradio's cache
