@@ -22,7 +22,7 @@ import tracemalloc
 import httpx
 import numpy as np
 import soundfile as sf
-from reliability_attacks import HeldSockets, combined_attack, stalled_upload_head
+from reliability_attacks import STALLED_BYTES, HeldSockets, combined_attack, stalled_upload_head
 from reliability_clients import listen, read_reply
 from reliability_scenarios import PeakRss
 
@@ -99,9 +99,9 @@ def measure_connection_cap(url: str, idle_probe: int = 50) -> dict:
             "served_after": listen(url)[2] == 200}
 
 
-def measure_stalled(url: str, count: int = 64, declared: int = 13 * 2**20) -> dict:
-    """`count` uploads announce a 13 MiB body and send nothing: the listener is served meanwhile;
-    each is answered 408 when its body deadline passes."""
+def measure_stalled(url: str, count: int = 64, declared: int = STALLED_BYTES) -> dict:
+    """`count` uploads announce a body just under the cap and send nothing (four used to lock every
+    POST out): the listener is served meanwhile; each is answered 408 when its body deadline passes."""
     port = int(url.rsplit(":", 1)[1])
     sockets = [socket.create_connection(("127.0.0.1", port), timeout=60) for _ in range(count)]
     started = time.perf_counter()

@@ -236,8 +236,8 @@ def render_hostile(r: dict) -> list[str]:
         f"before sending anything); {cap.get('idle_probe', 50)} idle connections all closed by the server within "
         f"{cap['idle_closed_after_s']:.1f} s; "
         f"a listener {'served' if cap['served_after'] else 'NOT served'} afterwards |",
-        f"| stalled uploads | {stalled['stalled']} uploads announce {stalled['declared_bytes'] / 2**20:.0f} MiB and send "
-        f"nothing: a listener is served meanwhile (HTTP {stalled['listener_status']}, first audio after "
+        f"| stalled uploads | {stalled['stalled']} uploads announce {stalled['declared_bytes'] / 2**20:.1f} MiB (just "
+        f"under the body cap; 4 used to lock every POST out) and send nothing: a listener is served meanwhile (HTTP {stalled['listener_status']}, first audio after "
         f"{stalled['listener_ttfp_ms']:.0f} ms); {stalled['answered_408']} answered 408, all within "
         f"{stalled['all_cut_after_s']:.1f} s |",
         f"| the finding's clip (59 s, 384 kHz stereo FLAC, {decode['finding_clip_kib']} KiB) | decoded whole: "

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from tts_core.web.settings import ServerSettings
+
+# Just under the default body cap: four of these used to reserve the whole in-flight budget.
+STALLED_BYTES = ServerSettings().body_limit_bytes - 1
 FILE_TYPES = ("audio", "file", "image", "video", "uploadbutton", "model3d", "gallery", "dataframe")
 # Defaults Gradio accepts for the other inputs of an event (its preprocess must not fail first).
 _PLAIN_VALUES = {"textbox": "", "markdown": "", "dropdown": None, "state": None, "checkbox": False,
@@ -184,7 +188,7 @@ class FilePayloadFlood:
 
 
 @contextlib.contextmanager
-def combined_attack(url: str, *, idle: int = 1000, stalled: int = 4, stalled_bytes: int = 10 * 2**20):
+def combined_attack(url: str, *, idle: int = 1000, stalled: int = 4, stalled_bytes: int = STALLED_BYTES):
     """Issue 14's combined attack: `stalled` stalled uploads + `idle` idle connections + the
     /dev/zero payload on every file event, all at once, until the block ends."""
     port = int(url.rsplit(":", 1)[1])

@@ -132,7 +132,8 @@ def _scan(data: bytes, settings: ServerSettings, keep_frames_at, param: str, *,
         max_frames = int(settings.max_ref_audio_s * rate)
         keep_frames = min(keep_frames_at(rate), max_frames)
         vouched = trust_header and declared > 0 and container in ("wav", "flac")
-        kept = np.empty((min(keep_frames, declared) if declared else keep_frames, channels), np.float32)
+        # Untouched pages of np.empty cost nothing; an estimated length (MP3, OGG) must not cut the clip.
+        kept = np.empty((min(keep_frames, declared) if vouched else keep_frames, channels), np.float32)
         frames = 0
         try:
             while frames <= max_frames:
