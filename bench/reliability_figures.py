@@ -1,10 +1,13 @@
 """Reliability figures of the real app (the numbers in docs/RELIABILITY.md), written as a JSON record.
 
 Starts `python app.py` with the tiny checkpoints of the shared data (4 slots + a queue of 12, as
-tests/test_reliability.py does), then measures from outside, with psutil: 32 concurrent clients;
-a disconnect storm (5 waves of 10 clients leaving mid-stream); 6 clients giving up while queued;
-300 sequential mixed requests after a 30-request warm-up. Resident memory, threads, open files and
-temporary files are compared at idle, after idle worker threads are pruned. Takes 2-4 minutes.
+tests/test_reliability_load.py does), then measures from outside, with psutil: 32 concurrent
+clients; a disconnect storm (5 waves of 10 clients leaving mid-stream); 6 clients giving up while
+queued; 300 sequential mixed requests after a 30-request warm-up. Resident memory, threads, open
+files and temporary files are compared at idle, after idle worker threads are pruned. Then the
+hostile clients of issue 14 (bench/reliability_hardening.py): a listener's TTFP idle and under the
+combined attack, the connection cap, stalled uploads, the worst clip's decode, the disk bounds, a
+flood of malformed requests. Takes 4-6 minutes.
 
     python bench/reliability_figures.py --json bench/results/reliability.json [--note TEXT]
     python scripts/render_figures.py     # then rewrite the tables
@@ -15,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
 import sys
 import tempfile
 import time
@@ -27,14 +29,17 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
+import reliability_hardening as hardening  # noqa: E402
 import reliability_scenarios as scenarios  # noqa: E402
+from reliability_clients import soak_request  # noqa: E402
 from reliability_common import PROC_MAX_ACTIVE, PROC_MAX_QUEUE, wav_bytes  # noqa: E402
-from reliability_helpers import AppProc, free_port  # noqa: E402
-from server_helpers import app_process, wait_until_ready  # noqa: E402
+from reliability_servers import AppProc, launch_app  # noqa: E402
+from server_helpers import wait_until_ready  # noqa: E402
 
 from tts_core.bench.args import default_config_path  # noqa: E402
 from tts_core.bench.machine import machine_info  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
+from tts_core.web.connections import raise_open_files_limit  # noqa: E402
 
 THREADS = "1"  # torch threads of the app, as in the tests
 SOAK_WARMUP, SOAK_REQUESTS = 30, 300
@@ -102,12 +107,12 @@ def measure_soak(app: AppProc, data_dir: Path) -> dict:
     other: list[int] = []
     with httpx.Client(base_url=app.url, timeout=60) as client:
         for index in range(SOAK_WARMUP):  # every kind of request once or more: caches and pools filled
-            scenarios.soak_request(client, index, clip)
+            soak_request(client, index, clip)
         app.wait_idle()
         before = app.pruned_snapshot()
         started = time.monotonic()
         for index in range(SOAK_WARMUP, SOAK_WARMUP + SOAK_REQUESTS):
-            status = scenarios.soak_request(client, index, clip).status_code
+            status = soak_request(client, index, clip).status_code
             if status in counts:
                 counts[status] += 1
             else:
@@ -125,25 +130,6 @@ def measure_soak(app: AppProc, data_dir: Path) -> dict:
     }
 
 
-def start_app(data_dir: Path, work: Path):
-    port = free_port()
-    tmp_dir, cache_dir = work / "tmp", work / "cache"
-    tmp_dir.mkdir()
-    cache_dir.mkdir()
-    env = {**os.environ, "PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "MOSS_TTS_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1",
-           "TMPDIR": str(tmp_dir), "GRADIO_TEMP_DIR": str(tmp_dir / "gradio"), "MOSS_TTS_NUM_THREADS": THREADS}
-    for name in ("SPACE_ID", "MOSS_TTS_ALLOW_REMOTE_AUDIO", "MOSS_TTS_MAX_ACTIVE", "MOSS_TTS_MAX_QUEUE"):
-        env.pop(name, None)
-    command = [sys.executable, "app.py", "--lm", str(data_dir / "parity" / "tiny_lm"),
-               "--codec", str(data_dir / "parity" / "tiny_codec"),
-               "--tokenizer", str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-               "--voices-dir", str(data_dir / "presets"),
-               "--max-active-streams", str(PROC_MAX_ACTIVE), "--max-queue", str(PROC_MAX_QUEUE)]
-    log_path = work / "app.log"
-    return port, tmp_dir, cache_dir, log_path, app_process(command, cwd=ROOT, env=env, log_path=log_path)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the record to this JSON file")
@@ -157,19 +143,26 @@ def main() -> int:
     record = new_record("reliability", args, machine, {
         "checkpoint": "tiny parity checkpoints", "slots": PROC_MAX_ACTIVE, "queue": PROC_MAX_QUEUE, "threads": THREADS},
         program="python bench/reliability_figures.py")
-    with tempfile.TemporaryDirectory(prefix="moss-reliability-") as work:
-        port, tmp_dir, cache_dir, log_path, process_context = start_app(data_dir, Path(work))
-        with process_context as process:
-            app = AppProc(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path, tmp_dir=tmp_dir,
-                          cache_dir=cache_dir)
-            started = time.monotonic()
-            wait_until_ready(app, 300)
-            record["setup"]["ready_after_s"] = round(time.monotonic() - started, 1)
-            for name, measure in (("load", lambda: measure_load(app)), ("disconnect_storm", lambda: measure_storm(app)),
-                                  ("left_while_queued", lambda: measure_left_while_queued(app)),
-                                  ("soak", lambda: measure_soak(app, data_dir))):
-                record[name] = measure()
-                print(f"{name}: {record[name]}", flush=True)
+    raise_open_files_limit()  # this process holds thousands of connections for the cap figure
+    with tempfile.TemporaryDirectory(prefix="moss-reliability-") as work, \
+            launch_app(data_dir, Path(work), log_path=Path(work) / "app.log", threads=THREADS) as app:
+        started = time.monotonic()
+        wait_until_ready(app, 300)
+        record["setup"]["ready_after_s"] = round(time.monotonic() - started, 1)
+        url = app.url
+        for name, measure in (
+            ("load", lambda: measure_load(app)), ("disconnect_storm", lambda: measure_storm(app)),
+            ("left_while_queued", lambda: measure_left_while_queued(app)),
+            ("soak", lambda: measure_soak(app, data_dir)),
+            ("combined_attack", lambda: hardening.measure_combined_attack(url)),
+            ("connection_cap", lambda: hardening.measure_connection_cap(url)),
+            ("stalled_uploads", lambda: hardening.measure_stalled(url)),
+            ("decode", lambda: hardening.measure_decode(url, app.ps)),
+            ("disk", lambda: hardening.measure_disk(url, app.tmp_dir / "gradio", app.cache_dir)),
+            ("log_flood", lambda: hardening.measure_log_flood(url, app.log_path)),
+        ):
+            record[name] = measure()
+            print(f"{name}: {record[name]}", flush=True)
     if args.json:
         write_record(record, args.json)
     return 0

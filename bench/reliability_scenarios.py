@@ -1,65 +1,23 @@
-"""The reliability scenarios as measurements (the tests in tests/test_reliability.py assert on the
-same scenarios): clients that load, abandon, queue and soak a running `python app.py`."""
+"""The reliability scenarios as measurements (tests/test_reliability_*.py assert on the same
+scenarios, with the same clients: tests/reliability_clients.py and tests/reliability_attacks.py):
+clients that load, abandon, queue and soak a running `python app.py`."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 
 import httpx
+from reliability_clients import LONG_TEXT, abort_client, load_client, stream_body
 
-SAMPLES_PER_FRAME = 3840  # per channel, 80 ms at 48 kHz
-LONG_TEXT = " ".join(f"This is sentence number {i}, and it keeps the stream busy for a while." for i in range(6))
 QUEUE_PATIENCE_S = 0.5
-
-
-def stream_body(index: int, *, max_frames: int | None, text: str | None = None) -> tuple[str, dict, int]:
-    """(route, JSON body, bytes per stereo sample), alternating the two streaming routes."""
-    text = text or f"Load test number {index}, please stand by."
-    extra = {"max_frames": max_frames} if max_frames else {}
-    if index % 2:
-        return "/api/tts/stream", {"text": text, "seed": index, **extra}, 8  # float32 stereo
-    return "/v1/audio/speech", {"input": text, "response_format": "pcm", "stream": True, "seed": index, **extra}, 4
-
-
-async def load_client(client: httpx.AsyncClient, index: int, max_frames: int = 6) -> str:
-    """"served" (whole frames, at most the cap), "refused" (503 queue_full + Retry-After) or "broken"."""
-    route, body, sample_bytes = stream_body(index, max_frames=max_frames)
-    try:
-        async with client.stream("POST", route, json=body) as response:
-            data = b"".join([chunk async for chunk in response.aiter_raw()])
-    except httpx.HTTPError:
-        return "broken"
-    if response.status_code == 200:
-        whole = len(data) > 0 and len(data) % (2 * sample_bytes) == 0
-        return "served" if whole and len(data) <= max_frames * sample_bytes * SAMPLES_PER_FRAME else "broken"
-    if response.status_code == 503:
-        retry = response.headers.get("retry-after", "")
-        if json.loads(data)["error"]["code"] == "queue_full" and retry.isdigit():
-            return "refused"
-    return "broken"
-
-
-async def abort_client(client: httpx.AsyncClient, index: int) -> str:
-    """Start a long stream, read the first audio, then drop the connection."""
-    route, body, sample_bytes = stream_body(index, max_frames=None, text=LONG_TEXT)
-    async with client.stream("POST", route, json=body) as response:
-        if response.status_code != 200:
-            return f"HTTP {response.status_code}"
-        received = 0
-        async for chunk in response.aiter_raw():
-            received += len(chunk)
-            if received >= sample_bytes * 2:
-                return "aborted"
-    return "finished"
 
 
 async def load(url: str, clients: int) -> list[str]:
     limits = httpx.Limits(max_connections=2 * clients, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-        return await asyncio.gather(*(load_client(client, i) for i in range(clients)))
+        return [kind for kind, _ in await asyncio.gather(*(load_client(client, i) for i in range(clients)))]
 
 
 async def storm(url: str, waves: int, per_wave: int) -> list[str]:
@@ -111,23 +69,6 @@ async def leave_while_queued(url: str, holders: int, impatient: int) -> tuple[li
         release.set()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
     return results, still_queued, cleared_after_s
-
-
-def soak_request(client: httpx.Client, index: int, clip_b64: str) -> httpx.Response:
-    """Six kinds in turn: raw stream, WAV, streamed PCM, unknown voice (404), MP3, voice cloning."""
-    kind, text = index % 6, f"Soak request {index}."
-    speech = {"input": text, "seed": index, "max_frames": 2}
-    if kind == 0:
-        return client.post("/api/tts/stream", json={"text": text, "seed": index, "max_frames": 2})
-    if kind == 1:
-        return client.post("/v1/audio/speech", json={**speech, "response_format": "wav"})
-    if kind == 2:
-        return client.post("/v1/audio/speech", json={**speech, "response_format": "pcm", "stream": True})
-    if kind == 3:
-        return client.post("/v1/audio/speech", json={**speech, "voice": "no-such-voice"})
-    if kind == 4:
-        return client.post("/v1/audio/speech", json={**speech, "response_format": "mp3"})
-    return client.post("/api/tts/stream", json={"text": text, "seed": index, "max_frames": 2, "ref_audio": clip_b64})
 
 
 class PeakRss:

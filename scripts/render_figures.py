@@ -11,7 +11,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           gpu-bench    engine records run on CUDA (a "pending" line while there are none)
                           spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
                                        measured figures (engine, cold-start and ZeroGPU records)
-    docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak)
+    docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
+                                       the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
 
 Pure text in, text out: the same records always give the same bytes, and a rendered document
 renders to itself.
@@ -208,7 +209,57 @@ def render_reliability(records: list[tuple[str, dict]]) -> str:
         f"| files in the app's `TMPDIR` / `GRADIO_TEMP_DIR`, storm | {storm['tmp_files_before']} | "
         f"{storm['tmp_files_after']} |",
     ]
+    if "combined_attack" in r:
+        lines += ["", *render_hostile(r)]
     return "\n".join(lines)
+
+
+def _ms_spread(summary: dict) -> str:
+    return f"{summary['median']:.0f} ms ({summary['min']:.0f}–{summary['max']:.0f})"
+
+
+def render_hostile(r: dict) -> list[str]:
+    """The hostile-client figures (issue 14) of a reliability record."""
+    attack, cap, stalled, decode, disk, logs = (r["combined_attack"], r["connection_cap"], r["stalled_uploads"],
+                                                 r["decode"], r["disk"], r["log_flood"])
+    statuses = ", ".join(f"{decode['statuses'].count(s)} × {s}" for s in sorted(set(decode["statuses"])))
+    runs = len(attack["idle_ttfp_ms"]["runs"])
+    return [
+        "| hostile clients (`python app.py`, default limits) | measured |",
+        "|---|---|",
+        f"| a normal listener's time to first audio, median (min–max) of {runs} | idle: {_ms_spread(attack['idle_ttfp_ms'])}; "
+        f"under {attack['stalled_uploads']} stalled uploads + {attack['idle_connections']:,} idle connections + "
+        f"the /dev/zero payload on every file input: {_ms_spread(attack['attacked_ttfp_ms'])}, **{attack['ratio']:.2f}×** |",
+        f"| during that attack | {attack['connections_held']:,} idle connections held "
+        f"({attack['server_connections_open']:,} open on the server); {attack['payloads_posted']} /dev/zero payloads, "
+        f"{attack['payloads_refused_400']} refused with 400; `/health` {attack['health_status']} |",
+        f"| connection cap | {cap['held']:,} connections held (the cap: {cap['cap']:,}); the next {cap['beyond_cap']} "
+        f"answered 503 at once ({cap['answered_503']} of {cap['beyond_cap']} within {cap['refused_100_in_s']:.2f} s, "
+        f"before sending anything); {cap.get('idle_probe', 50)} idle connections all closed by the server within "
+        f"{cap['idle_closed_after_s']:.1f} s; "
+        f"a listener {'served' if cap['served_after'] else 'NOT served'} afterwards |",
+        f"| stalled uploads | {stalled['stalled']} uploads announce {stalled['declared_bytes'] / 2**20:.1f} MiB (just "
+        f"under the body cap; 4 used to lock every POST out) and send nothing: a listener is served meanwhile (HTTP {stalled['listener_status']}, first audio after "
+        f"{stalled['listener_ttfp_ms']:.0f} ms); {stalled['answered_408']} answered 408, all within "
+        f"{stalled['all_cut_after_s']:.1f} s |",
+        f"| the finding's clip (59 s, 384 kHz stereo FLAC, {decode['finding_clip_kib']} KiB) | decoded whole: "
+        f"{decode['finding_whole_decode_mib']:.0f} MiB; now {decode['finding_now_mib']:.1f} MiB (refused from its "
+        "header) |",
+        f"| the worst clip accepted (59 s, 192 kHz stereo FLAC, {decode['worst_clip_kib']} KiB) | decoded whole: "
+        f"{decode['worst_whole_decode_mib']:.0f} MiB; now {decode['worst_now_mib']:.0f} MiB (its first 20.5 s, "
+        f"trimmed before resampling); {decode['concurrent']} clone requests of it at once: app resident memory "
+        f"{decode['rss_before_mib']:.0f} → {decode['rss_peak_mib']:.0f} MiB at peak; answers {statuses} |",
+        f"| disk | {disk['uploaded_files']:,} files uploaded ({disk['uploaded_mib']:.0f} MiB): Gradio's folder holds "
+        f"{disk['folder_files']} files / {disk['folder_mib']:.0f} MiB (bound {disk['bound_files']} files / "
+        f"{disk['bound_mib']} MiB), {disk['evicted']:,} evicted; {disk['cloned_clips']} distinct cloned clips: "
+        f"{disk['code_files']} voice-code files in the cache, the presets' included (bound "
+        f"{disk['code_bound_files']:,}) |",
+        f"| log storm | {logs['bad_requests']:,} malformed requests in {logs['seconds']:.1f} s: "
+        f"{logs['log_lines']} log lines |",
+        "",
+        "Peak decode memory is measured with tracemalloc in the bench process (numpy's buffers); resident memory "
+        "of the app with psutil, sampled every 20 ms.",
+    ]
 
 
 # ---- Spaces hardware -----------------------------------------------------------------------------

@@ -52,3 +52,32 @@ def run_coro(coro):
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+# ---- answers ----------------------------------------------------------------------------------
+
+FORBIDDEN_IN_RESPONSES = ("Traceback", 'File "', "site-packages", "/work/", str(REPO_ROOT), " object at 0x")
+
+
+def b64(data: bytes) -> str:
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def assert_clean(text: str, data_dir: Path) -> None:
+    """No stack trace, object repr or internal path in a response body."""
+    for needle in (*FORBIDDEN_IN_RESPONSES, str(data_dir), "tiny_lm", "tiny_codec"):
+        assert needle not in text, f"{needle!r} leaked in: {text[:500]}"
+
+
+def error_of(response) -> dict:
+    """The OpenAI error object of a 4xx/5xx response (asserting its shape)."""
+    assert response.headers.get("content-type", "").startswith("application/json"), response.text[:200]
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"], error
+    return error
+
+
+def port_of(server) -> int:
+    return int(server.url.rsplit(":", 1)[1])

@@ -6,7 +6,8 @@ Two real servers, both on 127.0.0.1 only, both running the tiny parity checkpoin
   threads and open files can be measured from outside), 4 streams + a queue of 12;
 - `inproc`: `create_app(...)` under uvicorn in a thread of the test process, with settings the
   command line cannot give: small upload limits, remote `ref_audio` enabled for one exempt
-  127.0.0.1 port (a local file server), a 2 s fetch deadline.
+  127.0.0.1 port (a local file server), a 2 s fetch deadline. Gradio's upload folder of the test
+  process is a session temporary folder (`gradio_dir`), so its content can be checked.
 
 `figures` collects what the tests measured; at the end of the session it is written to
 test-artifacts/reliability.json (docs/RELIABILITY.md quotes the last full run).
@@ -16,9 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +25,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 import soundfile as sf
 from reliability_common import (
@@ -36,20 +33,12 @@ from reliability_common import (
     INPROC_MAX_REF_S,
     INPROC_MAX_TEXT,
     INPROC_MAX_UPLOAD,
-    PROC_MAX_ACTIVE,
-    PROC_MAX_QUEUE,
-    REPO_ROOT,
     wav_bytes,
 )
-from server_helpers import ServerThread, app_process, wait_for_idle, wait_until_ready
+from reliability_servers import AppProc, launch_app
+from server_helpers import ServerThread, wait_until_ready
 
 STARTUP_TIMEOUT_S = 150
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- figures ----------------------------------------------------------------------------------
@@ -191,27 +180,22 @@ def ensure_guards(app, settings) -> None:
 
 
 @pytest.fixture(scope="session")
-def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer) -> Iterator[InProc]:
-    from tts_core.config import EngineConfig
-    from tts_core.synthesizer import Synthesizer
+def gradio_dir(tmp_path_factory) -> Path:
+    """Gradio's upload folder in this test process (GRADIO_TEMP_DIR, read by Gradio at run time)."""
+    folder = os.environ.get("GRADIO_TEMP_DIR")
+    if not folder:
+        folder = str(tmp_path_factory.mktemp("gradio_uploads"))
+        os.environ["GRADIO_TEMP_DIR"] = folder  # for the whole session: apps keep the folder they started with
+    return Path(os.path.realpath(folder))
+
+
+@pytest.fixture(scope="session")
+def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer, gradio_dir: Path) -> Iterator[InProc]:
+    from reliability_servers import tiny_service
+
     from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
 
-    parity = data_dir / "parity"
-    cache = tmp_path_factory.mktemp("inproc_voice_cache")
-
-    def factory(report):
-        return Synthesizer.from_pretrained(
-            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
-            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-            voices_dir=str(data_dir / "presets"), cache_dir=cache,
-            engine_config=EngineConfig(max_active_streams=2, max_queue=4, max_text_chars=INPROC_MAX_TEXT),
-            allow_download=False, warmup=False, report=report,
-        )
-
-    service = SynthesizerService(factory)
-    service.start(background=False)
-    assert service.wait(0), f"tiny model failed to load: {service.error}"
+    service = tiny_service(data_dir, tmp_path_factory.mktemp("inproc_voice_cache"))
     settings = inproc_settings(data_dir, file_server.port)
     app = create_app(service, settings)
     ensure_guards(app, settings)
@@ -231,85 +215,9 @@ def inproc_client(inproc: InProc) -> Iterator[httpx.Client]:
 # ---- python app.py ------------------------------------------------------------------------------
 
 
-@dataclass
-class AppProc:
-    url: str
-    process: subprocess.Popen
-    log_path: Path
-    tmp_dir: Path  # TMPDIR and GRADIO_TEMP_DIR of the app: must stay empty of our requests' files
-    cache_dir: Path
-    _baseline: dict | None = None
-
-    @property
-    def ps(self) -> psutil.Process:
-        return psutil.Process(self.process.pid)
-
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=10).json()
-
-    def log_tail(self, num_chars: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-num_chars:]
-
-    def snapshot(self) -> dict:
-        """Resident memory (MiB), threads, open file descriptors, files under the temp dirs."""
-        ps = self.ps
-        return {"rss_mib": round(ps.memory_info().rss / 2**20, 1), "threads": ps.num_threads(),
-                "fds": ps.num_fds(), "tmp_files": sum(1 for p in self.tmp_dir.rglob("*") if p.is_file())}
-
-    def wait_idle(self, timeout_s: float = 20.0) -> dict:
-        return wait_for_idle(self.health, timeout_s)
-
-    def pruned_snapshot(self) -> dict:
-        """`snapshot()` once idle worker threads are gone.
-
-        anyio keeps idle worker threads and prunes those idle for 10 s when the next call needs a
-        worker; so: wait 10.5 s, make one call that runs in a worker (/health), let the pruned
-        threads exit, then count.
-        """
-        time.sleep(10.5)
-        self.health()
-        last = self.snapshot()
-        deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline:  # pruned threads are told to stop; give them a moment
-            time.sleep(0.3)
-            now = self.snapshot()
-            if now["threads"] == last["threads"]:
-                return now
-            last = now
-        return last
-
-    def baseline(self) -> dict:
-        """The pruned snapshot of the idle server, taken once (the first time it is asked for)."""
-        if self._baseline is None:
-            self.wait_idle()
-            self._baseline = self.pruned_snapshot()
-        return self._baseline
-
-
-@pytest.fixture(scope="module")  # only test_reliability uses it: stopped when that module ends
+@pytest.fixture(scope="session")
 def app_proc(data_dir: Path, tmp_path_factory) -> Iterator[AppProc]:
     ARTIFACTS.mkdir(exist_ok=True)
-    port = free_port()
-    tmp_dir = tmp_path_factory.mktemp("app_tmp")
-    cache_dir = tmp_path_factory.mktemp("app_cache")
-    env = {
-        **os.environ, "PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-        "HF_HUB_DISABLE_TELEMETRY": "1", "MOSS_TTS_CACHE_DIR": str(cache_dir), "PYTHONUNBUFFERED": "1",
-        "TMPDIR": str(tmp_dir), "GRADIO_TEMP_DIR": str(tmp_dir / "gradio"),
-        "MOSS_TTS_NUM_THREADS": os.environ.get("MOSS_TTS_NUM_THREADS", "1"),
-    }
-    for name in ("SPACE_ID", "MOSS_TTS_ALLOW_REMOTE_AUDIO", "MOSS_TTS_MAX_ACTIVE", "MOSS_TTS_MAX_QUEUE"):
-        env.pop(name, None)
-    command = [
-        sys.executable, "app.py",
-        "--lm", str(data_dir / "parity" / "tiny_lm"), "--codec", str(data_dir / "parity" / "tiny_codec"),
-        "--tokenizer", str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-        "--voices-dir", str(data_dir / "presets"),
-        "--max-active-streams", str(PROC_MAX_ACTIVE), "--max-queue", str(PROC_MAX_QUEUE),
-    ]
-    log_path = ARTIFACTS / "reliability_app.log"
-    with app_process(command, cwd=REPO_ROOT, env=env, log_path=log_path) as process:
-        proc = AppProc(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path, tmp_dir=tmp_dir,
-                       cache_dir=cache_dir)
+    with launch_app(data_dir, tmp_path_factory.mktemp("app"), log_path=ARTIFACTS / "reliability_app.log") as proc:
         wait_until_ready(proc, STARTUP_TIMEOUT_S)
         yield proc

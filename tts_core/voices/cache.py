@@ -4,13 +4,21 @@ A cache lives in one folder per codec (the folder name is the codec fingerprint)
 another codec are never reused. Keys are sha256 hex digests (of a clip's bytes or of decoded
 upload audio), so no path can be built from user input. Every failure to read or write only
 costs a re-encode: the cache never fails a request.
+
+The folder is bounded: at most `max_files` entries and `max_bytes` bytes. After each `put` the
+least recently used entries go first (a hit marks its file used by touching its modification
+time), and temporary files left by an interrupted write are cleaned once they are old.
+Every distinct uploaded clip used to leave a file here forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,10 @@ import numpy as np
 from .catalog import HEX64, check_codes
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_FILES = 4096  # ~20 s clips: 32 KB each, so about 128 MiB at most
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+STALE_TEMP_S = 3600.0  # a temporary file this old belongs to a write that never finished
 
 
 def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
@@ -38,16 +50,24 @@ def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
 
 
 class CodeCache:
-    """Prompt codes by key in `directory`. Safe to share between threads (atomic files only).
-
-    Nothing is evicted yet: every key stays until its file is removed by hand.
+    """Prompt codes by key in `directory`, bounded (see the module docstring). Safe to share
+    between threads (atomic files; one lock around eviction).
 
     Args:
         directory: the folder of one codec, created on the first `put`.
+        max_files / max_bytes: bounds of the folder's entries; None = unbounded (for codes that
+            must never be evicted, kept in their own folder).
     """
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, *, max_files: int | None = DEFAULT_MAX_FILES,
+                 max_bytes: int | None = DEFAULT_MAX_BYTES):
+        if (max_files is not None and max_files < 1) or (max_bytes is not None and max_bytes < 1):
+            raise ValueError("max_files and max_bytes must be positive (or None for no bound)")
         self.directory = Path(directory)
+        self.max_files = max_files
+        self.max_bytes = max_bytes
+        self.evicted = 0
+        self._lock = threading.Lock()
 
     def _path(self, key: str) -> Path:
         if not HEX64.fullmatch(key):  # keys are hex digests only: no path can be built from input
@@ -63,16 +83,60 @@ class CodeCache:
         if not path.is_file():
             return None
         try:
-            return check_codes(np.load(path, allow_pickle=False), str(path))
+            codes = check_codes(np.load(path, allow_pickle=False), str(path))
         except (OSError, ValueError, EOFError) as exc:
             logger.warning("ignoring unreadable cached codes %s: %s", path, exc)
             path.unlink(missing_ok=True)
             return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used now: the least recently used entries are evicted first
+        return codes
 
     def put(self, key: str, codes: np.ndarray) -> None:
-        """Store codes under `key`; a read-only or full disk is logged, not raised."""
+        """Store codes under `key`, then keep the folder within its bounds; a read-only or full disk
+        is logged, not raised."""
         path = self._path(key)
         try:
             write_atomic(path, lambda handle: np.save(handle, codes, allow_pickle=False))
         except OSError as exc:
             logger.warning("could not cache voice codes in %s: %s", self.directory, exc)
+            return
+        self.enforce_bounds(keep=path)
+
+    def enforce_bounds(self, keep: Path | None = None) -> int:
+        """Delete the least recently used entries (never `keep`) until the bounds hold, and stale
+        temporary files; returns how many entries were deleted."""
+        if self.max_files is None and self.max_bytes is None:
+            return 0
+        with self._lock:
+            entries, now = [], time.time()
+            try:
+                scan = list(os.scandir(self.directory))
+            except OSError:
+                return 0
+            for entry in scan:
+                try:
+                    stat = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.name.startswith(".tmp-"):
+                    if now - stat.st_mtime > STALE_TEMP_S:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+                elif entry.name.endswith(".npy") and entry.is_file(follow_symlinks=False):
+                    entries.append((stat.st_mtime, stat.st_size, entry.path))
+            entries.sort()
+            count, total, deleted = len(entries), sum(size for _, size, _ in entries), 0
+            for _, size, entry_path in entries:
+                if (self.max_files is None or count <= self.max_files) and (
+                        self.max_bytes is None or total <= self.max_bytes):
+                    break
+                if keep is not None and entry_path == str(keep):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry_path)
+                count, total, deleted = count - 1, total - size, deleted + 1
+            self.evicted += deleted
+        if deleted:
+            logger.info("voice code cache over its bound: deleted the %d least recently used entries", deleted)
+        return deleted

@@ -1,8 +1,12 @@
-"""The web app around one Synthesizer: raw-PCM streaming, health, preset clips, player, Gradio UI.
+"""The web app around one Synthesizer: raw-PCM streaming, health, metrics, preset clips, player, Gradio UI.
 
 `create_app(service, settings)` returns a FastAPI app. Its own routes are declared first and the
 Gradio page is mounted last at `/`, so nothing of ours is shadowed (TOOLCHAIN §3). The player's
 static files live under `/player`, never `/static` or `/assets` (Gradio owns those prefixes).
+
+Middlewares, outermost first: request metrics, body limits and deadlines (`guards.py`), CORS,
+the Gradio file guard (`gradio_files.py`), then the routes. The server's connection-level limits
+(`connections.py`) are uvicorn's part; `main.py` builds it with `app.state.guard_counters`.
 """
 
 from __future__ import annotations
@@ -14,22 +18,33 @@ import gradio as gr
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from .clip_decode import CLIP_DECODER
 from .errors import install_error_handlers
-from .guards import install_http_guards
+from .guards import BodyDeadlines, GuardCounters, install_http_guards
+from .metrics import AppMetrics, RequestMetricsMiddleware
 from .openai_api import build_openai_router
+from .ops import build_ops_router
+from .page_mount import PageFiles, mount_page, upload_disk_bound
 from .requests import UploadStore
 from .routes import build_player_router
-from .service import SynthesizerService
+from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
 from .ui import build_ui
+from .upload_disk import UploadDiskBound
 from .zerogpu import PageRelay, ZeroGPUMode
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 
 
-def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: ZeroGPUMode | None = None) -> FastAPI:
+def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: ZeroGPUMode | None = None, *,
+               page_files: PageFiles | None = None, body_deadlines: BodyDeadlines | None = None) -> FastAPI:
     """Build the FastAPI app: streaming + helper routes, the OpenAI router, /player, then Gradio at /.
-    With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`)."""
+
+    With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`).
+    `page_files` bounds Gradio's upload folder; `body_deadlines` how slowly a request body may arrive.
+    """
+    page_files = page_files or PageFiles()
+    body_deadlines = body_deadlines or BodyDeadlines()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -38,11 +53,19 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
         service.close()
 
     app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan)
+    counters = GuardCounters()
+    app.state.guard_counters = counters
+    disk = upload_disk_bound(page_files)
+    app.state.upload_disk = disk
+    metrics = AppMetrics(lambda: _live_values(service, counters, disk))
+    service.observe_streams(metrics.observe_stream)
+    app.state.metrics = metrics
+
     install_error_handlers(app)
-    install_http_guards(app, settings)  # body-size limits and same-origin CORS, for Gradio's routes too
     uploads = UploadStore(max_total_bytes=max(256 * 1024 * 1024, 4 * settings.max_upload_bytes))
     app.state.uploads = uploads
 
+    app.include_router(build_ops_router(service, metrics))
     app.include_router(build_player_router(service, settings, uploads))
     app.include_router(build_openai_router(service, settings))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
@@ -52,13 +75,41 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     head = '<script src="/player/bridge.js" defer></script>'
     if zerogpu is not None:
         head += '<script src="/player/bridge-zerogpu.js" defer></script>'
-    return gr.mount_gradio_app(
-        app,
-        demo,
-        path="/",
+    private = [p for p in (settings.lm_id, settings.codec_id) if Path(p).exists()]
+    mount_page(  # installs the Gradio file guard (the innermost middleware)
+        app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes,
+        max_age_s=page_files.max_age_s,
         head=head,
         css_paths=[STATIC_DIR / "ui.css"],
         footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
-        max_file_size=settings.max_upload_bytes,
         theme=gr.themes.Soft(),
     )
+    # body-size limits, deadlines and same-origin CORS, for Gradio's routes too
+    install_http_guards(app, settings, deadlines=body_deadlines, counters=counters)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
+    return app
+
+
+def _live_values(service: SynthesizerService, counters: GuardCounters, disk: UploadDiskBound) -> dict:
+    """The scrape-time values of /metrics (see `metrics._Live`)."""
+    values = {
+        "tts_model_ready": 1.0 if service.state is ServiceState.READY else 0.0,
+        "tts_http_connections_open": counters.connections_open,
+        "tts_http_connections_peak": counters.connections_peak,
+        "tts_http_connection_cap": counters.connection_cap,
+        "tts_http_connections_refused": counters.connections_refused,
+        "tts_http_head_timeouts": counters.head_timeouts,
+        "tts_http_body_timeouts": counters.body_timeouts,
+        "tts_http_bodies_too_large": counters.bodies_too_large,
+        "tts_http_bodies_busy": counters.bodies_busy,
+    }
+    queued = CLIP_DECODER.pending
+    if service.state is ServiceState.READY:
+        stats = service.get().stats()
+        values.update({"tts_active_streams": stats["active_streams"], "tts_stream_slots": stats["max_active_streams"],
+                       "tts_queue_limit": stats["max_queue"]})
+        queued += stats["queued"]
+    values["tts_queued_requests"] = queued
+    values.update({"tts_gradio_upload_files": disk.last.files, "tts_gradio_upload_bytes": disk.last.bytes,
+                   "tts_gradio_upload_evicted_files": disk.evicted_total})
+    return values

@@ -2,6 +2,10 @@
 
 Run by `python app.py` and `python -m tts_core serve`. The server is up at once; the model loads
 in the service's background thread, so torch is imported off the start-up path.
+
+The uvicorn side of the hardening lives here: the log-storm filter on the log handlers, the
+open-file limit raised to its maximum, and uvicorn built by `connections.uvicorn_config` (the
+connection cap with a fast 503, request-head deadlines, idle keep-alive; `ConnectionLimits`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING
 from ..env import env_flag, env_str
 from ..errors import ModelLoadError, TTSError
 from .flags import engine_config, parse_args, server_settings, zerogpu_enabled
+from .logstorm import install_log_storm_filter
 
 if TYPE_CHECKING:
     from .zerogpu import ZeroGPUMode
@@ -79,20 +84,25 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_storm_filter()
 
     zerogpu = _zerogpu_mode(args)
     import uvicorn
 
     from .app import create_app
+    from .connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
     from .service import SynthesizerService
 
+    raise_open_files_limit()
     service = SynthesizerService(make_factory(args, zerogpu))
     # the app's lifespan starts loading the model in the background
     app = create_app(service, server_settings(args), zerogpu)
     if zerogpu is not None:
         zerogpu.before_serving()
+    config = uvicorn_config(app, host=args.host, port=args.port, limits=ConnectionLimits(),
+                            counters=app.state.guard_counters, log_config=None, access_log=False)
     logger.info("serving on http://%s:%d (model loads in the background)", args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port, log_config=None, access_log=False)
+    uvicorn.Server(config).run()
 
 
 def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:

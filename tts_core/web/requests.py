@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..config import SamplingParams
 from ..errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
 from ..types import SynthesisRequest, Voice
+from .clip_decode import CLIP_DECODER
 from .openai_schemas import OPENAI_VOICES, SAMPLING_FIELDS, SpeechRequest, VoiceId
-from .ref_audio import check_clip, read_ref_audio
+from .ref_audio import read_ref_audio
 from .settings import ServerSettings
 
 FRAMES_PER_SECOND = 12.5  # codec frame rate: one frame = 80 ms
@@ -217,9 +217,9 @@ async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSe
     _check_text(fields, dialect, settings)
     _check_voice_fields(fields, dialect, settings)
     sampling = _sampling(fields, dialect)
-    clip = await _reference_clip(fields, settings, uploads)
-    if clip is not None:
-        voice: Voice | str | None = Voice.from_audio(clip, transcript=fields.ref_text)
+    clip_voice = await _reference_voice(fields, settings, uploads, synth)
+    if clip_voice is not None:
+        voice: Voice | str | None = clip_voice
         label = "reference"
     elif dialect.preset_aliases is not None:
         label = resolve_preset(synth, fields.voice, dialect.preset_aliases)
@@ -308,14 +308,15 @@ def _sampling(fields: Fields, dialect: Dialect) -> SamplingParams:
         raise _renamed(exc, dialect) from None
 
 
-async def _reference_clip(fields: Fields, settings: ServerSettings, uploads: UploadStore | None) -> bytes | None:
-    """The clip's checked bytes: an upload (by id), base64 / data: URL / allowed URL, never a path."""
+async def _reference_voice(fields: Fields, settings: ServerSettings, uploads: UploadStore | None,
+                           synth) -> Voice | None:
+    """The reference clip's voice, checked, decoded and encoded in the bounded clip pool (counted in
+    `synth`'s queue limit): an upload (by id), base64 / data: URL / allowed URL, never a path."""
     if fields.ref_audio_id:
         if uploads is None:
             raise InvalidRequestError("ref_audio_id is not accepted here: send ref_audio", param="ref_audio_id")
-        audio = uploads.get(fields.ref_audio_id)
-        await anyio.to_thread.run_sync(check_clip, audio, settings)  # the same limits as ref_audio
-        return audio
+        audio = uploads.get(fields.ref_audio_id)  # the same limits as ref_audio:
+        return await CLIP_DECODER.voice(audio, settings, synth=synth, transcript=fields.ref_text)
     if fields.ref_audio is not None:
-        return await read_ref_audio(fields.ref_audio, settings)
+        return await read_ref_audio(fields.ref_audio, settings, synth=synth, transcript=fields.ref_text)
     return None

@@ -1,5 +1,5 @@
-"""The player's routes: `POST /api/tts/stream` (raw float32 PCM), `GET /health`, `GET /api/voices`
-and each preset's reference clip."""
+"""The player's routes: `POST /api/tts/stream` (raw float32 PCM), `GET /api/voices` and each preset's
+reference clip. (`GET /health` lives in `ops.py`, with `/metrics`.)"""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from fastapi.responses import FileResponse, StreamingResponse
 
 from ..errors import VoiceNotFoundError, VoiceUnavailableError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
-from .errors import sanitize_health, scrub_paths
+from .errors import scrub_paths
 from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
-from .service import ServiceState, SynthesizerService
+from .service import SynthesizerService
 from .settings import ServerSettings
 from .streaming import ClosingStreamingResponse, f32_bytes, open_stream
 
@@ -60,14 +60,6 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
         }
         return ClosingStreamingResponse(gen, first, f32_bytes, request_id=request_id,
                                         media_type="application/octet-stream", headers=headers)
-
-    @router.get("/health")
-    def health() -> dict:
-        out: dict = {"status": service.state.value, "message": service.status, "error": service.error}
-        if service.state is ServiceState.READY:
-            synth = service.get()
-            out = {**synth.health(), **out, "stats": synth.stats()}
-        return sanitize_health(out)  # checkpoint paths and load errors never leave the server
 
     @router.get("/api/voices")
     def voices() -> dict:

@@ -2,6 +2,8 @@
 
 The web routes ask `service.get()`; while the weights download or warm up that raises a 503
 error whose message is the current status line, and after a failure it raises the load error.
+Status lines and the load error are kept path-free (`scrub_paths`): they reach the page, /health
+and error messages; the server log gets them whole.
 """
 
 from __future__ import annotations
@@ -9,15 +11,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import TYPE_CHECKING
 
 from ..errors import ModelLoadError, TTSError
-from .errors import ModelNotReadyError
+from .errors import ModelNotReadyError, scrub_paths
 
 if TYPE_CHECKING:
     from ..synthesizer import Synthesizer
+    from ..types import AudioChunk
+
+StreamObserver = Callable[["Iterator[AudioChunk]"], "Iterator[AudioChunk]"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +49,7 @@ class SynthesizerService:
         self._status = "not started"
         self._error: str | None = None
         self._thread: threading.Thread | None = None
+        self._observer: StreamObserver | None = None
         self.started_at = time.monotonic()
 
     @property
@@ -59,8 +65,8 @@ class SynthesizerService:
         return self._error
 
     def _report(self, status: str) -> None:
-        self._status = status
         logger.info("model: %s", status)
+        self._status = scrub_paths(status) or ""
 
     def start(self, *, background: bool = True) -> None:
         """Begin loading (once). With background=False, load in the calling thread."""
@@ -90,7 +96,7 @@ class SynthesizerService:
         self._report("ready")
 
     def _fail(self, message: str) -> None:
-        self._error = message
+        self._error = scrub_paths(message)
         self._state = ServiceState.FAILED
         self._report(f"failed: {message}")
 
@@ -100,8 +106,14 @@ class SynthesizerService:
             self._thread.join(timeout_s)
         return self._state is ServiceState.READY
 
+    def observe_streams(self, observer: StreamObserver) -> None:
+        """Pass every stream that `get().stream(...)` returns through `observer` (metrics)."""
+        self._observer = observer
+
     def get(self) -> Synthesizer:
         if self._state is ServiceState.READY and self._synth is not None:
+            if self._observer is not None:
+                return _Observed(self._synth, self._observer)  # type: ignore[return-value]
             return self._synth
         if self._state is ServiceState.FAILED:
             raise ModelLoadError(f"the model failed to load: {self._error}")
@@ -110,3 +122,19 @@ class SynthesizerService:
     def close(self) -> None:
         if self._synth is not None:
             self._synth.close()
+
+
+class _Observed:
+    """The Synthesizer with its streams passed through an observer; everything else delegated."""
+
+    __slots__ = ("_observer", "_synth")
+
+    def __init__(self, synth: Synthesizer, observer: StreamObserver):
+        self._synth = synth
+        self._observer = observer
+
+    def stream(self, request, *, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+        return self._observer(self._synth.stream(request, cancel=cancel))
+
+    def __getattr__(self, name: str):
+        return getattr(self._synth, name)

@@ -38,6 +38,8 @@ class ServerSettings:
             recording is mono or stereo.
         ref_audio_min_sample_rate_hz: reference clips sampled below this are refused (400): the
             output is 48 kHz and the codec needs the upper band to copy a voice.
+        ref_audio_max_sample_rate_hz: reference clips sampled above this are refused (400) from
+            the header, before decoding: no voice recording needs it, and decoding cost grows with it.
         max_body_bytes: largest HTTP request body, counted while it is read (413, before the rest
             is read). None = derived from max_upload_bytes (base64 grows data by 4/3) and
             max_text_chars; see `body_limit_bytes`.
@@ -66,6 +68,7 @@ class ServerSettings:
     max_ref_audio_s: float = 60.0
     ref_audio_max_channels: int = 2
     ref_audio_min_sample_rate_hz: int = 16_000
+    ref_audio_max_sample_rate_hz: int = 192_000
     max_body_bytes: int | None = None
     max_inflight_body_bytes: int | None = None
     allow_remote_audio: bool = False
@@ -82,6 +85,9 @@ class ServerSettings:
         _positive_int("max_upload_bytes", self.max_upload_bytes)
         _positive_int("ref_audio_max_channels", self.ref_audio_max_channels)
         _positive_int("ref_audio_min_sample_rate_hz", self.ref_audio_min_sample_rate_hz)
+        _positive_int("ref_audio_max_sample_rate_hz", self.ref_audio_max_sample_rate_hz)
+        if self.ref_audio_max_sample_rate_hz < self.ref_audio_min_sample_rate_hz:
+            raise ValueError("ref_audio_max_sample_rate_hz must be >= ref_audio_min_sample_rate_hz")
         if self.max_body_bytes is not None:
             _positive_int("max_body_bytes", self.max_body_bytes)
         if self.max_inflight_body_bytes is not None:

@@ -61,7 +61,9 @@ def clip_player(name: str | None, presets: list) -> str:
 
 
 def page_error(message: str) -> str:
-    """A core error message as a sentence for the page ("ref_audio is ..." -> "The reference clip is ...")."""
+    """A core error message as a sentence for the page ("ref_audio is ..." -> "The reference clip is ..."),
+    path-free like every HTTP error (`scrub_paths`)."""
+    message = scrub_paths(message) or ""
     field, _, rest = message.partition(" ")
     if field in _FIELD_NAMES and rest:
         message = f"{_FIELD_NAMES[field]} {rest}"
