@@ -7,6 +7,8 @@ import os
 
 import torch
 
+from .env import env_int
+
 logger = logging.getLogger(__name__)
 
 
@@ -72,7 +74,7 @@ def configure_cpu_threads(device: torch.device) -> None:
     """Set torch's CPU threads from the CPUs this process may use (not the host's core count)."""
     if device.type != "cpu":
         return
-    threads = int(os.environ.get("MOSS_TTS_NUM_THREADS", "0")) or default_cpu_threads()
+    threads = env_int("MOSS_TTS_NUM_THREADS") or default_cpu_threads()
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     logger.info("CPU inference with %d threads", threads)

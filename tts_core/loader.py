@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from .devices import available_cpus, configure_cpu_threads, resolve_device, reso
 from .engine.engine import Engine
 from .engine.pool import EnginePool
 from .engine.runner import Runner
+from .env import env_flag, env_str
 from .errors import ModelLoadError
 from .model.checkpoint import resolve_checkpoint_dir
 from .model.codec import MossAudioCodec
@@ -49,8 +51,8 @@ class LoadedParts:
 
 
 def default_cache_dir() -> Path:
-    base = os.environ.get("MOSS_TTS_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "moss_tts_studio"
+    base = env_str("MOSS_TTS_CACHE_DIR") or os.path.join(
+        env_str("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "moss_tts_studio"
     )
     return Path(base)
 
@@ -66,7 +68,7 @@ def persist_compile_cache(cache_root: Path) -> Path:
     unless TRITON_CACHE_DIR says otherwise) all live there. Its default is under /tmp, which machines
     clear on reboot. A directory the user set is kept. Returns the directory in use.
     """
-    chosen = os.environ.get(COMPILE_CACHE_ENV) or str(cache_root / "torch-compile")
+    chosen = env_str(COMPILE_CACHE_ENV) or str(cache_root / "torch-compile")
     os.environ[COMPILE_CACHE_ENV] = chosen
     return Path(chosen)
 
@@ -155,8 +157,12 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
     torch_device = engine_devices[0]
     lm_dtype = resolve_lm_dtype(dtype, torch_device)
     configure_cpu_threads(torch_device)
+    if torch_device.type == "cuda":
+        # Creating the CUDA context takes a second or more; do it while the weights are read from disk.
+        threading.Thread(target=torch.empty, args=(1,), kwargs={"device": torch_device}, name="cuda-init",
+                         daemon=True).start()
     if allow_download is None:
-        allow_download = os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True", "yes")
+        allow_download = not env_flag("HF_HUB_OFFLINE")
 
     report(f"locating LM checkpoint {lm}…")
     lm_dir = resolve_checkpoint_dir(lm, what="LM checkpoint")

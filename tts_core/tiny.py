@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from .env import env_str
 from .errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ def _find_tokenizer(tokenizer: str | os.PathLike | None) -> Path:
     candidates = []
     if tokenizer:
         candidates.append(Path(tokenizer))
-    parity = os.environ.get("MOSS_TTS_PARITY_DIR")
+    parity = env_str("MOSS_TTS_PARITY_DIR")
     if parity:
         candidates.append(Path(parity) / "hf_checkpoint_meta" / "tokenizer.model")
     candidates.append(Path(__file__).resolve().parents[2] / "shared" / "moss_tts_nano_data" / "hf_checkpoint_meta"
