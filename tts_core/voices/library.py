@@ -80,6 +80,7 @@ class SavedVoice:
     sample_bytes: int
     sample_seconds: float
     consent: str | None = None  # what the client sent as consent (not verified here)
+    created_ns: int = 0  # orders voices saved within one second
 
 
 def _parse_meta(data: object, voice_id: str) -> SavedVoice:
@@ -128,7 +129,7 @@ class VoiceLibrary:
                     voices.append(self._read(entry.name))
                 except (OSError, ValueError, TypeError) as exc:
                     logger.warning("skipping damaged saved voice %s: %s", entry.name, exc)
-        return sorted(voices, key=lambda v: (v.created_at, v.id))
+        return sorted(voices, key=lambda v: (v.created_at, v.created_ns or 0, v.id))
 
     def _read(self, voice_id: str) -> SavedVoice:
         path = self._folder(voice_id) / _META
@@ -183,10 +184,11 @@ class VoiceLibrary:
         if not _FINGERPRINT.fullmatch(fingerprint):
             raise ValueError(f"bad codec fingerprint {fingerprint!r}")
         codes = check_codes(codes, "voice codes")
-        voice = SavedVoice(id=f"voice_{secrets.token_hex(12)}", name=name, created_at=int(time.time()),
+        now_ns = time.time_ns()
+        voice = SavedVoice(id=f"voice_{secrets.token_hex(12)}", name=name, created_at=now_ns // 10**9,
                            transcript=(transcript or "").strip() or None, language=language,
                            sample_bytes=len(sample), sample_seconds=round(float(sample_seconds), 3),
-                           consent=(consent or "").strip()[:200] or None)
+                           consent=(consent or "").strip()[:200] or None, created_ns=now_ns)
         with self._lock:
             count = len(self.list())
             if count >= self.max_voices:

@@ -23,7 +23,8 @@ from pydantic import BaseModel, Field
 from ..audio import sniff_container
 from ..errors import InvalidRequestError, VoiceNotFoundError
 from ..types import SAMPLE_RATE_HZ, Voice
-from ..voices.library import SavedVoice, VoiceLibrary
+from ..voices.catalog import LANGUAGES
+from ..voices.library import SavedVoice, VoiceLibrary, sanitize_name
 from .openai_schemas import ErrorResponse
 from .ref_audio import check_clip
 from .service import SynthesizerService
@@ -109,6 +110,10 @@ class SavedVoices:
     def create(self, *, name: str, sample: bytes, transcript: str | None, language: str | None,
                consent: str | None) -> SavedVoice:
         """Check, encode and save a clip. Blocking (decodes and runs the codec)."""
+        name = sanitize_name(name)  # the cheap checks first: nothing is decoded for a bad form
+        if language is not None and language not in LANGUAGES:
+            raise InvalidRequestError(f"language must be one of {', '.join(LANGUAGES)} or omitted",
+                                      param="language")
         if transcript is not None and len(transcript) > self.settings.max_text_chars:
             raise InvalidRequestError(f"transcript is {len(transcript)} characters; the limit is "
                                       f"{self.settings.max_text_chars}", param="transcript")
