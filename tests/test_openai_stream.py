@@ -251,15 +251,24 @@ def test_captions_cover_the_input_in_order(api: httpx.Client) -> None:
         assert a["start"] <= a["end"] <= b["start"]  # in order, pauses between
     assert abs(segments[-1]["end"] - audio_s) < 0.01
     assert events[-1]["type"] == "speech.audio.done"
-    # Each caption comes right after the audio that ends it, before the audio that follows.
-    types = [e["type"] for e in events]
-    assert types.index("speech.segment") > types.index("speech.audio.delta")
+    _assert_captions_follow_their_audio(events)
     assert float(headers["x-estimated-duration"]) > 0
+
+
+def _assert_captions_follow_their_audio(events: list[dict]) -> None:
+    """Each caption comes once its audio has gone out: after the delta that holds its end."""
+    sent_s = 0.0
+    for event in events:
+        if event["type"] == "speech.audio.delta":
+            sent_s += len(base64.b64decode(event["audio"])) / 4 / SR
+        elif event["type"] == "speech.segment":
+            assert event["end"] <= sent_s + 0.001, (event, sent_s)
 
 
 def test_captions_follow_the_speed(api: httpx.Client) -> None:
     normal, normal_s, normal_headers = _captioned(api)
     fast, fast_s, fast_headers = _captioned(api, speed=2.0)
+    _assert_captions_follow_their_audio(fast)
     assert abs(fast_s - normal_s / 2) < 0.01
     assert abs(float(fast_headers["x-estimated-duration"]) - float(normal_headers["x-estimated-duration"]) / 2) < 0.02
     pairs = zip([e for e in normal if e["type"] == "speech.segment"], [e for e in fast if e["type"] == "speech.segment"])

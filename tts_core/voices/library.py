@@ -15,6 +15,7 @@ objects of one process share one lock (the web app opens one per router).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InvalidRequestError, PayloadTooLargeError, VoiceNotFoundError
+from ..errors import InvalidRequestError, PayloadTooLargeError, TTSError, VoiceNotFoundError
 from .cache import write_atomic
 from .catalog import LANGUAGES, check_codes
 
@@ -195,9 +196,10 @@ class VoiceLibrary:
                 raise InvalidRequestError(
                     f"the voice library is full ({count} of {self.max_voices}): delete one "
                     "(DELETE /v1/audio/voices/{id}) before saving another", param=None, code="voice_limit_reached")
-            self.directory.mkdir(parents=True, exist_ok=True)
             staging = self.directory / f".tmp-{voice.id}"
             try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._sweep()
                 staging.mkdir()
                 write_atomic(staging / _SAMPLE, lambda handle: handle.write(sample))
                 write_atomic(staging / f"codes-{fingerprint}.npy",
@@ -205,11 +207,25 @@ class VoiceLibrary:
                 write_atomic(staging / _META, lambda handle: handle.write(
                     json.dumps(asdict(voice), ensure_ascii=False, indent=1).encode("utf-8")))
                 os.replace(staging, self.directory / voice.id)
+            except OSError as exc:  # a full or read-only disk: say so, without the server's paths
+                shutil.rmtree(staging, ignore_errors=True)
+                logger.error("could not save voice %r in %s: %s", name, self.directory, exc)
+                raise TTSError("the server could not store the voice (its cache dir is full or read-only)",
+                               code="storage_error") from None
             except BaseException:
                 shutil.rmtree(staging, ignore_errors=True)
                 raise
         logger.info("saved voice %s (%r, %.1f s)", voice.id, voice.name, voice.sample_seconds)
         return voice
+
+    def _sweep(self) -> None:
+        """Remove what an interrupted save or delete left behind (hidden folders, an hour old: another
+        process sharing the folder may be saving right now)."""
+        for entry in self.directory.iterdir():
+            if entry.name.startswith((".tmp-voice_", ".trash-voice_")) and entry.is_dir():
+                with contextlib.suppress(OSError):
+                    if time.time() - entry.stat().st_mtime > 3600:
+                        shutil.rmtree(entry, ignore_errors=True)
 
     def delete(self, voice_id: str) -> SavedVoice:
         """Remove a voice (its folder goes away at once); returns what it was."""

@@ -51,6 +51,7 @@ class SpeechRender:
         self._profile = ProfileConverter(spec.sample_rate, spec.channels)
         self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels)
         self._timeline = CaptionTimeline(spec.speed) if spec.captions else None
+        self._held: list[SegmentSpan] = []  # spans whose audio has not all gone out yet
         self.output_samples = 0  # at spec.sample_rate
         self.frames = 0  # codec frames generated (80 ms each), for usage
 
@@ -65,15 +66,27 @@ class SpeechRender:
     def push(self, chunk: AudioChunk) -> tuple[bytes, list[SegmentSpan]]:
         self.frames += len(chunk.codes)
         data = self._encode(self._profile.push(self._stretcher.push(chunk.pcm))) if chunk.pcm.shape[1] else b""
-        spans = self._timeline.push(chunk) if self._timeline is not None else []
-        return data, spans
+        if self._timeline is not None:
+            self._held += self._timeline.push(chunk)
+        return data, self._release()
+
+    def _release(self, everything: bool = False) -> list[SegmentSpan]:
+        """Spans whose end has been sent: a caption follows its audio (the stretch and the resampler
+        hold some audio back, so a span may wait for a later chunk)."""
+        sent_s = self.audio_s + 0.5 / self.spec.sample_rate
+        due = 0
+        while due < len(self._held) and (everything or self._held[due].end <= sent_s):
+            due += 1
+        out, self._held = self._held[:due], self._held[due:]
+        return out
 
     def finish(self) -> tuple[bytes, list[SegmentSpan]]:
         data = self._encode(self._profile.push(self._stretcher.flush()))
         data += self._encode(self._profile.flush())
         data += self._encoder.finish()
-        spans = self._timeline.finish() if self._timeline is not None else []
-        return data, spans
+        if self._timeline is not None:
+            self._held += self._timeline.finish()
+        return data, self._release(everything=True)
 
     def close(self) -> None:
         self._encoder.close()

@@ -120,7 +120,7 @@ async def chunk_bytes(chunks: Iterator[AudioChunk], first: AudioChunk | None, en
         logger.error("stream %s failed mid-way: %s", request_id, exc, exc_info=not isinstance(exc, TTSError))
         raise
     finally:
-        if outcome != "done" and hasattr(encode, "close"):
+        if hasattr(encode, "close"):  # releases an encoder cut short; a no-op after finish()
             encode.close()
         await close_stream(chunks)
         logger.info("stream %s %s: %.2f s of audio in %.2f s",

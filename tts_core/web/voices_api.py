@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..audio import sniff_container
 from ..errors import InvalidRequestError, VoiceNotFoundError
-from ..types import SAMPLE_RATE_HZ, Voice
+from ..types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, Voice
 from ..voices.catalog import LANGUAGES
 from ..voices.library import SavedVoice, VoiceLibrary, sanitize_name
 from .openai_schemas import ErrorResponse
@@ -127,7 +127,7 @@ class SavedVoices:
                             code=exc.code) from None
         if notice:
             logger.info("saving voice %r: %s", name, notice)
-        seconds = min(info.seconds, len(codes) * 3840 / SAMPLE_RATE_HZ)  # what the voice actually holds
+        seconds = min(info.seconds, len(codes) * SAMPLES_PER_FRAME / SAMPLE_RATE_HZ)  # what the voice actually holds
         return self.library().add(name=name, sample=sample, codes=codes, fingerprint=self.fingerprint,
                                   sample_seconds=seconds, transcript=transcript, language=language,
                                   consent=consent)
