@@ -16,6 +16,7 @@ import logging
 from typing import Annotated, Literal
 
 import anyio
+import numpy as np
 from fastapi import APIRouter, File, Form, UploadFile
 from fastapi.responses import Response
 from pydantic import BaseModel, Field
@@ -86,7 +87,7 @@ class SavedVoices:
     def fingerprint(self) -> str:
         return self.service.get().voices.code_cache.directory.name
 
-    def _encode(self, sample: bytes, transcript: str | None) -> tuple:
+    def _encode(self, sample: bytes, transcript: str | None) -> tuple[np.ndarray, str | None]:
         """The clip's prompt codes by the model's codec, and the voice bank's notice (clip trimmed)."""
         resolved = self.service.get().voices.resolve(Voice.from_audio(sample, transcript=transcript))
         return resolved.codes, resolved.notice
