@@ -1,5 +1,8 @@
 """Fixtures and helpers of the OpenAI-API tests (a pytest plugin: `pytest_plugins = ["openai_helpers"]`).
 
+The fixtures are named `oa_*`: a plugin's fixtures are visible to every test module, so their names
+must not clash with other modules' (`api`, `clip_wav`, ...).
+
 Each test module that loads it gets its own real server (`create_app` on uvicorn, tiny checkpoints),
 driven with the official `openai` SDK and raw httpx. The engine has one slot and a one-request
 queue, so the busy (503) and cancellation cases are easy to provoke.
@@ -38,7 +41,7 @@ def settings_for(**overrides) -> ServerSettings:
 
 
 @pytest.fixture(scope="module")
-def service(data_dir: Path, tmp_path_factory) -> SynthesizerService:
+def oa_service(data_dir: Path, tmp_path_factory) -> SynthesizerService:
     from tts_core.synthesizer import Synthesizer
 
     parity = data_dir / "parity"
@@ -60,30 +63,30 @@ def service(data_dir: Path, tmp_path_factory) -> SynthesizerService:
 
 
 @pytest.fixture(scope="module")
-def base_url(service: SynthesizerService, data_dir: Path) -> str:
+def oa_url(oa_service: SynthesizerService, data_dir: Path) -> str:
     settings = settings_for(lm_id=str(data_dir / "parity" / "tiny_lm"), codec_id=str(data_dir / "parity" / "tiny_codec"))
-    with ServerThread(create_app(service, settings)) as server:
+    with ServerThread(create_app(oa_service, settings)) as server:
         yield server.url
 
 
 @pytest.fixture(scope="module")
-def api(base_url: str) -> httpx.Client:
-    with httpx.Client(base_url=base_url, timeout=120) as client:
+def oa_api(oa_url: str) -> httpx.Client:
+    with httpx.Client(base_url=oa_url, timeout=120) as client:
         yield client
 
 
 @pytest.fixture(scope="module")
-def sdk(base_url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0, timeout=120)
+def oa_sdk(oa_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{oa_url}/v1", api_key="x", max_retries=0, timeout=120)
 
 
 @pytest.fixture(scope="module")
-def default_voice(api: httpx.Client) -> str:
-    return api.get("/v1/voices").json()["default"]
+def oa_voice(oa_api: httpx.Client) -> str:
+    return oa_api.get("/v1/voices").json()["default"]
 
 
 @pytest.fixture(scope="module")
-def clip_wav(data_dir: Path) -> bytes:
+def oa_clip(data_dir: Path) -> bytes:
     """A 1.5 s reference clip cut from a preset, as a small mono 24 kHz WAV (server resamples)."""
     audio, sr = sf.read(data_dir / "presets" / "en_2.wav", dtype="float32", always_2d=True)
     start = int(0.5 * sr)

@@ -39,36 +39,36 @@ from tts_core.web.errors import install_error_handlers
 from tts_core.web.openai_api import build_openai_router
 from tts_core.web.service import SynthesizerService
 
-pytest_plugins = ["openai_helpers"]
+pytest_plugins = ["openai_helpers"]  # fixtures oa_*: one server per module
 pytestmark = pytest.mark.slow  # one real server for the module
 
 
 # ---- listing routes ---------------------------------------------------------------------------
 
 
-def test_models_list(api: httpx.Client, data_dir: Path) -> None:
-    resp = api.get("/v1/models")
+def test_models_list(oa_api: httpx.Client, data_dir: Path) -> None:
+    resp = oa_api.get("/v1/models")
     assert resp.status_code == 200
     body = resp.json()
     ids = [m["id"] for m in body["data"]]
     assert body["object"] == "list" and ids[0] == "moss-tts-nano" and "tts-1" in ids
     assert all(m["object"] == "model" for m in body["data"])
     assert str(data_dir) not in resp.text and "tiny_lm" not in resp.text  # a local checkpoint path never leaks
-    assert api.get("/v1/models/tts-1").json()["id"] == "tts-1"
-    assert api.get("/v1/models/whisper-1").status_code == 404
+    assert oa_api.get("/v1/models/tts-1").json()["id"] == "tts-1"
+    assert oa_api.get("/v1/models/whisper-1").status_code == 404
 
 
-def test_voices_list(api: httpx.Client, default_voice: str) -> None:
-    body = api.get("/v1/voices").json()
+def test_voices_list(oa_api: httpx.Client, oa_voice: str) -> None:
+    body = oa_api.get("/v1/voices").json()
     names = [v["name"] for v in body["data"]]
-    assert default_voice in names
+    assert oa_voice in names
     for voice in body["data"]:
         assert set(voice) == {"name", "language", "gender", "description", "available", "unavailable_reason"}
     assert any(v["available"] for v in body["data"])
 
 
-def test_openapi_documents_the_routes(api: httpx.Client) -> None:
-    spec = api.get("/openapi.json").json()
+def test_openapi_documents_the_routes(oa_api: httpx.Client) -> None:
+    spec = oa_api.get("/openapi.json").json()
     post = spec["paths"]["/v1/audio/speech"]["post"]
     content = post["responses"]["200"]["content"]
     assert {"audio/mpeg", "audio/ogg", "audio/aac", "audio/flac", "audio/wav", "audio/pcm", "text/event-stream"} <= set(content)
@@ -82,15 +82,15 @@ def test_openapi_documents_the_routes(api: httpx.Client) -> None:
     assert {"400", "404", "413", "503"} <= set(post["responses"])
     assert "/v1/voices" in spec["paths"] and "/v1/models" in spec["paths"]
     assert {"post", "get"} <= set(spec["paths"]["/v1/audio/voices"]) and "delete" in spec["paths"]["/v1/audio/voices/{voice_id}"]
-    assert api.get("/docs").status_code == 200
+    assert oa_api.get("/docs").status_code == 200
 
 
 # ---- audio ------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def reference_pcm(api: httpx.Client, default_voice: str) -> np.ndarray:
-    resp = speech(api, default_voice, response_format="pcm", **SMALL)
+def reference_pcm(oa_api: httpx.Client, oa_voice: str) -> np.ndarray:
+    resp = speech(oa_api, oa_voice, response_format="pcm", **SMALL)
     assert resp.status_code == 200, resp.text
     assert resp.headers["content-type"] == "audio/pcm"
     assert resp.headers["x-sample-rate"] == "48000" and resp.headers["x-channels"] == "2"
@@ -101,9 +101,9 @@ def reference_pcm(api: httpx.Client, default_voice: str) -> np.ndarray:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_decodes_to_48k_stereo_of_the_same_length(
-    sdk: openai.OpenAI, default_voice: str, reference_pcm: np.ndarray, fmt: str
+    oa_sdk: openai.OpenAI, oa_voice: str, reference_pcm: np.ndarray, fmt: str
 ) -> None:
-    result = sdk.audio.speech.create(model="moss-tts-nano", voice=default_voice, input=TEXT, response_format=fmt,
+    result = oa_sdk.audio.speech.create(model="moss-tts-nano", voice=oa_voice, input=TEXT, response_format=fmt,
                                      extra_body=SMALL)
     headers = result.response.headers
     assert headers["x-sample-rate"] == "48000" and headers["x-channels"] == "2" and headers["x-audio-format"] == fmt
@@ -122,42 +122,42 @@ def test_every_format_decodes_to_48k_stereo_of_the_same_length(
         assert_same_audio(audio, reference_pcm)
 
 
-def test_same_seed_same_audio_and_greedy_is_deterministic(api: httpx.Client, default_voice: str) -> None:
-    first = speech(api, default_voice, response_format="pcm", **SMALL).content
-    assert_same_audio(speech(api, default_voice, response_format="pcm", **SMALL).content, first)
-    other_seed = pcm16(speech(api, default_voice, response_format="pcm", seed=8, max_frames=5).content)
+def test_same_seed_same_audio_and_greedy_is_deterministic(oa_api: httpx.Client, oa_voice: str) -> None:
+    first = speech(oa_api, oa_voice, response_format="pcm", **SMALL).content
+    assert_same_audio(speech(oa_api, oa_voice, response_format="pcm", **SMALL).content, first)
+    other_seed = pcm16(speech(oa_api, oa_voice, response_format="pcm", seed=8, max_frames=5).content)
     assert other_seed.shape != pcm16(first).shape or np.abs(other_seed.astype(np.int32) - pcm16(first)).max() > 100
-    greedy = [speech(api, default_voice, response_format="pcm", greedy=True, max_frames=5).content for _ in "ab"]
+    greedy = [speech(oa_api, oa_voice, response_format="pcm", greedy=True, max_frames=5).content for _ in "ab"]
     assert_same_audio(*greedy)
 
 
-def test_openai_voice_names_map_to_the_default_preset(api: httpx.Client, default_voice: str) -> None:
-    mapped = speech(api, "alloy", response_format="pcm", **SMALL)
+def test_openai_voice_names_map_to_the_default_preset(oa_api: httpx.Client, oa_voice: str) -> None:
+    mapped = speech(oa_api, "alloy", response_format="pcm", **SMALL)
     assert mapped.status_code == 200
-    assert urllib.parse.unquote(mapped.headers["x-voice"]) == default_voice
-    assert_same_audio(mapped.content, speech(api, default_voice, response_format="pcm", **SMALL).content)
-    upper = speech(api, default_voice.upper(), response_format="pcm", max_frames=1)  # names are case-blind
-    assert upper.status_code == 200 and urllib.parse.unquote(upper.headers["x-voice"]) == default_voice
-    presets = {v["name"] for v in api.get("/v1/voices").json()["data"] if v["available"]}
+    assert urllib.parse.unquote(mapped.headers["x-voice"]) == oa_voice
+    assert_same_audio(mapped.content, speech(oa_api, oa_voice, response_format="pcm", **SMALL).content)
+    upper = speech(oa_api, oa_voice.upper(), response_format="pcm", max_frames=1)  # names are case-blind
+    assert upper.status_code == 200 and urllib.parse.unquote(upper.headers["x-voice"]) == oa_voice
+    presets = {v["name"] for v in oa_api.get("/v1/voices").json()["data"] if v["available"]}
     for name in presets & {"Nova", "Cedar"}:  # a preset that shares an OpenAI name is that preset
-        resp = speech(api, name.lower(), response_format="pcm", max_frames=1)
+        resp = speech(oa_api, name.lower(), response_format="pcm", max_frames=1)
         assert urllib.parse.unquote(resp.headers["x-voice"]) == name
-    as_object = speech(api, {"id": default_voice}, response_format="pcm", **SMALL)
+    as_object = speech(oa_api, {"id": oa_voice}, response_format="pcm", **SMALL)
     assert as_object.status_code == 200
     assert_same_audio(as_object.content, mapped.content)
 
 
 @pytest.mark.parametrize("fmt", ["pcm", "wav"])
-def test_streamed_bytes_equal_buffered_bytes(sdk: openai.OpenAI, api: httpx.Client, default_voice: str,
+def test_streamed_bytes_equal_buffered_bytes(oa_sdk: openai.OpenAI, oa_api: httpx.Client, oa_voice: str,
                                              fmt: str) -> None:
-    buffered = speech(api, default_voice, response_format=fmt, **SMALL).content
-    with sdk.audio.speech.with_streaming_response.create(
-        model="moss-tts-nano", voice=default_voice, input=TEXT, response_format=fmt, stream_format="audio",
+    buffered = speech(oa_api, oa_voice, response_format=fmt, **SMALL).content
+    with oa_sdk.audio.speech.with_streaming_response.create(
+        model="moss-tts-nano", voice=oa_voice, input=TEXT, response_format=fmt, stream_format="audio",
         extra_body=SMALL,
     ) as response:
         assert response.headers["x-sample-rate"] == "48000"
         streamed_sdk = b"".join(response.iter_bytes())
-    with api.stream("POST", "/v1/audio/speech", json={"input": TEXT, "voice": default_voice,
+    with oa_api.stream("POST", "/v1/audio/speech", json={"input": TEXT, "voice": oa_voice,
                                                        "response_format": fmt, "stream": True, **SMALL}) as resp:
         assert resp.status_code == 200
         streamed_raw = b"".join(resp.iter_bytes())
@@ -173,19 +173,19 @@ def test_streamed_bytes_equal_buffered_bytes(sdk: openai.OpenAI, api: httpx.Clie
         assert_same_audio(audio, wav_data(buffered))
 
 
-def test_voice_cloning_from_base64_and_data_url(api: httpx.Client, clip_wav: bytes) -> None:
-    b64 = base64.b64encode(clip_wav).decode()
+def test_voice_cloning_from_base64_and_data_url(oa_api: httpx.Client, oa_clip: bytes) -> None:
+    b64 = base64.b64encode(oa_clip).decode()
     for ref in (b64, f"data:audio/wav;base64,{b64}"):
-        resp = speech(api, "alloy", response_format="pcm", ref_audio=ref, **SMALL)
+        resp = speech(oa_api, "alloy", response_format="pcm", ref_audio=ref, **SMALL)
         assert resp.status_code == 200, resp.text
         assert resp.headers["x-voice"] == "reference" and len(resp.content) > 0
-    resp = speech(api, "alloy", response_format="wav", ref_audio=b64, ref_text="A short reference clip.", **SMALL)
+    resp = speech(oa_api, "alloy", response_format="wav", ref_audio=b64, ref_text="A short reference clip.", **SMALL)
     assert resp.status_code == 200, resp.text  # continuation mode
     assert sf.info(io.BytesIO(resp.content)).samplerate == SR
 
 
-def test_remote_ref_audio_when_allowed(service: SynthesizerService, clip_wav: bytes, default_voice: str) -> None:
-    files = {"/clip.wav": clip_wav, "/big.wav": b"\0" * (MAX_UPLOAD_BYTES + 1)}
+def test_remote_ref_audio_when_allowed(oa_service: SynthesizerService, oa_clip: bytes, oa_voice: str) -> None:
+    files = {"/clip.wav": oa_clip, "/big.wav": b"\0" * (MAX_UPLOAD_BYTES + 1)}
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -205,18 +205,18 @@ def test_remote_ref_audio_when_allowed(service: SynthesizerService, clip_wav: by
     install_error_handlers(app)
     # 127.0.0.1 is refused unless exempted exactly (tests/test_reliability.py covers the refusals).
     settings = settings_for(allow_remote_audio=True, remote_audio_allow_hosts=(origin.removeprefix("http://"),))
-    app.include_router(build_openai_router(service, settings))
+    app.include_router(build_openai_router(oa_service, settings))
     try:
         with ServerThread(app) as server, httpx.Client(base_url=server.url, timeout=120) as client:
-            refused = speech(client, default_voice, ref_audio=f"http://localhost:{httpd.server_address[1]}/clip.wav")
+            refused = speech(client, oa_voice, ref_audio=f"http://localhost:{httpd.server_address[1]}/clip.wav")
             assert refused.status_code == 400 and refused.json()["error"]["code"] == "remote_audio_refused"
-            ok = speech(client, default_voice, response_format="pcm", ref_audio=f"{origin}/clip.wav", **SMALL)
+            ok = speech(client, oa_voice, response_format="pcm", ref_audio=f"{origin}/clip.wav", **SMALL)
             assert ok.status_code == 200, ok.text
-            missing = speech(client, default_voice, ref_audio=f"{origin}/missing.wav", **SMALL)
+            missing = speech(client, oa_voice, ref_audio=f"{origin}/missing.wav", **SMALL)
             assert missing.status_code == 400 and missing.json()["error"]["param"] == "ref_audio"
-            big = speech(client, default_voice, ref_audio=f"{origin}/big.wav", **SMALL)
+            big = speech(client, oa_voice, ref_audio=f"{origin}/big.wav", **SMALL)
             assert big.status_code == 413
-            local = speech(client, default_voice, ref_audio="file:///etc/passwd", **SMALL)
+            local = speech(client, oa_voice, ref_audio="file:///etc/passwd", **SMALL)
             assert local.status_code == 400
     finally:
         httpd.shutdown()

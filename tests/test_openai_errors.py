@@ -23,7 +23,7 @@ from openai_helpers import (
 
 from tts_core.web.service import SynthesizerService
 
-pytest_plugins = ["openai_helpers"]
+pytest_plugins = ["openai_helpers"]  # fixtures oa_*: one server per module
 pytestmark = pytest.mark.slow  # one real server for the module
 
 
@@ -88,34 +88,34 @@ ERROR_CASES = [
 
 
 @pytest.mark.parametrize(("fields", "status", "param"), ERROR_CASES, ids=[f"{c[2]}-{i}" for i, c in enumerate(ERROR_CASES)])
-def test_errors(api: httpx.Client, default_voice: str, data_dir: Path, fields: dict, status: int,
+def test_errors(oa_api: httpx.Client, oa_voice: str, data_dir: Path, fields: dict, status: int,
                 param: str) -> None:
-    body = {"model": "tts-1", "input": TEXT, "voice": default_voice, **SMALL, **fields}
-    _assert_clean_error(api.post("/v1/audio/speech", json=body), status, param, data_dir)
+    body = {"model": "tts-1", "input": TEXT, "voice": oa_voice, **SMALL, **fields}
+    _assert_clean_error(oa_api.post("/v1/audio/speech", json=body), status, param, data_dir)
     streamed = {**body, "response_format": "pcm", "stream": True} if "response_format" not in fields else body
     if "stream" not in fields:  # the streaming path validates everything before its first byte too
-        _assert_clean_error(api.post("/v1/audio/speech", json=streamed), status, param, data_dir)
+        _assert_clean_error(oa_api.post("/v1/audio/speech", json=streamed), status, param, data_dir)
 
 
-def test_a_real_file_path_is_never_read(api: httpx.Client, default_voice: str, data_dir: Path) -> None:
+def test_a_real_file_path_is_never_read(oa_api: httpx.Client, oa_voice: str, data_dir: Path) -> None:
     path = str(data_dir / "presets" / "en_2.wav")
     for ref in (path, f"file://{path}"):
-        _assert_clean_error(speech(api, default_voice, ref_audio=ref, **SMALL), 400, "ref_audio", data_dir)
+        _assert_clean_error(speech(oa_api, oa_voice, ref_audio=ref, **SMALL), 400, "ref_audio", data_dir)
 
 
-def test_malformed_json_body(api: httpx.Client, data_dir: Path) -> None:
-    resp = api.post("/v1/audio/speech", content=b"{not json", headers={"content-type": "application/json"})
+def test_malformed_json_body(oa_api: httpx.Client, data_dir: Path) -> None:
+    resp = oa_api.post("/v1/audio/speech", content=b"{not json", headers={"content-type": "application/json"})
     _assert_clean_error(resp, 400, None, data_dir)
-    _assert_clean_error(api.post("/v1/audio/speech", json={"voice": "alloy"}), 400, "input", data_dir)
+    _assert_clean_error(oa_api.post("/v1/audio/speech", json={"voice": "alloy"}), 400, "input", data_dir)
 
 
-def test_sdk_raises_typed_errors(sdk: openai.OpenAI, default_voice: str) -> None:
+def test_sdk_raises_typed_errors(oa_sdk: openai.OpenAI, oa_voice: str) -> None:
     with pytest.raises(openai.BadRequestError) as bad:
-        sdk.audio.speech.create(model="tts-1", voice=default_voice, input=TEXT, speed=4.5)
+        oa_sdk.audio.speech.create(model="tts-1", voice=oa_voice, input=TEXT, speed=4.5)
     assert bad.value.body["param"] == "speed"
     with pytest.raises(openai.NotFoundError) as missing:
-        sdk.audio.speech.create(model="tts-1", voice="nobody-by-this-name", input=TEXT)
-    assert default_voice in missing.value.body["message"]  # lists the valid presets
+        oa_sdk.audio.speech.create(model="tts-1", voice="nobody-by-this-name", input=TEXT)
+    assert oa_voice in missing.value.body["message"]  # lists the valid presets
 
 
 # ---- busy server and cancellation -------------------------------------------------------------
@@ -129,19 +129,19 @@ def _wait_for(condition, timeout_s: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def test_queue_full_then_disconnect_cancels(base_url: str, service: SynthesizerService, default_voice: str,
+def test_queue_full_then_disconnect_cancels(oa_url: str, oa_service: SynthesizerService, oa_voice: str,
                                             data_dir: Path) -> None:
     """One slot, one queue place: hold a stream, queue a second, the third gets 503 + Retry-After;
     dropping the held stream's connection cancels it, which lets the queued one run."""
-    synth = service.get()
+    synth = oa_service.get()
     long_text = " ".join(["This sentence keeps the only engine slot busy for a while."] * 8)
     before = synth.stats()
-    held_client = httpx.Client(base_url=base_url, timeout=120)
+    held_client = httpx.Client(base_url=oa_url, timeout=120)
     queued: dict = {}
     try:
         held = held_client.send(
             held_client.build_request("POST", "/v1/audio/speech", json={
-                "input": long_text, "voice": default_voice, "response_format": "pcm", "stream": True, "seed": 1,
+                "input": long_text, "voice": oa_voice, "response_format": "pcm", "stream": True, "seed": 1,
             }),
             stream=True,
         )
@@ -151,16 +151,16 @@ def test_queue_full_then_disconnect_cancels(base_url: str, service: SynthesizerS
         assert synth.stats()["active_streams"] == 1
 
         def run_queued() -> None:
-            with httpx.Client(base_url=base_url, timeout=120) as client:
-                queued["response"] = speech(client, default_voice, response_format="pcm", **SMALL)
+            with httpx.Client(base_url=oa_url, timeout=120) as client:
+                queued["response"] = speech(client, oa_voice, response_format="pcm", **SMALL)
 
         waiter = threading.Thread(target=run_queued, daemon=True)
         waiter.start()
         _wait_for(lambda: synth.stats()["queued"] == 1)
 
-        with httpx.Client(base_url=base_url, timeout=120) as client:
-            busy = speech(client, default_voice, response_format="pcm", **SMALL)
-            busy_stream = speech(client, default_voice, response_format="wav", stream=True, **SMALL)
+        with httpx.Client(base_url=oa_url, timeout=120) as client:
+            busy = speech(client, oa_voice, response_format="pcm", **SMALL)
+            busy_stream = speech(client, oa_voice, response_format="wav", stream=True, **SMALL)
         for resp in (busy, busy_stream):
             error = _assert_clean_error(resp, 503, None, data_dir)
             assert error["code"] == "queue_full" and int(resp.headers["retry-after"]) >= 1
@@ -173,7 +173,7 @@ def test_queue_full_then_disconnect_cancels(base_url: str, service: SynthesizerS
     _wait_for(lambda: synth.stats()["active_streams"] == 0 and synth.stats()["queued"] == 0)
 
 
-def test_buffered_request_survives_many_sequential_calls(api: httpx.Client, default_voice: str) -> None:
+def test_buffered_request_survives_many_sequential_calls(oa_api: httpx.Client, oa_voice: str) -> None:
     """Slots are freed after each request: many quick calls in a row never see a 503."""
     for _ in range(6):
-        assert speech(api, default_voice, response_format="pcm", seed=3, max_frames=2).status_code == 200
+        assert speech(oa_api, oa_voice, response_format="pcm", seed=3, max_frames=2).status_code == 200
