@@ -10,8 +10,8 @@ import pytest
 from tts_core.env import env_flag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Test modules import helpers from this plugin directly as well: rewrite its asserts either way.
-pytest.register_assert_rewrite("e2e_helpers")
+# Test modules import helpers from these plugins directly as well: rewrite their asserts either way.
+pytest.register_assert_rewrite("e2e_helpers", "openai_helpers")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -146,3 +146,66 @@ def test_health_and_voice_clips(client, voices):
     assert missing.status_code == 404
     assert missing.json()["error"]["param"] == "name"
     assert client.get("/api/voices/..%2F..%2Fetc%2Fpasswd/clip").status_code == 404
+
+
+# ---- round 2: speed, X-Estimated-Duration, event framing, saved voices (CONTRACTS A.3, C) ----------
+
+
+def test_speed_and_estimated_duration(client):
+    body = {"text": "Hello there, how are you today?", "seed": 7, "max_frames": 6}
+    normal = _stream(client, **body)
+    fast = _stream(client, **body, speed=2.0)
+    slow = _stream(client, **body, speed=0.5)
+    assert normal.status_code == fast.status_code == slow.status_code == 200, _why(fast)
+    samples = 6 * SAMPLES_PER_FRAME
+    assert len(fast.content) == round(samples / 2.0) * 8 and len(slow.content) == samples * 2 * 8
+    estimate = float(normal.headers["x-estimated-duration"])
+    assert estimate > 0
+    assert abs(float(fast.headers["x-estimated-duration"]) - estimate / 2) <= 0.01
+    assert abs(float(slow.headers["x-estimated-duration"]) - estimate * 2) <= 0.01
+    assert np.isfinite(np.frombuffer(fast.content, "<f4")).all()
+
+
+@pytest.mark.parametrize(("body", "param"), [({"speed": 0.1}, "speed"), ({"speed": 5}, "speed"),
+                                              ({"speed": "fast"}, "speed"), ({"framing": "json"}, "framing")])
+def test_bad_speed_or_framing(client, body, param):
+    response = _stream(client, text="hi", **body)
+    assert response.status_code == 400, _why(response)
+    assert response.json()["error"]["param"] == param
+
+
+def _frames(body: bytes) -> list[tuple[int, object]]:
+    from stream_decoding import parse_frames
+
+    return parse_frames(body)
+
+
+@pytest.mark.parametrize("speed", [1.0, 1.5])
+def test_event_framing(client, speed):
+    text = "First sentence here. Then a second one."
+    raw = _stream(client, text=text, seed=4, max_frames=8, speed=speed)
+    framed = _stream(client, text=text, seed=4, max_frames=8, speed=speed, framing="events")
+    assert framed.status_code == 200, _why(framed)
+    assert framed.headers["x-framing"] == "events" and framed.headers["x-sample-format"] == "f32le"
+    frames = _frames(framed.content)
+    audio = [payload for kind, payload in frames if kind == 0]
+    events = [payload for kind, payload in frames if kind == 1]
+    assert {kind for kind, _ in frames} <= {0, 1}
+    assert all(len(chunk) % 8 == 0 and chunk for chunk in audio)
+    assert events[-1]["type"] == "speech.done" and events[-1]["request_id"] == framed.headers["x-request-id"]
+    segments = events[:-1]
+    assert segments and all(e["type"] == "speech.segment" for e in segments)
+    assert [e["index"] for e in segments] == list(range(len(segments)))
+    pcm = np.frombuffer(b"".join(audio), "<f4")
+    assert abs(events[-1]["audio_s"] - len(pcm) / 2 / 48000) < 1e-3
+    assert abs(segments[-1]["end"] - len(pcm) / 2 / 48000) < 0.01
+    reference = np.frombuffer(raw.content, "<f4")  # the same audio as the raw stream
+    assert pcm.shape == reference.shape
+    np.testing.assert_allclose(pcm, reference, rtol=0, atol=1e-3)
+
+
+def test_voices_lists_saved_voices(client):
+    body = client.get("/api/voices").json()
+    assert isinstance(body["saved"], list)
+    for voice in body["saved"]:
+        assert voice["id"].startswith("voice_") and voice["name"]

@@ -1,21 +1,27 @@
-"""OpenAI-compatible speech API: `POST /v1/audio/speech`, `GET /v1/voices`, `GET /v1/models`.
+"""OpenAI-compatible speech API: `POST /v1/audio/speech`, `GET /v1/voices`, `GET /v1/models`, and the
+saved-voice routes of `web/voices_api.py` (`/v1/audio/voices`).
 
 Differences from OpenAI's API, all deliberate:
-- Audio is 48 kHz stereo in every format (OpenAI's `pcm` is 24 kHz mono); `X-Sample-Rate` and
-  `X-Channels` say so. `pcm` is 16-bit little-endian, interleaved L R L R.
-- `voice` names a preset of this server (case-insensitive). OpenAI's built-in names that are not
-  presets (alloy, echo, ...) fall back to the server's default voice so OpenAI scripts run
-  unchanged; the `X-Voice` header says which preset spoke. Other unknown names: 404 listing presets.
-- `speed` must be 1.0 (the model has no rate control); `instructions` is accepted and ignored.
-- `stream: true` streams `pcm` and `wav` as they are generated (a WAV header with "unknown"
-  sizes first) and is refused for mp3/flac/opus. `stream_format: "audio"` (OpenAI's default)
-  streams pcm/wav too and, for the other formats, returns the whole file once it is encoded.
+- Audio is 48 kHz stereo, the model's own output, except `pcm` under OpenAI's model names (tts-1,
+  tts-1-hd, gpt-4o-mini-tts and dated variants): 24 kHz mono, as OpenAI sends it and as its clients
+  play it. `sample_rate` (vllm-omni's extension) overrides the rate. `X-Sample-Rate`, `X-Channels`
+  and `X-Audio-Format` always say what was sent; `pcm` is 16-bit little-endian, channels interleaved.
+- `voice` names a preset of this server (case-insensitive) or a saved voice id (`voice_...`). OpenAI's
+  built-in names that are not presets (alloy, echo, ...) fall back to the default voice so OpenAI
+  scripts run unchanged; `X-Voice` says which voice spoke. Other unknown names: 404 listing presets.
+- `speed` 0.25-4 is a pitch-preserving time-stretch (`stretch.py`); `instructions` is accepted and
+  ignored (the model has no instruction control).
+- Without `stream`/`stream_format` the response is one whole file of exact length. `stream: true` or
+  `stream_format: "audio"` sends raw bytes as they are generated, in every format (mp3, opus, aac and
+  flac encoded progressively). `stream_format: "sse"` sends OpenAI's events (`speech.audio.delta`,
+  `speech.audio.done`), plus `speech.segment` captions with `timestamps: true`.
 - Extensions: `ref_audio` (voice cloning from a base64 or data: URL clip, decoded and checked by
   `web/ref_audio.py`), `ref_text` (its transcript, switching to continuation mode), `seed`, sampling
-  fields, `max_frames`.
+  fields, `max_frames`, `sample_rate`, `timestamps`.
 
 Every error is raised before the first byte of audio, so it arrives as OpenAI's JSON error shape.
-Schemas live in `web/openai_schemas.py`; the body is checked and mapped by `web/requests.py`.
+Schemas live in `web/openai_schemas.py`; the body is checked and mapped by `web/requests.py`; the
+audio goes out through `web/speech_output.py`.
 """
 
 from __future__ import annotations
@@ -29,15 +35,18 @@ from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from ..audio import encode_audio, wav_stream_header
+from ..encoders import check_rate
 from ..errors import InvalidRequestError
+from ..stretch import check_speed
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
 from .errors import ModelNotFoundError, public_checkpoint_name, scrub_paths
 from .openai_schemas import (
     MEDIA_TYPES,
     OPENAI_MODEL_ALIASES,
+    OPENAI_PCM_CHANNELS,
+    OPENAI_PCM_RATE_HZ,
+    S16_FORMATS,
     SPEECH_RESPONSES,
-    STREAMABLE_FORMATS,
     ErrorResponse,
     ModelCard,
     ModelList,
@@ -48,16 +57,22 @@ from .openai_schemas import (
 from .requests import OPENAI, openai_fields, prepare
 from .service import SynthesizerService
 from .settings import ServerSettings
-from .streaming import ClosingStreamingResponse, collect, open_stream, s16_bytes
+from .speech_output import OutputSpec, RawWriter, SpeechRender, SseWriter, render_whole
+from .streaming import ClosingStreamingResponse, collect, open_stream
+from .voices_api import SavedVoices, build_voices_router
 
 logger = logging.getLogger(__name__)
+
+
+def _is_alias(name: str) -> bool:
+    return name.strip().lower().startswith(OPENAI_MODEL_ALIASES)
 
 
 def _check_model(name: str, settings: ServerSettings) -> None:
     key = name.strip().lower()
     lm = settings.lm_id.lower()
-    accepted = {settings.model_name.lower(), lm, lm.rsplit("/", 1)[-1], *OPENAI_MODEL_ALIASES}
-    if key in accepted or key.startswith(OPENAI_MODEL_ALIASES) or "moss-tts-nano" in key:
+    accepted = {settings.model_name.lower(), lm, lm.rsplit("/", 1)[-1]}
+    if key in accepted or _is_alias(key) or "moss-tts-nano" in key:
         return
     raise ModelNotFoundError(
         f"model {name[:80]!r} is not served here: use '{settings.model_name}' "
@@ -66,33 +81,35 @@ def _check_model(name: str, settings: ServerSettings) -> None:
     )
 
 
-def _check_envelope(body: SpeechRequest, settings: ServerSettings) -> None:
-    """The OpenAI-only fields: model, speed and the output options (the rest is `requests.prepare`)."""
+def output_spec(body: SpeechRequest, settings: ServerSettings) -> tuple[OutputSpec, bool]:
+    """The OpenAI-only fields (model, speed, output options) -> what to send, and whether as SSE.
+
+    The rest of the body is checked by `requests.prepare`.
+    """
     _check_model(body.model, settings)
-    if body.speed != 1.0:
-        raise InvalidRequestError(
-            f"speed {body.speed} is not supported: this model speaks at its natural rate; send 1.0 or omit it",
-            param="speed", code="unsupported_value",
-        )
-    if body.stream_format == "sse":
-        raise InvalidRequestError(
-            "stream_format 'sse' is not supported: use 'audio' (raw audio, streamed for pcm and wav)",
-            param="stream_format", code="unsupported_value",
-        )
-    if body.stream and body.response_format not in STREAMABLE_FORMATS:
-        raise InvalidRequestError(
-            f"stream is only available for response_format pcm or wav, not {body.response_format}: "
-            "ask for pcm/wav or drop stream to get the whole file",
-            param="stream", code="unsupported_value",
-        )
+    speed = check_speed(body.speed)
+    sse = body.stream_format == "sse"
+    fmt = body.response_format if not sse or "response_format" in body.model_fields_set else "pcm"
+    openai_pcm = fmt == "pcm" and _is_alias(body.model)
+    rate = body.sample_rate or (OPENAI_PCM_RATE_HZ if openai_pcm else SAMPLE_RATE_HZ)
+    problem = check_rate(fmt, rate)
+    if problem:
+        raise InvalidRequestError(f"sample_rate {rate} cannot be used for {fmt}: {problem}",
+                                  param="sample_rate", code="unsupported_value")
+    if body.timestamps and not sse:
+        raise InvalidRequestError("timestamps travel as server-sent events: add stream_format 'sse' "
+                                  "(or drop timestamps)", param="timestamps", code="unsupported_value")
+    channels = OPENAI_PCM_CHANNELS if openai_pcm else NUM_CHANNELS
+    return OutputSpec(fmt, rate, channels, speed, captions=body.timestamps), sse
 
 
-def _headers(fmt: str, voice_label: str) -> dict[str, str]:
+def _headers(spec: OutputSpec, voice_label: str) -> dict[str, str]:
     # Preset names may be non-ASCII; header values must be latin-1, so the name is percent-encoded.
-    headers = {"X-Sample-Rate": str(SAMPLE_RATE_HZ), "X-Channels": str(NUM_CHANNELS),
+    headers = {"X-Sample-Rate": str(spec.sample_rate), "X-Channels": str(spec.channels),
+               "X-Audio-Format": spec.fmt, "X-Speed": f"{spec.speed:g}",
                "X-Voice": urllib.parse.quote(voice_label, safe=" -_.()"),
-               "Content-Disposition": f'inline; filename="speech.{fmt}"'}
-    if fmt in STREAMABLE_FORMATS:
+               "Content-Disposition": f'inline; filename="speech.{spec.fmt}"'}
+    if spec.fmt in S16_FORMATS:
         headers["X-Sample-Format"] = "s16le"
     return headers
 
@@ -101,31 +118,41 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
     """The OpenAI-compatible routes, bound to `service` (the model) and `settings` (limits)."""
     router = APIRouter(tags=["OpenAI-compatible"])
     created = int(time.time())
+    saved = SavedVoices(service, settings)
+    router.include_router(build_voices_router(saved, settings))
 
     @router.post("/v1/audio/speech", response_class=Response, responses=SPEECH_RESPONSES,
                  summary="Text to speech (OpenAI-compatible)")
     async def create_speech(body: SpeechRequest, request: Request) -> Response:
         synth = service.get()
-        _check_envelope(body, settings)
-        prepared = await prepare(openai_fields(body), OPENAI, synth=synth, settings=settings)
-        fmt = body.response_format
-        headers = _headers(fmt, prepared.voice_label)
+        spec, sse = output_spec(body, settings)
+        prepared = await prepare(openai_fields(body), OPENAI, synth=synth, settings=settings, saved=saved.voice)
+        headers = _headers(spec, prepared.voice_label)
         # Errors (bad voice clip, queue full) surface here, before the response starts; a client
         # that leaves while the request is still queued cancels it at once.
         chunks, first = await open_stream(synth, prepared.request, request)
         request_id = uuid.uuid4().hex[:16]
-        logger.info("speech %s: %d chars, voice %s, %s", request_id, len(body.input), prepared.voice_label, fmt)
-        if fmt in STREAMABLE_FORMATS and (body.stream or body.stream_format == "audio"):
+        headers["X-Request-Id"] = request_id
+        logger.info("speech %s: %d chars, voice %s, %s at %d Hz x%d, speed %g%s", request_id, len(body.input),
+                    prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
+        if sse or body.stream or body.stream_format == "audio":
             headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-            header = wav_stream_header(SAMPLE_RATE_HZ, NUM_CHANNELS) if fmt == "wav" else b""
-            return ClosingStreamingResponse(chunks, first, s16_bytes, request_id=request_id,
-                                            media_type=MEDIA_TYPES[fmt], headers=headers, header=header)
+            if first is not None and first.estimated_audio_s is not None:
+                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
+            render = SpeechRender(spec)
+            if sse:
+                writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
+                media_type = "text/event-stream"
+            else:
+                writer, media_type = RawWriter(render), MEDIA_TYPES[spec.fmt]
+            return ClosingStreamingResponse(chunks, first, writer, request_id=request_id, media_type=media_type,
+                                            headers=headers)
         pcm = await collect(chunks, first, request)
         if pcm is None:
             return Response(status_code=499)
-        data = await to_thread.run_sync(encode_audio, pcm, SAMPLE_RATE_HZ, fmt)
-        headers["X-Audio-Seconds"] = f"{pcm.shape[1] / SAMPLE_RATE_HZ:.3f}"
-        return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
+        data, seconds = await to_thread.run_sync(render_whole, pcm, spec)
+        headers["X-Audio-Seconds"] = f"{seconds:.3f}"
+        return Response(data, media_type=MEDIA_TYPES[spec.fmt], headers=headers)
 
     @router.get("/v1/voices", response_model=VoiceList, summary="Preset voices")
     def list_voices() -> VoiceList:

@@ -14,16 +14,18 @@ import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 
 from ..config import SamplingParams
 from ..errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
 from ..types import SynthesisRequest, Voice
+from ..voices.library import is_voice_id
 from .clip_decode import CLIP_DECODER
 from .openai_schemas import OPENAI_VOICES, SAMPLING_FIELDS, SpeechRequest, VoiceId
 from .ref_audio import read_ref_audio
@@ -92,6 +94,12 @@ class StreamBody(BaseModel):
     text_temperature: float | None = None
     text_top_p: float | None = None
     text_top_k: int | None = None
+    speed: float | None = None  # 0.25-4, pitch-preserving (the page offers 0.5-2)
+    framing: Literal["events"] | None = None  # length-prefixed PCM and JSON event frames (CONTRACTS A.3)
+
+
+# A saved voice id -> (the voice, its label); blocking (reads the library, may re-encode the clip).
+SavedLookup = Callable[[str], tuple[Voice, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +220,11 @@ def form_body(form: PageForm, settings: ServerSettings, uploads: UploadStore) ->
 
 
 async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSettings,
-                  uploads: UploadStore | None = None) -> Prepared:
-    """Check every field and build the request; cheap checks first, the clip is decoded last."""
+                  uploads: UploadStore | None = None, saved: SavedLookup | None = None) -> Prepared:
+    """Check every field and build the request; cheap checks first, the clip is decoded last.
+
+    `saved` resolves a saved voice id (`voice_...`) given as `voice`.
+    """
     _check_text(fields, dialect, settings)
     _check_voice_fields(fields, dialect, settings)
     sampling = _sampling(fields, dialect)
@@ -221,6 +232,8 @@ async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSe
     if clip_voice is not None:
         voice: Voice | str | None = clip_voice
         label = "reference"
+    elif saved is not None and is_voice_id((fields.voice or "").strip()):
+        voice, label = await anyio.to_thread.run_sync(saved, (fields.voice or "").strip())
     elif dialect.preset_aliases is not None:
         label = resolve_preset(synth, fields.voice, dialect.preset_aliases)
         voice = Voice.preset(label)

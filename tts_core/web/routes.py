@@ -1,5 +1,5 @@
-"""The player's routes: `POST /api/tts/stream` (raw float32 PCM), `GET /api/voices` and each preset's
-reference clip. (`GET /health` lives in `ops.py`, with `/metrics`.)"""
+"""The player's routes: `POST /api/tts/stream` (float32 PCM, raw or in event frames), `GET /api/voices`
+(presets and saved voices) and each preset's reference clip. (`GET /health` lives in `ops.py`, with `/metrics`.)"""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, StreamingResponse
 
 from ..errors import VoiceNotFoundError, VoiceUnavailableError
+from ..stretch import check_speed
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
 from .errors import scrub_paths
 from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
 from .service import SynthesizerService
 from .settings import ServerSettings
+from .speech_output import FrameWriter, OutputSpec, RawWriter, SpeechRender
 from .streaming import ClosingStreamingResponse, f32_bytes, open_stream
+from .voices_api import SavedVoices
 
 logger = logging.getLogger(__name__)
 
@@ -39,16 +42,20 @@ def sniff_audio_type(path: Path) -> str:
 
 def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> APIRouter:
     router = APIRouter()
+    saved = SavedVoices(service, settings)
 
     @router.post("/api/tts/stream")
     async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
-        """Raw little-endian float32 interleaved stereo at 48 kHz, streamed as it is generated."""
+        """Little-endian float32 interleaved stereo at 48 kHz, streamed as it is generated: raw, or with
+        `"framing": "events"` in [u32 length][u8 kind][payload] frames (kind 0 PCM, kind 1 JSON event)."""
         synth = service.get()
-        prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads)
+        speed = 1.0 if body.speed is None else check_speed(body.speed)
+        prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads,
+                                 saved=saved.voice)
         gen, first = await open_stream(synth, prepared.request, http_request)
         request_id = uuid.uuid4().hex[:16]
-        logger.info("stream %s: %d chars, voice %s, mode %s", request_id, len(body.text), prepared.voice_label,
-                    prepared.request.mode)
+        logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
+                    prepared.voice_label, prepared.request.mode, speed, ", event frames" if body.framing else "")
         headers = {
             "X-Sample-Rate": str(SAMPLE_RATE_HZ),
             "X-Channels": str(NUM_CHANNELS),
@@ -58,7 +65,15 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
             "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
             "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
         }
-        return ClosingStreamingResponse(gen, first, f32_bytes, request_id=request_id,
+        if first is not None and first.estimated_audio_s is not None:
+            headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
+        spec = OutputSpec("float32", speed=speed, captions=body.framing == "events")
+        if body.framing == "events":
+            headers["X-Framing"] = "events"
+            writer = FrameWriter(SpeechRender(spec), request_id)
+        else:  # today's raw stream, untouched at the natural rate
+            writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
+        return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
                                         media_type="application/octet-stream", headers=headers)
 
     @router.get("/api/voices")
@@ -78,6 +93,7 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
                 }
                 for p in synth.list_voices()
             ],
+            "saved": saved.listing(),  # "My voices": ids usable as `voice`
         }
 
     @router.get("/api/voices/{name}/clip")

@@ -6,9 +6,10 @@ cancel event and a watcher sets it as soon as the client disconnects, so a clien
 while queued frees its place at once instead of when its turn comes.
 
 Once the first chunk is there, `ClosingStreamingResponse` sends the rest through `chunk_bytes`,
-the one generator both streaming routes use (raw float32 for the player, 16-bit pcm/wav for the
-OpenAI API). Whatever ends the response (last chunk, error, client gone, even before the body
-was iterated), the synthesis stream is closed, which cancels it in the engine and frees its slot.
+the one generator both streaming routes use (raw float32 for the player, or a writer of
+`web/speech_output.py`: speed, formats, SSE, event frames). Whatever ends the response (last chunk,
+error, client gone, even before the body was iterated), the synthesis stream is closed, which
+cancels it in the engine and frees its slot.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.1
+# A chunk's bytes. A writer object may also have `finish() -> bytes` (the tail, after the last
+# chunk), `close()` (release it when the stream is cut short) and `blocking = True` (call it in a
+# worker thread: it stretches or encodes).
 Encoder = Callable[[AudioChunk], bytes]
 
 
@@ -95,21 +99,29 @@ async def chunk_bytes(chunks: Iterator[AudioChunk], first: AudioChunk | None, en
     """
     started = time.monotonic()
     num_samples, outcome = 0, "cancelled"
+    blocking, finish = getattr(encode, "blocking", False), getattr(encode, "finish", None)
     try:
         if header:
             yield header
         chunk = first
         while chunk is not None:
             num_samples += chunk.pcm.shape[1]
-            if chunk.pcm.shape[1]:
-                yield encode(chunk)
+            data = await anyio.to_thread.run_sync(encode, chunk) if blocking else encode(chunk)
+            if data:
+                yield data
             chunk = None if chunk.is_last else await next_chunk(chunks)
+        if finish is not None and first is not None:
+            data = await anyio.to_thread.run_sync(finish) if blocking else finish()
+            if data:
+                yield data
         outcome = "done"
     except Exception as exc:  # headers are gone: abort the connection so the client sees a broken stream
         outcome = "failed"
         logger.error("stream %s failed mid-way: %s", request_id, exc, exc_info=not isinstance(exc, TTSError))
         raise
     finally:
+        if hasattr(encode, "close"):  # releases an encoder cut short; a no-op after finish()
+            encode.close()
         await close_stream(chunks)
         logger.info("stream %s %s: %.2f s of audio in %.2f s",
                     request_id, outcome, num_samples / SAMPLE_RATE_HZ, time.monotonic() - started)
