@@ -103,7 +103,8 @@ def render_engine(source: str, record: dict) -> str:
     several = len(modes) > 1  # a mode column only where the run compared modes (graphed / eager)
     lines = [_caption(engine_title(record), record, source),
              f"{setup['frames']} frames per stream, {setup['prompt_rows']}-row voice-clone prompt, "
-             f"{setup['sampling']} sampling{compiled}; median of {runs} runs (min–max) after one warm-up run.",
+             + (f"{setup['context_rows']}-row KV context per stream, " if setup.get("context_rows") else "")
+             + f"{setup['sampling']} sampling{compiled}; median of {runs} runs (min–max) after one warm-up run.",
              "",
              "| " + ("mode | " if several else "") + "streams | TTFP p50 (ms) | TTFP p95 (ms) | RTF p50 | RTF max "
              "| × real time | peak memory (level's own) |",
@@ -138,7 +139,9 @@ def render_engine(source: str, record: dict) -> str:
 def _engine_order(item: tuple[str, dict]) -> tuple:
     source, record = item
     setup = record["setup"]
-    return (bool(setup.get("quantize")), setup.get("voice", "").startswith("cold"), source)
+    levels = len(next(iter(record["modes"].values()), []))
+    # The full sweep of concurrency levels first, then single-level records (other setups).
+    return (bool(setup.get("quantize")), setup.get("voice", "").startswith("cold"), -levels, source)
 
 
 def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
