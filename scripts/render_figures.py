@@ -11,6 +11,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           gpu-bench    engine records run on CUDA (a "pending" line while there are none)
                           spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
                                        measured figures (engine, cold-start and ZeroGPU records)
+                          precision    fidelity and speed of each precision mode (bench/fidelity.py)
+                          reference    side by side with the upstream implementation (bench/reference.py)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
 
@@ -26,9 +28,13 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures_precision import render_precision, render_reference
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "spaces-hardware"), "docs/RELIABILITY.md": ("reliability",)}
+DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "spaces-hardware", "precision", "reference"),
+             "docs/RELIABILITY.md": ("reliability",)}
 GPU_COMMAND = "python -m tts_core bench --eager-compare --components --json bench/results/gpu-h200.json"
 
 
@@ -90,7 +96,8 @@ def _memory(memory: dict) -> str:
 
 def engine_title(record: dict) -> str:
     setup = record["setup"]
-    title = "`--quantize int8`" if setup.get("quantize") else f"{setup['lm_dtype']} LM, {setup['codec_dtype']} codec"
+    quantize = setup.get("quantize")
+    title = f"`--quantize {quantize}`" if quantize else f"{setup['lm_dtype']} LM, {setup['codec_dtype']} codec"
     if setup.get("voice", "").startswith("cold"):
         title += ", a new voice for every request (`--cold-voice`)"
     return title
@@ -363,7 +370,8 @@ def render_spaces(records: list[tuple[str, dict]]) -> str:
 
 def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
-            "reliability": render_reliability(records), "spaces-hardware": render_spaces(records)}
+            "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
+            "precision": render_precision(records), "reference": render_reference(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

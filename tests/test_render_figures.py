@@ -97,3 +97,34 @@ def test_reliability_tables_come_from_the_record():
     assert ("| left while queued | 6 (+4 holding the slots) | – | – | 6 gave up after 0.5 s | 2 still queued right "
             "after they left, none 0.12 s later (slots still held); engine idle afterwards |") in text
     assert "| resident memory, soak (after a 30-request warm-up) | 478.6 MiB | 478.7 MiB (+0.02 %) |" in text
+
+
+def test_precision_and_reference_tables_name_their_figures():
+    fidelity = {"kind": "fidelity", "command": "python bench/fidelity.py --device cpu", "date": "2026-01-02T03:04:05Z",
+                "machine": {"cpu_model": "Test CPU", "usable_cpus": 2, "torch": "2.13.0", "gpus": []},
+                "setup": {"device": "cpu", "frames": 12},
+                "modes": {"fp16": {"parity": {"top1_agreement": 1.0, "codebook0_agreement": 1.0, "max_abs_dlogit": 0.05,
+                                              "logit_scale": 39.0, "codec_snr_db": 60.45, "frames": 12},
+                                   "full-size random": {"top1_agreement": 0.9875, "codebook0_agreement": 1.0,
+                                                        "max_abs_dlogit": 0.036, "logit_scale": 141.0,
+                                                        "codec_snr_db": 64.1, "frames": 12},
+                                   "speed": {"lm_frame_ms": 24.43, "codec_frame_ms": 16.3}},
+                          "fp32": {"speed": {"lm_frame_ms": 98.8, "codec_frame_ms": 31.3}}}}
+    table = render.render_precision([("fidelity-cpu.json", fidelity)])
+    assert "**CPU weight modes.** Test CPU, 2 CPUs, torch 2.13.0; run 2026-01-02 03:04 UTC" in table
+    assert "| fp32 (bit-faithful) | 100 % (itself) | 0 | exact | 98.8 ms | 31.3 ms |" in table
+    assert "| fp16 weights, fp32 math | 100.0 % / 98.8 % | 0.05 / 0.036 (141) | 60.5 dB | 24.4 ms | 16.3 ms |" in table
+    assert table.index("fp32 (bit-faithful)") < table.index("fp16 weights")
+    reference = {"kind": "reference_side_by_side",
+                 "machine": {"date": "2026-01-02T03:04:05+00:00", "cpu": "Test CPU", "cpus_usable": 2, "torch": "2.13.0"},
+                 "settings": {"device": "cpu", "threads": 1, "frames": 40, "repeats": 3, "prompt_rows": 200,
+                              "sampling": "upstream defaults"},
+                 "sides": {"reference": {"ttfp_ms": {"median": 600, "min": 590, "max": 610},
+                                         "rtf": {"median": 2.3, "min": 2.2, "max": 2.4}},
+                           "ours_int8_voice_cache": {"ttfp_ms": {"median": 92, "min": 90, "max": 94},
+                                                     "rtf": {"median": 0.44, "min": 0.43, "max": 0.45}}},
+                 "ratios": {"reference_over_ours_int8_voice_cache": {"ttfp_ms": 6.52, "rtf": 5.23}}}
+    table = render.render_reference([("reference-cpu.json", reference)])
+    assert "**CPU, 1 torch thread.** Test CPU, 2 CPUs, torch 2.13.0; run 2026-01-02 03:04 UTC" in table
+    assert "| ours, int8 weights, voice prefix reused | 92 (90–94) | 0.440 (0.430–0.450) | 6.5×, 5.2× |" in table
+    assert "| reference implementation (upstream) | 600 (590–610) | 2.300 (2.200–2.400) | – |" in table
