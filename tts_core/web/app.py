@@ -18,6 +18,7 @@ from .errors import install_error_handlers
 from .guards import install_http_guards
 from .openai_api import build_openai_router
 from .requests import UploadStore
+from .results import ResultStore, build_results_router
 from .routes import build_player_router
 from .service import SynthesizerService
 from .settings import ServerSettings
@@ -43,6 +44,8 @@ def create_app(service: SynthesizerService, settings: ServerSettings) -> FastAPI
 
     app.include_router(build_player_router(service, settings, uploads))
     app.include_router(build_openai_router(service, settings))
+    app.state.results = ResultStore()  # the page's recent generations, for download
+    app.include_router(build_results_router(app.state.results))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
 
     demo = build_ui(service, settings, uploads)

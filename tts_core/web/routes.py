@@ -15,6 +15,7 @@ from ..errors import VoiceNotFoundError, VoiceUnavailableError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
 from .errors import sanitize_health, scrub_paths
 from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
+from .results import record_result
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
 from .streaming import ClosingStreamingResponse, f32_bytes, open_stream
@@ -58,7 +59,8 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
             "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
             "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
         }
-        return ClosingStreamingResponse(gen, first, f32_bytes, request_id=request_id,
+        encode = record_result(http_request, request_id, f32_bytes)  # kept for GET /api/tts/result/{id}.mp3
+        return ClosingStreamingResponse(gen, first, encode, request_id=request_id,
                                         media_type="application/octet-stream", headers=headers)
 
     @router.get("/health")
