@@ -9,6 +9,7 @@ here depends on the machine's speed: time is the count of quanta the test runs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -401,7 +402,7 @@ def test_fast_generation_keeps_the_short_start(js, rtf):
     fixed = run_paced(js, schedule, estimated_s=None)
     assert planned["s"]["underruns"] == fixed["s"]["underruns"] == 0
     # Starts with the fixed start, or at most one arrival later (the rate needs two arrivals to measure).
-    gap_quanta = max(b[0] - a[0] for a, b in zip(schedule, schedule[1:5]))
+    gap_quanta = max(b[0] - a[0] for a, b in itertools.pairwise(schedule[:5]))
     assert fixed["lead"] <= planned["lead"] <= fixed["lead"] + 2 * 128 * (gap_quanta + 1)
     assert planned["s"]["startBufferedFrames"] < 0.5 * 48_000
 
