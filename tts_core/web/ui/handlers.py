@@ -261,6 +261,8 @@ class PageHandlers:
             return "", page_error("Pick at least one voice to compare."), seed
         if len(names) > MAX_AUDITION_VOICES:
             return "", page_error(f"Pick at most {MAX_AUDITION_VOICES} voices to compare."), seed
+        listed = [name for _, name in voice_choices(self.presets())]
+        names = sorted(names, key=lambda n: listed.index(n) if n in listed else len(listed))  # the list's order
         items = []
         try:
             for name in names:
