@@ -213,7 +213,7 @@ async function playItem(item, result, index, count, t0, source = null) {
   });
   if (result.requestId && !run.push) {
     addToHistory({ requestId: result.requestId, text: result.text, label: result.label, stem: result.stem,
-      figures: result.figures, at: Date.now() });
+      figures: result.figures, request: result.request, at: Date.now() });
     renderHistory();
   }
   setState('finished');
@@ -319,6 +319,7 @@ async function replay(result = last, label = null) {
   audio.post({ type: 'end' });
   last = result;
   setDownloads(result);
+  setSnippets(result);
   renderBoard();
   const how = await run.outcome;
   if (how === 'finished') setState('finished');
@@ -336,7 +337,7 @@ async function replayEntry(entry) {
       return;
     }
     const wav = decodeWav16(await resp.arrayBuffer());
-    result = { ...newResult(entry.label, { text: entry.text }), requestId: entry.requestId, rate: wav.rate,
+    result = { ...newResult(entry.label, entry.request || { text: entry.text }), requestId: entry.requestId, rate: wav.rate,
       chunks: [wav.data], frames: wav.data.length / 2, state: 'finished', figures: entry.figures || {} };
     kept.set(entry.requestId, result);
   }
