@@ -5,8 +5,10 @@
 // still to come, starting with `buffered` seconds plays through when
 //     buffered >= remaining * (1 / rate - 1) + largest chunk
 // (the last term: audio arrives in lumps, and a lump is needed before it has fully arrived). The rate
-// is measured from the first arrival on, so the server's time to first audio does not count; it is
-// taken SAFETY slower than measured. When generation is fast, (1 / rate - 1) <= 0 and the short start
+// is measured from the stream's start (the response's headers: the server sends them with its first
+// audio) or, without one, from the first arrival; it is taken SAFETY slower than measured. Measuring
+// from the start, not from an arrival, keeps a late first arrival (a busy main thread delivering a
+// bunch of chunks at once) from making a slow stream look fast. When generation is fast, (1 / rate - 1) <= 0 and the short start
 // (SHORT_START_S) applies, as before. Without an estimate of the total length nothing can be planned:
 // the caller keeps its short start and growing rebuffers.
 //
@@ -21,6 +23,7 @@ export const MIN_RATE_WINDOW_S = 0.02;
 /**
  * @param {object} p
  * @param {number} p.now            seconds, any clock (the worklet's currentTime)
+ * @param {number|null} [p.startedAt]  `now` when the stream began (its response headers)
  * @param {number|null} p.firstArrival  `now` of the first arrival (null: nothing yet)
  * @param {number|null} p.lastArrival   `now` of the latest arrival
  * @param {number} p.arrivals       how many arrivals so far
@@ -62,15 +65,16 @@ export function planStart(p) {
 }
 
 /**
- * Seconds of audio per second since the first arrival (its own audio excluded), or null if unmeasured.
+ * Seconds of audio per second since the start (the first arrival's audio excluded), or null if unmeasured.
  * Measured up to the latest arrival; once the next one is later than the average gap, up to now
  * (a generator that stalls is slower than its past).
  */
 export function arrivalRate(p) {
   if (p.firstArrival == null || !(p.arrivals > 1)) return null;
-  const measured = p.lastArrival - p.firstArrival;
-  const gap = measured / (p.arrivals - 1);
-  const span = Math.max(measured, p.now - p.firstArrival - gap);
+  const origin = p.startedAt != null && p.startedAt <= p.firstArrival ? p.startedAt : p.firstArrival;
+  const gap = (p.lastArrival - p.firstArrival) / (p.arrivals - 1);
+  const measured = p.lastArrival - origin;
+  const span = Math.max(measured, p.now - origin - gap);
   const after = p.receivedS - p.firstChunkS;
   if (span < MIN_RATE_WINDOW_S || after <= 0) return null;
   return after / span;

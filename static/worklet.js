@@ -83,7 +83,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.readIdx = 0; this.writeIdx = 0; this.avail = 0;
     this.shortStartS = prebufferMs / 1000;
     this.estimatedS = estimatedS > 0 ? estimatedS : null;
-    this.arrival = { first: null, last: null, count: 0, firstS: 0, largestS: 0 };
+    this.arrival = { started: currentTime, first: null, last: null, count: 0, firstS: 0, largestS: 0 };
     this.plan = null;
     this.inputRate = inputRate;
     this.resampler = inputRate === sampleRate ? null : new StreamResampler(inputRate / sampleRate);
@@ -146,7 +146,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     }
     const a = this.arrival;
     this.plan = planStart({
-      now: currentTime, firstArrival: a.first, lastArrival: a.last, arrivals: a.count, firstChunkS: a.firstS,
+      now: currentTime, startedAt: a.started, firstArrival: a.first, lastArrival: a.last, arrivals: a.count, firstChunkS: a.firstS,
       receivedS: this.s.framesReceived / this.inputRate, bufferedS: this.avail / sampleRate,
       estimatedS: this.estimatedS, largestChunkS: a.largestS, ended: this.ended, rebuffering: starved,
       shortStartS: this.shortStartS,

@@ -165,19 +165,23 @@ class AudioCounter:
 
 
 class Pacer:
-    """ASGI middleware pacing /api/tts/stream bodies to `rtf` (None: untouched). Set `rtf` per test."""
+    """ASGI middleware pacing /api/tts/stream bodies to `rtf` (None: untouched). Set `rtf` per test.
+
+    Like the real route, the headers go out with the first audio, `first_ms` after the request;
+    audio message k then goes out `rtf x (audio up to k - first audio)` later: a generator of that speed.
+    """
 
     def __init__(self, app, rtf: float | None = None, first_ms: float = 300.0) -> None:
         self.app = app
         self.rtf = rtf
         self.first_ms = first_ms
-        self.paced: list[dict] = []  # per paced response: [seconds since start, audio seconds] per message
+        self.paced: list[dict] = []  # per paced response: [seconds since the headers, audio seconds] per message
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] != STREAM_PATH or self.rtf is None:
             return await self.app(scope, receive, send)
-        rtf, first_ms = self.rtf, self.first_ms
-        state: dict = {"t0": None, "counter": None, "log": []}
+        rtf, began = self.rtf, time.monotonic() + self.first_ms / 1000
+        state: dict = {"start": None, "t0": None, "first_s": 0.0, "counter": None, "log": []}
         framed = {"value": False}
 
         async def receive_body():
@@ -188,15 +192,20 @@ class Pacer:
 
         async def paced_send(message):
             if message["type"] == "http.response.start":
-                state["t0"] = time.monotonic()
-                state["counter"] = AudioCounter(framed["value"])
-            elif message["type"] == "http.response.body" and message.get("body") and state["t0"] is not None:
+                if message["status"] != 200:
+                    return await send(message)
+                state["start"], state["counter"] = message, AudioCounter(framed["value"])
+                return None
+            if message["type"] == "http.response.body" and state["start"] is not None:
                 counter = state["counter"]
-                counter.feed(message["body"])
-                due = state["t0"] + first_ms / 1000 + rtf * counter.seconds
-                delay = due - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+                counter.feed(message.get("body", b""))
+                if state["t0"] is None:  # the headers and the first audio, together
+                    await asyncio.sleep(max(0.0, began - time.monotonic()))
+                    await send(state["start"])
+                    state["t0"], state["first_s"] = time.monotonic(), counter.seconds
+                else:
+                    due = state["t0"] + rtf * (counter.seconds - state["first_s"])
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
                 state["log"].append([round(time.monotonic() - state["t0"], 3), round(counter.seconds, 3)])
             await send(message)
 

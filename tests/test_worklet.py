@@ -209,12 +209,14 @@ QUANTUM_MS = 128 / 48  # one render quantum at 48 kHz
 FRAME = 3840  # samples per channel in one 80 ms codec frame
 
 PACED = """
-const [schedule, prebufferMs, estimatedS] = args;   // schedule: [[quantum index, frames], ...] in arrival order
-d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS});
+const [schedule, prebufferMs, estimatedS, startQ] = args;   // schedule: [[quantum index, frames], ...] in arrival order
 const src = [], out = [], arrivals = [];
 let from = 0, next = 0, q = 0;
 while (true) {
+  if (startQ != null && q === startQ) d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS});
   while (next < schedule.length && schedule[next][0] <= q) {   // what arrived before this quantum
+    // The server sends its headers with the first audio: the stream starts when that arrives.
+    if (next === 0 && startQ == null) d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS});
     const chunk = sine(schedule[next][1], from, 48000, 440);
     for (const v of chunk) src.push(v);
     from += schedule[next][1];
@@ -226,7 +228,7 @@ while (true) {
   const [L, R] = d.quantum();
   q += 1;
   for (let i = 0; i < 128; i++) out.push(L[i], R[i]);
-  if (d.node.state === 'idle' || q > 100000) break;
+  if (((next > 0 || (startQ != null && q > startQ)) && d.node.state === 'idle') || q > 100000) break;
 }
 const lead = 2 * d.node.out.find((m) => m.type === 'first-audio').frame;
 let mismatches = 0;   // against the source from the first audible sample on, the faded last 2 ms aside
@@ -348,10 +350,10 @@ def engine_chunks(total_frames: int) -> list[int]:
     return out
 
 
-def run_paced(js, schedule, prebuffer_ms=200, estimated_s=None) -> dict:
+def run_paced(js, schedule, prebuffer_ms=200, estimated_s=None, start_quantum=None) -> dict:
     start(js)
     return js.evaluate(f"(args) => {{ const d = window.driver; {SINE} {PACED} }}",
-                       [schedule, prebuffer_ms, estimated_s])
+                       [schedule, prebuffer_ms, estimated_s, start_quantum])
 
 
 ADAPTIVE_CASES = {
@@ -384,6 +386,19 @@ def test_adaptive_start_plays_a_slow_stream_through_with_at_most_one_rebuffer(js
         assert waits, result["plans"]
         t, wait = next((t, w) for t, w in waits if t >= first_ms / 1000 + 0.5)  # half a second of measuring
         assert abs(t + wait - start_s) < 0.25 * start_s + 0.3, (t, wait, start_s)
+
+
+def test_a_late_bunch_of_first_chunks_does_not_make_a_slow_stream_look_fast(js):
+    """The headers came on time, but a busy page delivered the first three chunks 250 ms late, at once:
+    measured from the stream's start, the rate stays slow and the plan holds (no underrun)."""
+    chunks = engine_chunks(75)
+    schedule = paced_schedule(chunks, 1.5, 300)
+    late = schedule[2][0] + math.ceil(250 / QUANTUM_MS)
+    bunched = [[late, frames] for _, frames in schedule[:3]] + schedule[3:]
+    result = run_paced(js, bunched, estimated_s=sum(chunks) * 0.08, start_quantum=schedule[0][0])
+    s = result["s"]
+    assert s["underruns"] == 0, (s["underrunsAt"], s["startBufferedFrames"])
+    assert s["framesRendered"] == result["total"] and s["startBufferedFrames"] > 2 * 48_000
 
 
 def test_without_an_estimate_a_slow_stream_chops(js):
