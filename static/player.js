@@ -10,12 +10,11 @@
 // (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
 
 import { AudioOut } from './audio.js';
-import { toSrt, toVtt } from './captions.js';
-import { addToHistory, clearHistory, fileStem, FORMATS, loadHistory, resultUrl } from './history.js';
-import { curlSnippet, pythonSnippet } from './snippet.js';
+import { clearHistory } from './history.js';
+import { newResult, Results } from './results.js';
+import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
 import { fetchSource, PushSource } from './source.js';
 import * as view from './view.js';
-import { decodeWav16, wav16Blob } from './wav.js';
 
 const params = new URLSearchParams(location.search);
 const EMBEDDED = params.get('embed') === '1';
@@ -33,12 +32,10 @@ const audio = new AudioOut(WANT_RATE, onWorkletMessage);
 let current = null;      // the run being played: {id, controller, t0, result, settle, outcome, ...}
 let playSeq = 0;         // bumped by every play/stop so a stale playlist loop exits
 let runCounter = 0;
-let last = null;         // the result that Replay and the download links act on
-let board = [];          // the results of the last audition (one card per voice)
 let unlockedAt = null;   // performance.now() of the last click that unlocked audio (TTFP of pushed audio)
-const kept = new Map();  // requestId -> result: replays without a request
+const results = new Results(location.href);
 const pushed = new Map();   // requestId -> PushSource
-const model = { state: 'loading', status: '' };
+let model = { state: 'loading', status: '' };
 
 const stats = (window.playerStats = {
   state: 'idle', workletLoaded: false, sampleRate: null, requestedRate: WANT_RATE, baseLatency: null,
@@ -58,10 +55,7 @@ function resetStats(run, label, index, count) {
   });
 }
 
-function newResult(label, request) {
-  return { label, request, text: (request && request.text) || '', requestId: null, rate: 48000, chunks: [],
-    frames: 0, segments: [], state: 'connecting', figures: {}, stem: fileStem(label, request && request.text) };
-}
+const unlockByClick = (resume) => askForClick(resume, view.setMessage);
 
 // ---- the worklet's messages ---------------------------------------------------------------------
 
@@ -129,24 +123,15 @@ async function play(payload, clickedAt) {
   const t0 = clickTime(clickedAt);
   const items = (payload && payload.items) || [];
   stats.completed = [];
-  const results = items.map((item) => newResult(item.label || '', item.request));
-  board = results.length > 1 ? results : [];
+  const made = items.map((item) => newResult(item.label || '', item.request));
+  results.board = made.length > 1 ? made : [];
   for (let i = 0; i < items.length && seq === playSeq; i++) {
     if (i > 0) { await sleep(AUDITION_GAP_MS); if (seq !== playSeq) break; }
-    const ok = await playItem(items[i], results[i], i, items.length, i === 0 ? t0 : performance.now());
+    const ok = await playItem(items[i], made[i], i, items.length, i === 0 ? t0 : performance.now());
     if (!ok) break;
   }
-  for (const r of board) if (r.state === 'connecting') r.state = 'stopped';
+  for (const r of results.board) if (r.state === 'connecting') r.state = 'stopped';
   renderBoard();
-}
-
-function askForClick(resume) {
-  const button = $('unlock');
-  button.hidden = false;
-  view.setMessage('The browser is holding audio back until you click.', 'info');
-  return new Promise((resolve) => {
-    button.onclick = () => resume().then(() => { button.hidden = true; view.setMessage(''); resolve(); });
-  });
 }
 
 async function playItem(item, result, index, count, t0, source = null) {
@@ -162,10 +147,10 @@ async function playItem(item, result, index, count, t0, source = null) {
     if (source) {
       run.push = source;
       run.controller.signal.addEventListener('abort', () => source.abort());
-      await audio.resume(askForClick);
+      await audio.resume(unlockByClick);
     } else {
       source = fetchSource(STREAM_URL, item.request, {
-        signal: run.controller.signal, beforeRead: () => audio.resume(askForClick) });
+        signal: run.controller.signal, beforeRead: () => audio.resume(unlockByClick) });
     }
     for await (const m of source) {
       if (m.type === 'start') {
@@ -199,10 +184,10 @@ async function playItem(item, result, index, count, t0, source = null) {
   audio.post({ type: 'end' });
   if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
   const how = await run.outcome;
-  keep(result);
+  results.keep(result);
   if (how !== 'finished') {   // stopped while playing out: the whole result can still be replayed
     result.state = 'stopped';
-    if (current === run) view.setButtons({ stop: false, replay: !!last });
+    if (current === run) view.setButtons({ stop: false, replay: !!results.last });
     renderBoard();
     return false;
   }
@@ -211,11 +196,7 @@ async function playItem(item, result, index, count, t0, source = null) {
     label: result.label, ttfpMs: stats.ttfpMs, rtf: stats.rtf, frames: stats.framesReceived,
     framesRendered: stats.framesRendered, underruns: stats.underruns, requestId: stats.requestId,
   });
-  if (result.requestId && !run.push) {
-    addToHistory({ requestId: result.requestId, text: result.text, label: result.label, stem: result.stem,
-      figures: result.figures, request: result.request, at: Date.now() });
-    renderHistory();
-  }
+  results.remember(result, replayEntry);
   setState('finished');
   view.setButtons({ stop: false, replay: true });
   renderBoard();
@@ -257,28 +238,20 @@ function upmix(mono) {
   return out;
 }
 
-function keep(result) {
-  if (result.frames === 0) return;
-  last = result;
-  if (result.requestId) kept.set(result.requestId, result);
-  setDownloads(result);
-  setSnippets(result);
-}
-
 function failed(run, err) {
   const aborted = err && err.name === 'AbortError';
   run.settle(aborted ? 'stopped' : 'error');
   run.result.state = aborted ? 'stopped' : 'error';
-  keep(run.result);
+  results.keep(run.result);
   renderBoard();
   if (aborted) {   // Stop (or a new request): what was heard stays available for replay and download
-    if (current === run) view.setButtons({ stop: false, replay: !!last });
+    if (current === run) view.setButtons({ stop: false, replay: !!results.last });
     return false;
   }
   if (current === run) audio.post({ type: 'stop' });
   stats.error = err.message || String(err);
   setState('error');
-  view.setButtons({ stop: false, replay: !!last });
+  view.setButtons({ stop: false, replay: !!results.last });
   notifyParent({ type: 'moss-player:error', message: stats.error });
   return false;
 }
@@ -296,19 +269,19 @@ function stop() {
   playSeq += 1;
   if (stopCurrent()) {
     setState('stopped');
-    view.setButtons({ stop: false, replay: !!last });
+    view.setButtons({ stop: false, replay: !!results.last });
   }
 }
 
 /** Play a kept result again: from memory, no request. */
-async function replay(result = last, label = null) {
+async function replay(result = results.last, label = null) {
   if (!result) return;
   const seq = ++playSeq;
   stopCurrent();
   const run = newRun(performance.now(), result);
   resetStats(run, label || `${result.label || ''} (replay)`, 0, 1);
   view.setButtons({ stop: true, replay: false });
-  try { await audio.resume(askForClick); } catch (err) { return failed(run, err); }
+  try { await audio.resume(unlockByClick); } catch (err) { return failed(run, err); }
   if (seq !== playSeq) return;
   audio.post({ type: 'start', id: run.id, inputRate: result.rate, prebufferMs: 0 });
   setState('buffering');
@@ -317,9 +290,7 @@ async function replay(result = last, label = null) {
   for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
   pushFrames(run, all, result.rate, false);
   audio.post({ type: 'end' });
-  last = result;
-  setDownloads(result);
-  setSnippets(result);
+  results.show(result);
   renderBoard();
   const how = await run.outcome;
   if (how === 'finished') setState('finished');
@@ -329,19 +300,9 @@ async function replay(result = last, label = null) {
 
 /** A history entry: from memory when this page still has it, else the server's kept copy. */
 async function replayEntry(entry) {
-  let result = kept.get(entry.requestId);
-  if (!result) {
-    const resp = await fetch(resultUrl(location.href, entry.requestId, 'wav'));
-    if (!resp.ok) {
-      view.setMessage('This result is no longer kept on the server; generate it again.');
-      return;
-    }
-    const wav = decodeWav16(await resp.arrayBuffer());
-    result = { ...newResult(entry.label, entry.request || { text: entry.text }), requestId: entry.requestId, rate: wav.rate,
-      chunks: [wav.data], frames: wav.data.length / 2, state: 'finished', figures: entry.figures || {} };
-    kept.set(entry.requestId, result);
-  }
-  await replay(result);
+  const result = await results.fetch(entry);
+  if (result) await replay(result);
+  else view.setMessage('This result is no longer kept on the server; generate it again.');
 }
 
 // ---- pushed audio (CONTRACTS D) -----------------------------------------------------------------
@@ -353,8 +314,8 @@ function onPush(m) {
     const seq = ++playSeq;
     stopCurrent();
     const t0 = m.clickedAt ? clickTime(m.clickedAt) : (unlockedAt ?? performance.now());
-    const result = { ...newResult(m.label || 'speech', { text: m.text || '' }), pushed: true };
-    board = [];
+    const result = newResult(m.label || 'speech', { text: m.text || '' }, { pushed: true });
+    results.board = [];
     source.deliver(m);
     playItem(null, result, 0, 1, t0, source)
       .finally(() => { if (seq === playSeq) pushed.delete(m.requestId); });
@@ -398,60 +359,8 @@ function render() {
 }
 
 function renderBoard() {
-  const playing = current && !current.settled ? board.indexOf(current.result) : null;
-  view.renderBoard(board, { play: (i) => replay(board[i], `${board[i].label} (replay)`), base: location.href,
-    playing: playing >= 0 ? playing : null });
-}
-
-function renderHistory(entries = loadHistory()) {
-  view.renderHistory(entries, { replay: replayEntry, base: location.href });
-}
-
-function blobLink(blob, name) {
-  return { href: URL.createObjectURL(blob), name };
-}
-
-function setDownloads(result) {
-  const files = {};
-  if (result.requestId && !result.pushed) {
-    for (const fmt of FORMATS) files[fmt] = { href: resultUrl(location.href, result.requestId, fmt, result.stem) };
-  } else {   // pushed audio: the server keeps none of it, the browser writes the WAV
-    files.wav = blobLink(wav16Blob(result.chunks, result.rate), `${result.stem}.wav`);
-  }
-  if (result.segments.length) {
-    files.srt = blobLink(new Blob([toSrt(result.segments)], { type: 'application/x-subrip' }), `${result.stem}.srt`);
-    files.vtt = blobLink(new Blob([toVtt(result.segments)], { type: 'text/vtt' }), `${result.stem}.vtt`);
-  }
-  view.setDownloads(files);
-}
-
-function setSnippets(result) {
-  if (!result.request || !result.request.text) return;
-  view.setSnippets(curlSnippet(location.origin, result.request), pythonSnippet(location.origin, result.request));
-}
-
-function notifyParent(message) {
-  if (window.parent !== window) window.parent.postMessage(message, location.origin);
-}
-
-function setTheme(theme) {
-  if (theme === 'dark' || theme === 'light') document.documentElement.dataset.theme = theme;
-}
-
-async function watchModel() {   // the status line says "loading" until the model is ready
-  for (;;) {
-    try {
-      const resp = await fetch(HEALTH_URL, { cache: 'no-store' });
-      const health = await resp.json();
-      if (health.status === 'ready') Object.assign(model, { state: 'ready', status: '' });
-      else if (health.status === 'failed') Object.assign(model, { state: 'failed', status: '' });
-      else Object.assign(model, { state: 'loading', status: health.message || '' });
-    } catch (_) { /* not up yet */ }
-    stats.model = model.state;
-    if (stats.state === 'idle') refreshStatus();
-    if (model.state !== 'loading') return;
-    await sleep(1500);
-  }
+  results.renderBoard(current && !current.settled ? current.result : null,
+    (result) => replay(result, `${result.label} (replay)`));
 }
 
 // ---- wiring -------------------------------------------------------------------------------------
@@ -478,21 +387,9 @@ document.addEventListener('keydown', (e) => {
 });
 $('stop').onclick = stop;
 $('replay').onclick = () => replay();
-$('clear-history').onclick = () => renderHistory(clearHistory());
-for (const b of document.querySelectorAll('button.copy')) {
-  b.onclick = async () => {
-    const text = $(b.dataset.target).textContent;
-    try { await navigator.clipboard.writeText(text); b.textContent = 'Copied'; } catch (_) {
-      getSelection().selectAllChildren($(b.dataset.target));   // no clipboard access: select it for Ctrl+C
-      b.textContent = 'Selected';
-    }
-    setTimeout(() => { b.textContent = 'Copy'; }, 1500);
-  };
-}
-if ('ResizeObserver' in window && window.parent !== window) {   // let the page size the iframe to fit
-  const main = $('player');
-  new ResizeObserver(() => notifyParent({ type: 'moss-player:height', height: main.offsetHeight + 4 })).observe(main);
-}
+$('clear-history').onclick = () => results.renderHistory(replayEntry, clearHistory());
+wireCopyButtons();
+reportHeight();
 
 audio.init().then(() => {   // pre-warm: context + worklet before the first click
   Object.assign(stats, {
@@ -506,7 +403,11 @@ window.mossPlayer = { unlock, play, stop, replay, stats, setMessage: view.setMes
 if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
 document.body.classList.toggle('embedded', EMBEDDED);
 view.setDownloads(null);
-renderHistory();
+results.renderHistory(replayEntry);
 refreshStatus();
-watchModel();
+watchModel(HEALTH_URL, (m) => {
+  model = m;
+  stats.model = m.state;
+  if (stats.state === 'idle') refreshStatus();
+});
 render();

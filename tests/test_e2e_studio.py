@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -24,7 +25,6 @@ from studio_helpers import (  # noqa: E402
     fix_seed,
     low_contrast,
     open_page,
-    player_stats,
     set_max_seconds,
     wait_done,
     wait_runs,
@@ -218,7 +218,7 @@ def test_downloads_history_and_code_snippet(browser_context, studio, artifacts_d
             frame.click(f"#dl-{fmt}")
         name = download.value.suggested_filename
         assert name.startswith(f"{voice} - Hello from the download test") and name.endswith(f".{fmt}"), name
-        data = open(download.value.path(), "rb").read()
+        data = Path(download.value.path()).read_bytes()
         sizes[fmt] = len(data)
         info_ = soundfile.info(io.BytesIO(data))
         assert info_.samplerate == 48_000 and info_.channels == 2
@@ -242,6 +242,7 @@ def test_downloads_history_and_code_snippet(browser_context, studio, artifacts_d
     assert [r.url.split("?")[0].rsplit("/", 1)[-1] for r in requests if "/api/" in r.url] == [
         f"{s['requestId']}.wav"]  # the server's copy, no generation
     shot(page, artifacts_dir, "history")
+    assert axe_serious(frame) == [] and not low_contrast(frame)
 
     # The snippet reproduces the request with the openai client (and curl), same voice, seed, length.
     frame.click("#code summary")
@@ -328,14 +329,15 @@ def test_framed_stream_gives_read_along_and_srt_vtt(browser_context, studio):
     with page.expect_download() as srt:
         frame.click("#dl-srt")
     assert srt.value.suggested_filename.endswith(".srt")
-    cue = open(srt.value.path(), encoding="utf-8").read().split("\n")
+    cue = Path(srt.value.path()).read_text(encoding="utf-8").split("\n")
     assert cue[0] == "1" and cue[2].startswith("Captions come from")
     start, end = cue[1].split(" --> ")
     assert start == "00:00:00,000" and end == "00:00:02,000"
     with page.expect_download() as vtt:
         frame.click("#dl-vtt")
-    text = open(vtt.value.path(), encoding="utf-8").read()
+    text = Path(vtt.value.path()).read_text(encoding="utf-8")
     assert text.startswith("WEBVTT") and "00:00:00.000 --> 00:00:02.000" in text
+    assert axe_serious(frame) == [] and not low_contrast(frame)  # read-along and caption links included
 
 
 SEGMENTS = [("First sentence, one second long.", 0.0, 1.0), ("Second sentence here.", 1.0, 2.0),
