@@ -71,6 +71,22 @@
     }
   });
 
+  // Gradio's Markdown has no ARIA options: make the page's input problems an alert and the model
+  // line a polite live region once Gradio has rendered them.
+  function liveRegions() {
+    const message = document.getElementById('tts-message');
+    const model = document.getElementById('model-status');
+    if (!message || !model) return false;
+    message.setAttribute('role', 'alert');
+    model.setAttribute('role', 'status');
+    model.setAttribute('aria-live', 'polite');
+    return true;
+  }
+  if (!liveRegions()) {
+    const watcher = new MutationObserver(() => { if (liveRegions()) watcher.disconnect(); });
+    watcher.observe(document.documentElement, { childList: true, subtree: true });
+  }
+
   // Gradio switches its theme by a class on <body> (?__theme=dark, the settings panel, the system's
   // preference): tell the player whenever it changes, and once it has loaded.
   function syncTheme() { post({ type: 'moss-tts:theme', theme: theme() }); }

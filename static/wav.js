@@ -1,9 +1,10 @@
 // 16-bit PCM WAV in the browser: for audio the server does not keep (a pushed source) and for
 // replaying a kept result fetched back from the server.
 
-function int16(x) {
-  const v = Math.max(-1, Math.min(1, x || 0));
-  return Math.round(v * 32767);
+function int16(x) {   // clip, then round half to even, as numpy does on the server
+  const v = Math.max(-1, Math.min(1, x || 0)) * 32767;
+  const r = Math.round(v);
+  return Math.abs(v % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }
 
 /** Interleaved float32 chunks -> a 16-bit WAV Blob (same rounding as the server's encoder). */

@@ -303,7 +303,8 @@ def test_over_long_text_is_announced_and_cut_at_a_sentence(browser_context, stud
     assert len(spoken) <= 4096 and spoken.endswith("at all.") and text.startswith(spoken)
     message = page.inner_text("#tts-message")
     assert "limit is 4,096" in message and f"{len(text):,} characters" in message and "not spoken" in message
-    assert page.locator("#tts-message").get_attribute("class") is not None
+    assert page.get_attribute("#tts-message", "role") == "alert"  # read out when it appears
+    assert page.get_attribute("#model-status", "aria-live") == "polite"
     frame.click("#stop")
     wait_done(frame, timeout_ms=10_000)
     assert frame.inner_text("#state") == "Stopped"

@@ -3,15 +3,16 @@
 Deterministic checks of the ring buffer arithmetic: bit-exact joins across odd chunk sizes, the
 prebuffer, underrun accounting with fades, the stop fade, ring growth, the resampler, restart and
 stop. Paced sources (chunks arriving at chosen render quanta) tie `chunks_arrived_in_time`, which
-decides where the browser tests may demand "no gap", to what this worklet actually does. Nothing
-here depends on the machine's speed: time is the count of quanta the test runs.
+decides where the browser tests may demand "no gap", to what this worklet actually does. With an
+estimate of the total length the worklet plans its start (buffering.js): slow paced sources play
+through with at most one rebuffer, fast ones keep the short start. Nothing here depends on the
+machine's speed: time is the count of quanta the test runs.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,11 +21,6 @@ from e2e_helpers import chunks_arrived_in_time
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
 
-STATIC = Path(__file__).resolve().parent.parent / "static"
-ORIGIN = "http://player.test"  # served from static/ by the page's route handler: nothing leaves the browser
-
-# Stubs for the AudioWorkletGlobalScope as globals, then the worklet module itself (it imports
-# buffering.js, as in the browser); returns a small driver. Time is `currentFrame`, moved per quantum.
 HARNESS = """
 async (contextRate) => {
   Object.assign(globalThis, { sampleRate: contextRate, currentFrame: 0, currentTime: 0 });
@@ -48,22 +44,9 @@ async (contextRate) => {
 """
 
 
-def serve_static(route) -> None:
-    name = route.request.url.removeprefix(ORIGIN).split("?")[0].lstrip("/")
-    path = STATIC / name
-    if name and path.is_file() and path.parent == STATIC:
-        route.fulfill(body=path.read_text(), content_type="text/javascript")
-    else:
-        route.fulfill(body="<!doctype html><title>worklet harness</title>", content_type="text/html")
-
-
 @pytest.fixture
-def js(browser):
-    page = browser.new_page()
-    page.route(f"{ORIGIN}/**", serve_static)
-    page.goto(f"{ORIGIN}/harness.html")
-    yield page
-    page.close()
+def js(static_page):
+    return static_page
 
 
 def start(js, context_rate=48_000):
