@@ -113,10 +113,17 @@ def set_max_seconds(page, seconds: float) -> None:
         box.blur()
         try:
             page.wait_for_function(moved, timeout=3_000)
-            return
         except Exception:  # the accordion may still be rendering on the first try
             continue
+        settle(page)
+        return
     raise AssertionError(f"could not set the maximum length to {seconds} s")
+
+
+def settle(page) -> None:
+    """Two animation frames: Gradio copies a component's new value into the state its events send
+    in an effect after the DOM update; a click right after the DOM changed could still send the old one."""
+    page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
 
 
 def fix_seed(page, seed: int) -> None:
@@ -126,6 +133,7 @@ def fix_seed(page, seed: int) -> None:
         box.uncheck()
     page.fill("#seed input", str(seed))
     page.locator("#seed input").blur()
+    settle(page)
 
 
 def axe_serious(frame_or_page) -> list[dict]:

@@ -74,7 +74,9 @@ def set_max_seconds(page, seconds: float) -> None:
         box.press("Enter")
         box.blur()
         with contextlib.suppress(PlaywrightTimeout):
-            page.wait_for_function(moved, timeout=3_000)  # the slider moved: Gradio has the value
+            page.wait_for_function(moved, timeout=3_000)  # the slider moved ...
+            # ... and two frames later Gradio's event state has the value too
+            page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
             return
     raise AssertionError(f"could not set the maximum length to {seconds} s")
 

@@ -413,14 +413,18 @@ def test_generation_at_rtf_1_5_plays_through_with_at_most_one_rebuffer(browser_c
     assert s["startBufferedFrames"] > 2 * 48_000, (s["underruns"], s["plan"], s["arrivals"][:20], log[:20])  # it waited
     waits = [int(m.group(1)) for t in frame.evaluate("window.statusLog")
              if (m := re.fullmatch(r"Buffering — about (\d+) s", t))]
-    assert waits and max(waits) <= 10  # the expected wait was shown, and it was a sane one
+    # The expected wait was shown, and a sane one (the whole stream takes 9 s to arrive here; early
+    # guesses on a loaded machine measure a slower rate and say more).
+    assert waits and max(waits) <= 30
     assert "Playing" in frame.evaluate("window.statusLog") and frame.inner_text("#state") == "Done"
 
 
 def test_fast_generation_keeps_the_short_start(browser_context, studio):
     page, frame = open_page(browser_context, studio.url)
     set_max_seconds(page, 2.0)
-    page.click("#generate-btn")
+    with page.expect_request(lambda r: "/api/tts/stream" in r.url, timeout=30_000) as request:
+        page.click("#generate-btn")
+    assert request.value.post_data_json["max_frames"] == 25
     s = wait_done(frame)
     assert s["state"] == "finished" and s["estimatedS"] == pytest.approx(2.0, abs=0.01)
     from e2e_helpers import chunks_arrived_in_time

@@ -5,8 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tts_core.web.requests import StreamBody
+from tts_core.web.ui.examples import DEFAULT_TEXT, EXAMPLES
 from tts_core.web.ui.handlers import page_default_voice, saved_choices, speed_supported
-from tts_core.web.ui.layout import DEFAULT_TEXT, EXAMPLES
 
 
 def preset(name: str, language: str):

@@ -23,6 +23,7 @@ from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, pre
 from ..routes import voice_list
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
+from .examples import EXAMPLES
 from .text_limits import split_at_boundary
 
 MAX_AUDITION_VOICES = 8
@@ -163,8 +164,6 @@ class PageHandlers:
         """An example's text, and a voice of its language when the chosen one speaks another.
 
         Outputs: text, voice dropdown (value), language filter (back to All), clip."""
-        from .layout import EXAMPLES  # layout imports this module
-
         _, text, language = EXAMPLES[index]
         presets = self.presets()
         current = next((p for p in presets if p.name == voice), None)

@@ -15,19 +15,10 @@ import gradio as gr
 
 from ...config import SamplingParams
 from ..settings import ServerSettings
+from .examples import DEFAULT_TEXT, EXAMPLES
 from .handlers import FIXED_LANGUAGES, MAX_AUDITION_VOICES
 
 _DEFAULTS = SamplingParams()
-# (button label, text, language); the first English one fills the text box on a first visit.
-EXAMPLES = [
-    ("English", "Streaming speech starts playing while the rest of the sentence is still being generated.",
-     "English"),
-    ("中文", "今天天气很好，我们一起去公园散步吧。路上还可以买一杯热咖啡。", "Chinese"),
-    ("日本語", "こんにちは。今日はいい天気ですね。一緒に散歩に行きませんか。", "Japanese"),
-    ("English, longer", "The quick brown fox jumps over the lazy dog. Then it takes a long nap in the afternoon "
-     "sun.", "English"),
-]
-DEFAULT_TEXT = EXAMPLES[0][1]
 _TIPS = """**Tips**
 - **Ctrl/Cmd + Enter** generates, **Esc** stops. The player starts as soon as the rest can play
   through without a gap (at once when generation is fast). **TTFP** is the time from your click to
