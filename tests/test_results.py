@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,7 +13,14 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tts_core.types import AudioChunk, Timings
-from tts_core.web.results import ResultStore, build_results_router, download_name, recording_encoder
+from tts_core.web.results import (
+    RecordingWriter,
+    ResultStore,
+    build_results_router,
+    download_name,
+    record_result,
+)
+from tts_core.web.streaming import f32_bytes
 
 
 class FakeClock:
@@ -53,16 +62,49 @@ def test_store_forgets_results_older_than_its_age_limit():
     assert store.get("aaaa0000") is None and len(store) == 0 and store.num_bytes == 0
 
 
-def test_recording_encoder_keeps_what_it_encodes():
+def chunks_of(pcm: np.ndarray, parts: int = 3) -> list[AudioChunk]:
+    pieces = np.array_split(pcm, parts, axis=1)
+    return [AudioChunk(seq=i, pcm=p, codes=np.zeros((0, 16), np.int64), is_last=i == len(pieces) - 1,
+                       timings=Timings(0.0, 0.0, 0.0)) for i, p in enumerate(pieces)]
+
+
+def test_recording_writer_keeps_what_a_raw_stream_sent():
     store = ResultStore()
     pcm = tone(0.2)
-    encode = recording_encoder(store, "feed0000", lambda chunk: chunk.pcm.tobytes())
-    chunks = [AudioChunk(seq=i, pcm=part, codes=np.zeros((0, 16), np.int64), is_last=i == 1, timings=Timings(0.0, 0.0, 0.0))
-              for i, part in enumerate(np.array_split(pcm, 2, axis=1))]
-    sent = b"".join(encode(chunk) for chunk in chunks)
-    assert sent == b"".join(c.pcm.tobytes() for c in chunks)
+    writer = RecordingWriter(store, "feed0000", f32_bytes)
+    sent = b"".join(writer(chunk) for chunk in chunks_of(pcm))
+    assert sent == np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()  # the bytes pass unchanged
     np.testing.assert_array_equal(store.get("feed0000"), pcm)
-    assert recording_encoder(None, "x", len) is len  # no store: the encoder as it was
+    assert not hasattr(f32_bytes, "finish") and writer.finish() == b""
+
+
+class HalfSpeedFramed:
+    """A writer of the framed protocol that changes the audio (as a time-stretch would) and ends with
+    an event in `finish()`: the store must keep what it wrote, not the chunks it got."""
+
+    blocking = True
+
+    def __call__(self, chunk: AudioChunk) -> bytes:
+        doubled = np.repeat(chunk.pcm, 2, axis=1)
+        payload = np.ascontiguousarray(doubled.T, dtype="<f4").tobytes()
+        event = b'{"type":"speech.segment"}'
+        return struct.pack("<IB", len(payload), 0) + payload + struct.pack("<IB", len(event), 1) + event
+
+    def finish(self) -> bytes:
+        return struct.pack("<IB", 2, 1) + b"{}"
+
+
+def test_recording_writer_keeps_the_framed_pcm_that_was_sent():
+    store = ResultStore()
+    pcm = tone(0.2)
+    writer = record_result(SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(results=store))),
+                           "feed0001", HalfSpeedFramed(), framed=True)
+    assert writer.blocking
+    sent = b"".join(writer(chunk) for chunk in chunks_of(pcm)) + writer.finish()
+    assert sent.endswith(b"{}")
+    np.testing.assert_array_equal(store.get("feed0001"), np.repeat(pcm, 2, axis=1))
+    no_store = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace()))
+    assert record_result(no_store, "x", f32_bytes) is f32_bytes  # no store: the writer as it was
 
 
 @pytest.mark.parametrize(("name", "expected"), [

@@ -1,7 +1,7 @@
 """The page's recent generations, kept for download: `GET /api/tts/result/{request_id}.{mp3|flac|wav}`.
 
 The stream route tees what it sends into a `ResultStore` (`record_result`), so a download is the
-very audio the listener heard, encoded on request (`tts_core.audio.encode_audio`: 16-bit WAV/FLAC,
+very audio the listener heard (parsed back from the bytes sent, so after any time-stretch), encoded on request (`tts_core.audio.encode_audio`: 16-bit WAV/FLAC,
 MP3) instead of the browser building a 32-bit float WAV. The store is bounded by total bytes and
 by age, oldest first; request ids are random (64 bits), so a result is reachable only by whoever
 was sent its id. A file name comes from `?name=` (the page passes voice + first words), sanitised.
@@ -10,6 +10,7 @@ was sent its id. A file name comes from `?name=` (the page passes voice + first 
 from __future__ import annotations
 
 import re
+import struct
 import threading
 import time
 import unicodedata
@@ -97,23 +98,65 @@ class ResultStore:
             del self._items[key]
 
 
-def recording_encoder(store: ResultStore | None, request_id: str,
-                      encode: Callable[[AudioChunk], bytes]) -> Callable[[AudioChunk], bytes]:
-    """`encode`, also keeping each chunk's PCM in `store` under `request_id` (as sent)."""
-    if store is None:
-        return encode
+class RecordingWriter:
+    """A stream writer (a callable per chunk, maybe with `finish`, `close`, `blocking`) that also keeps
+    the audio it writes in `store`: parsed back from its own output (raw float32 stereo, or the
+    `"framing": "events"` frames' PCM), so what is kept is what was sent, after any time-stretch."""
 
-    def tee(chunk: AudioChunk) -> bytes:
-        store.add(request_id, chunk.pcm, last=chunk.is_last)
-        return encode(chunk)
+    def __init__(self, store: ResultStore, request_id: str, writer: Callable[[AudioChunk], bytes], *,
+                 framed: bool = False):
+        self._store = store
+        self._id = request_id
+        self._writer = writer
+        self._framed = framed
+        self._rest = b""
 
-    return tee
+    @property
+    def blocking(self) -> bool:
+        return getattr(self._writer, "blocking", False)
+
+    def __call__(self, chunk: AudioChunk) -> bytes:
+        data = self._writer(chunk)
+        self._keep(data, last=chunk.is_last and not hasattr(self._writer, "finish"))
+        return data
+
+    def finish(self) -> bytes:
+        finish = getattr(self._writer, "finish", None)
+        data = finish() if finish is not None else b""
+        self._keep(data, last=True)
+        return data
+
+    def close(self) -> None:
+        close = getattr(self._writer, "close", None)
+        if close is not None:
+            close()
+
+    def _keep(self, data: bytes, *, last: bool) -> None:
+        pcm = self._pcm(data) if data else b""
+        samples = np.frombuffer(pcm, dtype="<f4")
+        samples = samples[: samples.size - samples.size % NUM_CHANNELS]
+        self._store.add(self._id, samples.reshape(-1, NUM_CHANNELS).T.astype(np.float32), last=last)
+
+    def _pcm(self, data: bytes) -> bytes:
+        if not self._framed:
+            return data
+        buf, out, at = self._rest + data, [], 0
+        while len(buf) - at >= 5:
+            length, kind = struct.unpack_from("<IB", buf, at)
+            if len(buf) - at - 5 < length:
+                break
+            if kind == 0:
+                out.append(buf[at + 5: at + 5 + length])
+            at += 5 + length
+        self._rest = buf[at:]
+        return b"".join(out)
 
 
-def record_result(http_request: Request, request_id: str,
-                  encode: Callable[[AudioChunk], bytes]) -> Callable[[AudioChunk], bytes]:
-    """The stream route's encoder, teed into the app's store (`app.state.results`) when it has one."""
-    return recording_encoder(getattr(http_request.app.state, "results", None), request_id, encode)
+def record_result(http_request: Request, request_id: str, writer: Callable[[AudioChunk], bytes], *,
+                  framed: bool = False) -> Callable[[AudioChunk], bytes]:
+    """The stream route's writer, teed into the app's store (`app.state.results`) when it has one."""
+    store = getattr(http_request.app.state, "results", None)
+    return writer if store is None else RecordingWriter(store, request_id, writer, framed=framed)
 
 
 def download_name(name: str | None, request_id: str, fmt: str) -> str:
