@@ -38,25 +38,6 @@ def sniff_audio_type(path: Path) -> str:
     return "application/octet-stream"
 
 
-def voice_list(synth) -> dict:
-    """The page's voice list (`GET /api/voices`); the Gradio page reads the same through this function."""
-    return {
-        "default": synth.default_voice,
-        "voices": [
-            {
-                "name": p.name,
-                "language": p.language,
-                "gender": p.gender,
-                "description": p.description,
-                "available": p.available,
-                "unavailable_reason": scrub_paths(p.unavailable_reason),
-                "clip_url": f"/api/voices/{quote(p.name, safe='')}/clip" if p.has_clip else None,
-            }
-            for p in synth.list_voices()
-        ],
-    }
-
-
 def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> APIRouter:
     router = APIRouter()
 
@@ -92,7 +73,22 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
 
     @router.get("/api/voices")
     def voices() -> dict:
-        return voice_list(service.get())
+        synth = service.get()
+        return {
+            "default": synth.default_voice,
+            "voices": [
+                {
+                    "name": p.name,
+                    "language": p.language,
+                    "gender": p.gender,
+                    "description": p.description,
+                    "available": p.available,
+                    "unavailable_reason": scrub_paths(p.unavailable_reason),
+                    "clip_url": f"/api/voices/{quote(p.name, safe='')}/clip" if p.has_clip else None,
+                }
+                for p in synth.list_voices()
+            ],
+        }
 
     @router.get("/api/voices/{name}/clip")
     def voice_clip(name: str) -> FileResponse:

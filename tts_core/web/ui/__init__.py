@@ -25,9 +25,18 @@ def _count_js(limit: int) -> str:
               "spoken.`; }")
 
 
+def _saved_voices(service: SynthesizerService, settings: ServerSettings):
+    """The voice library's listing for "My voices" (CONTRACTS C), where this server has the library."""
+    try:
+        from ..voices_api import SavedVoices
+    except ImportError:  # a server without the voice library: the page shows no "My voices"
+        return None
+    return SavedVoices(service, settings).listing  # reads the library's folder: the API's saves show at once
+
+
 def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> gr.Blocks:
     """The studio page. Voices appear once the model has loaded (a timer polls the service)."""
-    handlers = PageHandlers(service, settings, uploads)
+    handlers = PageHandlers(service, settings, uploads, _saved_voices(service, settings))
     demo, widgets = build_layout(settings, status=handlers.status, speed=speed_supported())
     with demo:
         _wire(demo, widgets, handlers)

@@ -13,6 +13,7 @@ import html
 import json
 import secrets
 import uuid
+from collections.abc import Callable
 from urllib.parse import quote
 
 import gradio as gr
@@ -20,7 +21,6 @@ import gradio as gr
 from ...errors import TTSError
 from ..errors import scrub_paths
 from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
-from ..routes import voice_list
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
 from .examples import EXAMPLES
@@ -102,10 +102,12 @@ def fresh_seed(seed: float | None, random_seed: bool) -> int:
 class PageHandlers:
     """The page's event handlers, bound to the service, the HTTP limits and the upload store."""
 
-    def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore):
+    def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
+                 saved_voices: Callable[[], list[dict]] | None = None):
         self.service = service
         self.settings = settings
         self.uploads = uploads
+        self.saved_voices = saved_voices  # the voice library's listing; None: this server keeps no voices
 
     def presets(self) -> list:
         """The available presets once the model is ready (else none)."""
@@ -117,18 +119,17 @@ class PageHandlers:
         service = self.service
         if service.state is ServiceState.READY:
             health = service.get().health()
-            return (f"🟢 **Ready** · {health.get('device')} · {health.get('dtype')} · "
-                    f"up to {health.get('max_active_streams')} streams at once")
+            return (f"🟢 **Ready** <span class='status-details'>· {health.get('device')} · {health.get('dtype')} · "
+                    f"up to {health.get('max_active_streams')} streams at once</span>")
         if service.state is ServiceState.FAILED:
             return f"🔴 **The model could not be loaded.** {scrub_paths(service.error)}"
         return f"⏳ **Loading the model** — {service.status}. You can prepare your text meanwhile."
 
     def saved(self) -> list[dict] | None:
         """The saved voices of GET /api/voices, or None when this server keeps none (no "My voices")."""
-        if self.service.state is not ServiceState.READY:
+        if self.service.state is not ServiceState.READY or self.saved_voices is None:
             return None
-        saved = voice_list(self.service.get()).get("saved")
-        return list(saved) if isinstance(saved, list) else None
+        return list(self.saved_voices())
 
     def refresh(self) -> tuple:
         """Status line; on the first 'ready' also fill the voice pickers and stop polling.

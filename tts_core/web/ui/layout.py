@@ -136,9 +136,11 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
                 info="If given, the model continues the clip (continuation mode); "
                      "leave empty to clone the voice only.",
             )
-    parts["speed"] = gr.Slider(0.5, 2.0, 1.0, step=0.05, label="Speed", elem_id="speed",
-                               info="Pitch stays the same.") if speed else None
-    parts["generate_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+    with gr.Row(equal_height=True, elem_id="generate-row"):  # side by side even on a phone
+        parts["speed"] = gr.Slider(0.5, 2.0, 1.0, step=0.05, label="Speed", elem_id="speed", scale=2,
+                                   min_width=150) if speed else None
+        parts["generate_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", scale=1,
+                                          min_width=110)
     return parts | {"preset_tab": preset_tab, "language": language, "saved_tab": saved_tab, "clone_tab": clone_tab}
 
 
