@@ -27,6 +27,13 @@
     if (box.top < 0 || box.top > window.innerHeight - 120) f.scrollIntoView({ block: 'start', behavior: 'smooth' });
   }
 
+  // Every stop goes through the page's hidden Stop button, so its Gradio events (the player's stop,
+  // and any server-side cancel wired to it) all run; without the button, the player is told directly.
+  function stopAll() {
+    const button = document.getElementById('stop-btn');
+    if (button) button.click(); else window.mossTTS.stop();
+  }
+
   window.mossTTS = {
     arm() {
       clickedAt = performance.timeOrigin + performance.now();
@@ -59,6 +66,8 @@
       if (f) f.style.height = `${Math.ceil(e.data.height) + 4}px`;
     } else if (e.data.type === 'moss-player:generate') {
       generateFromKeyboard();
+    } else if (e.data.type === 'moss-player:stop') {   // the player's Stop (or Esc in the player)
+      stopAll();
     }
   });
 
@@ -67,7 +76,7 @@
       e.preventDefault();
       generateFromKeyboard();
     } else if (e.key === 'Escape' && !e.target.closest?.('[role="listbox"], .wrap-inner')) {
-      window.mossTTS.stop();
+      stopAll();
     }
   });
 

@@ -308,16 +308,18 @@ async function replayEntry(entry) {
 // ---- pushed audio (CONTRACTS D) -----------------------------------------------------------------
 
 function onPush(m) {
-  if (m.type === 'tts:start') {
+  if (m.type === 'tts:start') {   // {requestId, sampleRate, channels, estimatedDuration, label?, text?, item?, items?, clickedAt?}
     const source = new PushSource(m.requestId);
     pushed.set(m.requestId, source);
     const seq = ++playSeq;
     stopCurrent();
     const t0 = m.clickedAt ? clickTime(m.clickedAt) : (unlockedAt ?? performance.now());
     const result = newResult(m.label || 'speech', { text: m.text || '' }, { pushed: true });
-    results.board = [];
+    const item = m.item || 0, items = m.items || 1;
+    if (item === 0) { stats.completed = []; results.board = []; }
+    if (items > 1) results.board[item] = result;   // an audition pushed voice by voice
     source.deliver(m);
-    playItem(null, result, 0, 1, t0, source)
+    playItem(null, result, item, items, t0, source)
       .finally(() => { if (seq === playSeq) pushed.delete(m.requestId); });
     return;
   }
@@ -378,14 +380,19 @@ window.addEventListener('message', (e) => {
   else if (m.type === 'moss-tts:theme') setTheme(m.theme);
   else if (typeof m.type === 'string' && m.type.startsWith('tts:')) onPush(m);
 });
+function stopByVisitor() {   // the page hears of it too: its stop events may cancel work on the server
+  stop();
+  notifyParent({ type: 'moss-player:stop' });
+}
+
 document.addEventListener('keydown', (e) => {
-  if (e.key === 'Escape' && current && !current.settled) stop();
+  if (e.key === 'Escape' && current && !current.settled) stopByVisitor();
   else if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && EMBEDDED) {   // the page's shortcut, from in here
     unlock();
     notifyParent({ type: 'moss-player:generate' });
   }
 });
-$('stop').onclick = stop;
+$('stop').onclick = stopByVisitor;
 $('replay').onclick = () => replay();
 $('clear-history').onclick = () => results.renderHistory(replayEntry, clearHistory());
 wireCopyButtons();

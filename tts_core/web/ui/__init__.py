@@ -13,6 +13,7 @@ from .layout import Widgets, build_layout
 # One-line JS snippets; everything else lives in static/bridge.js and static/player.js.
 _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
+_JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
 # Events the page uses internally: no progress overlay, not part of the public API (/docs has that).
 _HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
 
@@ -72,3 +73,4 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers) -> None:
         inputs=[w.audition_text, w.audition_voices, *w.sampling, w.seed, w.random_seed, w.max_seconds],
         outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,
     ).then(None, inputs=w.payload, js=_JS_PLAY, queue=False, **_HIDDEN)
+    w.stop_btn.click(None, js=_JS_STOP, **_HIDDEN)

@@ -55,6 +55,7 @@ class Widgets:
     ref_text: gr.Textbox
     speed: gr.Slider | None
     generate_btn: gr.Button
+    stop_btn: gr.Button
     audition_text: gr.Textbox
     audition_voices: gr.CheckboxGroup
     audition_btn: gr.Button
@@ -95,8 +96,12 @@ def build_layout(settings: ServerSettings, status: Callable[[], str], *,
                 with gr.Tab("Voice audition", id="audition"):
                     parts |= _audition_tab(settings)
             with gr.Column(scale=2, min_width=300, elem_id="player-column"):
-                parts["message"] = gr.Markdown(elem_id="tts-message", elem_classes=["live-alert"])
+                parts["message"] = gr.Markdown(elem_id="tts-message")
                 gr.HTML(_PLAYER_IFRAME, elem_id="player-panel", js_on_load=None)
+                # The visitor's one Stop is the player's. This button stays out of sight (ui.css) and
+                # carries the page's stop events: the player and Esc press it (bridge.js), so server-side
+                # stop handlers (a Gradio-event source's cancels=) run on every stop.
+                parts["stop_btn"] = gr.Button("Stop", elem_id="stop-btn")
         with gr.Accordion("Advanced sampling", open=False, elem_id="advanced"):
             parts |= _advanced_sampling()
         gr.Markdown(_TIPS, elem_id="tips")
