@@ -182,7 +182,7 @@ export function renderBoard(results, actions) {
     play.className = 'card-play';
     play.disabled = !(r.frames > 0) || r.state === 'connecting' || r.state === 'buffering' || r.state === 'playing';
     tools.append(play);
-    if (r.requestId && r.frames > 0) {
+    if (r.requestId && r.frames > 0 && !r.pushed) {   // the server keeps what it streamed, not pushed audio
       for (const fmt of FORMATS) {
         const a = document.createElement('a');
         a.className = 'button';
