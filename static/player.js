@@ -14,6 +14,7 @@ import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
 import { fetchSource, PushSource } from './source.js';
+import { clearRunStats, createStats } from './stats.js';
 import * as view from './view.js';
 
 const params = new URLSearchParams(location.search);
@@ -37,24 +38,8 @@ const results = new Results(location.href);
 const pushed = new Map();   // requestId -> PushSource
 let model = { state: 'loading', status: '' };
 
-const stats = (window.playerStats = {
-  state: 'idle', workletLoaded: false, sampleRate: null, requestedRate: WANT_RATE, baseLatency: null,
-  outputLatency: null, destinationChannels: null, runs: 0, completed: [], model: 'loading', waitS: null,
-});
-
-function resetStats(run, label, index, count) {
-  Object.assign(stats, {
-    runId: run.id, label, item: index, items: count, error: null, requestId: null,
-    streamSampleRate: null, streamChannels: null, streamFormat: null, framed: false, estimatedS: null,
-    bytesReceived: 0, streamBytes: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
-    srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0, arrivals: [], underrunsAt: [], segments: 0,
-    framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0,
-    rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0, startBufferedFrames: null,
-    outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
-    ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
-  });
-}
-
+const stats = (window.playerStats = createStats(WANT_RATE));
+const resetStats = (run, label, index, count) => clearRunStats(stats, run.id, label, index, count);
 const unlockByClick = (resume) => askForClick(resume, view.setMessage);
 
 // ---- the worklet's messages ---------------------------------------------------------------------
