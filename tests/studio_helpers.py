@@ -27,7 +27,7 @@ class Studio:
     stand_in: bool  # the framed stream is the tests' stand-in (the real route has no framing yet)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def studio(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
     from tts_core.synthesizer import Synthesizer
     from tts_core.web.app import create_app
@@ -134,6 +134,17 @@ def fix_seed(page, seed: int) -> None:
     page.fill("#seed input", str(seed))
     page.locator("#seed input").blur()
     settle(page)
+
+
+def stream_requests(page) -> list:
+    """Every request the page or its player makes from now on (the player is same-origin: one list)."""
+    seen: list = []
+    page.context.on("request", lambda r: seen.append(r))
+    return seen
+
+
+def shot(page, artifacts_dir, name: str) -> None:
+    page.screenshot(path=str(artifacts_dir / f"ui-{name}.png"))
 
 
 def axe_serious(frame_or_page) -> list[dict]:
