@@ -6,9 +6,10 @@
 //     buffered >= remaining * (1 / rate - 1) + largest chunk
 // (the last term: audio arrives in lumps, and a lump is needed before it has fully arrived). The rate
 // is measured from the stream's start (the response's headers: the server sends them with its first
-// audio) or, without one, from the first arrival; it is taken SAFETY slower than measured. Measuring
-// from the start, not from an arrival, keeps a late first arrival (a busy main thread delivering a
-// bunch of chunks at once) from making a slow stream look fast. When generation is fast, (1 / rate - 1) <= 0 and the short start
+// audio), but at most the first lump's length before that lump arrived; it is taken SAFETY slower
+// than measured. Measuring from the start, not from the first arrival, keeps a late first lump (a
+// busy main thread delivering several chunks at once) from making a slow stream look fast; the
+// allowance keeps a merely late first read from making a fast stream look slow. When generation is fast, (1 / rate - 1) <= 0 and the short start
 // (SHORT_START_S) applies, as before. Without an estimate of the total length nothing can be planned:
 // the caller keeps its short start and growing rebuffers.
 //
@@ -27,7 +28,7 @@ export const MIN_RATE_WINDOW_S = 0.02;
  * @param {number|null} p.firstArrival  `now` of the first arrival (null: nothing yet)
  * @param {number|null} p.lastArrival   `now` of the latest arrival
  * @param {number} p.arrivals       how many arrivals so far
- * @param {number} p.firstChunkS    seconds of audio in the first arrival
+ * @param {number} p.firstChunkS    seconds of audio in the first arrival (all that came at that instant)
  * @param {number} p.receivedS      seconds of audio received in all
  * @param {number} p.bufferedS      seconds of audio waiting to be played
  * @param {number|null} p.estimatedS the server's estimate of the whole output (null: unknown)
@@ -71,7 +72,10 @@ export function planStart(p) {
  */
 export function arrivalRate(p) {
   if (p.firstArrival == null || !(p.arrivals > 1)) return null;
-  const origin = p.startedAt != null && p.startedAt <= p.firstArrival ? p.startedAt : p.firstArrival;
+  // The first lump may have waited up to its own length after the start (a busy page reading it late)
+  // without saying anything about the generator; anything later than that counts as slow.
+  const origin = p.startedAt != null ? Math.min(p.firstArrival, Math.max(p.startedAt, p.firstArrival - p.firstChunkS))
+    : p.firstArrival;
   const gap = (p.lastArrival - p.firstArrival) / (p.arrivals - 1);
   const measured = p.lastArrival - origin;
   const span = Math.max(measured, p.now - origin - gap);

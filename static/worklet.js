@@ -131,9 +131,11 @@ class PcmPlayer extends AudioWorkletProcessor {
 
   arrived(frames) {
     const a = this.arrival, seconds = frames / this.inputRate;
-    if (a.first === null) { a.first = currentTime; a.firstS = seconds; }
-    a.last = currentTime; a.count += 1;
-    a.largestS = Math.max(a.largestS, seconds);
+    if (a.first === null) { a.first = currentTime; a.count = 1; }
+    if (currentTime === a.first) a.firstS += seconds;   // chunks read at once count as one first lump
+    else a.count += 1;
+    a.last = currentTime;
+    a.largestS = Math.max(a.largestS, currentTime === a.first ? a.firstS : seconds);
   }
 
   // Whether a stream waiting in 'prebuffering' or 'starved' may play now.

@@ -199,9 +199,10 @@ def test_fast_generation_keeps_the_short_start(browser_context, studio):
     assert s["state"] == "finished" and s["estimatedS"] == pytest.approx(2.0, abs=0.01)
     from e2e_helpers import chunks_arrived_in_time
     # Where generation provably ran ahead of playback (it may not on a loaded machine), the player
-    # started after the short 0.2 s, not a planned wait.
+    # started early, not after a planned wait of seconds (the audio thread may still see the first
+    # chunks later than the page did: the exact short start is shown in test_worklet_adaptive.py).
     if chunks_arrived_in_time(s["arrivals"], total_frames=s["framesReceived"], prebuffer_ms=200):
-        assert s["startBufferedFrames"] <= 0.6 * 48_000, s["startBufferedFrames"]
+        assert s["startBufferedFrames"] < 1.0 * 48_000, (s["startBufferedFrames"], s["arrivals"][:8])
         assert s["underruns"] == 0
 
 

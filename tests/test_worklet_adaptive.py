@@ -79,6 +79,20 @@ def test_a_late_bunch_of_first_chunks_does_not_make_a_slow_stream_look_fast(js):
     assert s["framesRendered"] == result["total"] and s["startBufferedFrames"] > 2 * 48_000
 
 
+@pytest.mark.parametrize("late_ms", [60, 150, 400])
+def test_a_late_first_read_does_not_make_a_fast_stream_look_slow(js, late_ms):
+    """The headers came, then a busy page read the first audio late, then the rest came fast: the rate
+    is measured from the first lump's arrival less its own length, so the short start is kept exactly."""
+    chunks = engine_chunks(40)
+    schedule = paced_schedule(chunks, 0.3, 500)
+    start_q = schedule[0][0] - math.ceil(late_ms / QUANTUM_MS)
+    assert start_q >= 0
+    late = run_paced(js, schedule, estimated_s=sum(chunks) * 0.08, start_quantum=start_q)
+    on_time = run_paced(js, schedule, estimated_s=sum(chunks) * 0.08)
+    assert late["s"]["underruns"] == on_time["s"]["underruns"] == 0
+    assert late["lead"] == on_time["lead"] and late["s"]["startBufferedFrames"] <= 0.25 * 48_000
+
+
 def test_without_an_estimate_a_slow_stream_chops(js):
     """The reason for the plan: the same RTF 1.5 stream with the fixed short start runs dry again and again."""
     result = run_paced(js, paced_schedule(engine_chunks(75), 1.5, 300), estimated_s=None)
