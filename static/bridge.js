@@ -1,12 +1,38 @@
 // Loaded into the Gradio page (mount_gradio_app head=). Hands requests from the Python handlers to
-// the player iframe and sizes the iframe to its content. The ui.py event listeners call
-// window.mossTTS.arm() on click (inside the user gesture), then .play(payloadJson) once Python has
-// validated the inputs.
+// the player iframe, keeps the player's theme in step with the page's, sizes the iframe to its
+// content, and adds the keyboard path: Ctrl/Cmd+Enter runs the visible tab's primary action, Escape
+// stops. The ui/ event listeners call window.mossTTS.arm() on click (inside the user gesture), then
+// .play(payloadJson) once Python has validated the inputs.
 'use strict';
 
 (() => {
   let clickedAt = null;
   const frame = () => document.getElementById('moss-player');
+  const post = (message) => frame()?.contentWindow?.postMessage(message, location.origin);
+  const theme = () => (document.body.classList.contains('dark') ? 'dark' : 'light');
+
+  function visible(el) {
+    return !!el && el.offsetParent !== null && getComputedStyle(el).visibility !== 'hidden';
+  }
+
+  // The primary action of the tab on screen (each tab has its own).
+  function primaryButton() {
+    return ['generate-btn', 'audition-btn'].map((id) => document.getElementById(id)).find(visible) || null;
+  }
+
+  function showPlayer() {   // on a phone the player sits below the form: bring it on screen
+    const f = frame();
+    if (!f) return;
+    const box = f.getBoundingClientRect();
+    if (box.top < 0 || box.top > window.innerHeight - 120) f.scrollIntoView({ block: 'start', behavior: 'smooth' });
+  }
+
+  // Every stop goes through the page's hidden Stop button, so its Gradio events (the player's stop,
+  // and any server-side cancel wired to it) all run; without the button, the player is told directly.
+  function stopAll() {
+    const button = document.getElementById('stop-btn');
+    if (button) button.click(); else window.mossTTS.stop();
+  }
 
   window.mossTTS = {
     arm() {
@@ -18,19 +44,61 @@
     play(payloadJson) {
       if (!payloadJson) return;
       const payload = typeof payloadJson === 'string' ? JSON.parse(payloadJson) : payloadJson;
-      frame()?.contentWindow?.postMessage({ type: 'moss-tts:play', payload, clickedAt }, location.origin);
+      post({ type: 'moss-tts:play', payload, clickedAt });
       clickedAt = null;
+      showPlayer();
     },
     stop() {
-      frame()?.contentWindow?.postMessage({ type: 'moss-tts:stop' }, location.origin);
+      post({ type: 'moss-tts:stop' });
     },
+    theme,
   };
+
+  function generateFromKeyboard() {
+    const button = primaryButton();
+    if (button && !button.disabled) button.click();   // a click inside the key's gesture: audio may start
+  }
 
   window.addEventListener('message', (e) => {
     if (e.origin !== location.origin || !e.data) return;
     if (e.data.type === 'moss-player:height') {
       const f = frame();
       if (f) f.style.height = `${Math.ceil(e.data.height) + 4}px`;
+    } else if (e.data.type === 'moss-player:generate') {
+      generateFromKeyboard();
+    } else if (e.data.type === 'moss-player:stop') {   // the player's Stop (or Esc in the player)
+      stopAll();
     }
   });
+
+  document.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      generateFromKeyboard();
+    } else if (e.key === 'Escape' && !e.target.closest?.('[role="listbox"], .wrap-inner')) {
+      stopAll();
+    }
+  });
+
+  // Gradio's Markdown has no ARIA options: make the page's input problems an alert and the model
+  // line a polite live region once Gradio has rendered them.
+  function liveRegions() {
+    const message = document.getElementById('tts-message');
+    const model = document.getElementById('model-status');
+    if (!message || !model) return false;
+    message.setAttribute('role', 'alert');
+    model.setAttribute('role', 'status');
+    model.setAttribute('aria-live', 'polite');
+    return true;
+  }
+  if (!liveRegions()) {
+    const watcher = new MutationObserver(() => { if (liveRegions()) watcher.disconnect(); });
+    watcher.observe(document.documentElement, { childList: true, subtree: true });
+  }
+
+  // Gradio switches its theme by a class on <body> (?__theme=dark, the settings panel, the system's
+  // preference): tell the player whenever it changes, and once it has loaded.
+  function syncTheme() { post({ type: 'moss-tts:theme', theme: theme() }); }
+  new MutationObserver(syncTheme).observe(document.body, { attributes: true, attributeFilter: ['class'] });
+  document.addEventListener('load', (e) => { if (e.target === frame()) syncTheme(); }, true);
 })();

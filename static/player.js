@@ -1,535 +1,405 @@
-// Streaming player: POST /api/tts/stream -> whole stereo frames -> AudioWorklet 'pcm-player'.
+// The streaming player: a source (fetch of POST /api/tts/stream, or audio pushed by the parent page)
+// -> whole stereo frames -> the 'pcm-player' AudioWorklet, which decides when to start (buffering.js).
 //
-// Embedded in the Gradio page (player.html?embed=1) it is driven by postMessage from bridge.js:
+// Embedded in the Gradio page (player.html?embed=1) it is driven by postMessage (bridge.js):
 //   {type:'moss-tts:play', payload:{items:[{label, request}]}, clickedAt}  clickedAt = epoch ms of the click
-//   {type:'moss-tts:stop'}
-// Opened directly it shows its own text box and voice picker. Every figure it shows is also on
-// window.playerStats (read by the end-to-end tests).
-// URL parameters: embed=1 (no form), prebufferMs (default 200), ctxRate (ask the AudioContext for
-// another rate, to exercise the worklet's resampler), and seed / max_frames for the standalone form.
-'use strict';
+//   {type:'moss-tts:stop'}, {type:'moss-tts:theme', theme:'dark'|'light'}
+//   {type:'tts:start'|'tts:pcm'|'tts:event'|'tts:end'|'tts:error', requestId, ...}  (CONTRACTS D)
+// Opened directly it shows its own form (standalone.js). Every figure it shows is also on
+// window.playerStats (read by the end-to-end tests). URL parameters: embed=1, theme, prebufferMs
+// (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
 
-(() => {
-  const params = new URLSearchParams(location.search);
-  const EMBEDDED = params.get('embed') === '1';
-  const WANT_RATE = Number(params.get('ctxRate')) || 48000;   // tests force another rate to exercise the resampler
-  // Audio buffered before playback starts. The first chunks are single 80 ms frames, so 200 ms means
-  // three frames: on a loaded CPU that cushion is what keeps the start gapless, and it costs only the
-  // generation time of one more frame (~25 ms at RTF 0.3) over two.
-  const PREBUFFER_MS = Number(params.get('prebufferMs')) || 200;
-  const STREAM_URL = new URL('../api/tts/stream', location.href).href;   // relative: works under any mount prefix
-  const AUDITION_GAP_MS = 350;
+import { AudioOut } from './audio.js';
+import { clearHistory } from './history.js';
+import { newResult, Results } from './results.js';
+import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
+import { fetchSource, PushSource } from './source.js';
+import { clearRunStats, createStats } from './stats.js';
+import * as view from './view.js';
 
-  const $ = (id) => document.getElementById(id);
-  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const params = new URLSearchParams(location.search);
+const EMBEDDED = params.get('embed') === '1';
+const WANT_RATE = Number(params.get('ctxRate')) || 48000;
+// The short start: 200 ms is three 80 ms frames, enough cushion on a loaded CPU when generation is
+// fast. Slower generation waits longer, as the worklet plans from the server's length estimate.
+const PREBUFFER_MS = Number(params.get('prebufferMs')) || 200;
+const STREAM_URL = new URL('../api/tts/stream', location.href).href;   // relative: any mount prefix
+const HEALTH_URL = new URL('../health', location.href).href;
+const AUDITION_GAP_MS = 350;
+const $ = (id) => document.getElementById(id);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-  let ctx = null;
-  let node = null;
-  let audioReady = null;
-  let current = null;      // the stream being played: {id, controller, t0, sentAt, chunks, frames, ...}
-  let playSeq = 0;         // bumped by every play/stop so a stale playlist loop exits
-  let streamCounter = 0;
-  let last = null;         // the last result, for replay and download: {chunks, rate, frames, label, requestId}
+const audio = new AudioOut(WANT_RATE, onWorkletMessage);
+let current = null;      // the run being played: {id, controller, t0, result, settle, outcome, ...}
+let playSeq = 0;         // bumped by every play/stop so a stale playlist loop exits
+let runCounter = 0;
+let unlockedAt = null;   // performance.now() of the last click that unlocked audio (TTFP of pushed audio)
+const results = new Results(location.href);
+const pushed = new Map();   // requestId -> PushSource
+let model = { state: 'loading', status: '' };
 
-  const stats = (window.playerStats = {
-    state: 'idle', workletLoaded: false, sampleRate: null, requestedRate: WANT_RATE, baseLatency: null,
-    outputLatency: null, destinationChannels: null, runs: 0, completed: [],
+const stats = (window.playerStats = createStats(WANT_RATE));
+const resetStats = (run, label, index, count) => clearRunStats(stats, run.id, label, index, count);
+const unlockByClick = (resume) => askForClick(resume, view.setMessage);
+
+// ---- the worklet's messages ---------------------------------------------------------------------
+
+function onWorkletMessage(m) {
+  const run = current;
+  if (!run || m.id !== run.id) return;
+  if (m.type === 'first-audio') {
+    // The first sample was rendered at context time m.time; it is heard one output latency later.
+    const now = performance.now();
+    const sinceRenderMs = Math.max(0, (audio.ctx.currentTime - m.time) * 1000);
+    stats.ttfpMs = now - sinceRenderMs + audio.latencyS * 1000 - run.t0;
+    stats.ttfpMsgMs = now - run.t0;
+    run.result.figures.ttfpMs = stats.ttfpMs;
+    if (stats.state === 'buffering') setState('playing');
+    return;
+  }
+  if (m.stats) applyWorkletStats(run, m.stats);
+  if (m.type === 'finished') run.settle('finished');
+  else if (m.type === 'stopped') run.settle('stopped');
+}
+
+function applyWorkletStats(run, s) {
+  Object.assign(stats, {
+    framesRendered: s.framesRendered, underruns: s.underruns, underrunFrames: s.underrunFrames,
+    bufferedFrames: s.buffered, bufferedMs: s.bufferedMs, rms: s.rms, rmsL: s.rmsL, rmsR: s.rmsR,
+    rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
+    outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
+    underrunsAt: s.underrunsAt, workletState: s.state, startBufferedFrames: s.startBufferedFrames, plan: s.plan,
   });
+  stats.outputLatency = audio.ctx.outputLatency ?? null;
+  run.result.figures.underruns = s.underruns;
+  const waiting = s.state === 'prebuffering' || s.state === 'starved';
+  stats.waitS = waiting && s.plan ? s.plan.waitS : null;
+  if (waiting && stats.framesReceived > 0 && ['playing', 'finishing'].includes(stats.state)) setState('buffering');
+  else if (s.state === 'playing' && stats.state === 'buffering') setState('playing');
+  else if (stats.state === 'buffering') refreshStatus();
+  run.heardS = Math.max(0, s.framesRendered / audio.ctx.sampleRate - audio.latencyS);
+  render();
+}
 
-  function resetStats(run, label, index, count) {
-    Object.assign(stats, {
-      runId: run.id, label, item: index, items: count, error: null, requestId: null,
-      streamSampleRate: null, streamChannels: null, streamFormat: null,
-      bytesReceived: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
-      srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0, arrivals: [], underrunsAt: [],
-      framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0,
-      rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0,
-      outputChannels: null, resampling: false,
-      ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
-    });
+// ---- playing ------------------------------------------------------------------------------------
+
+function newRun(t0, result) {
+  const run = { id: ++runCounter, controller: new AbortController(), t0, result, heardS: 0 };
+  run.outcome = new Promise((resolve) => {
+    run.settle = (how) => { if (!run.settled) { run.settled = how; resolve(how); } };
+  });
+  current = run;
+  stats.runs += 1;
+  return run;
+}
+
+function clickTime(clickedAt) {
+  let t0 = performance.now();
+  if (clickedAt) {   // the click happened in the parent page: its epoch time in our clock
+    const t = clickedAt - performance.timeOrigin;
+    if (t <= t0 && t0 - t < 60000) t0 = t;
   }
+  return t0;
+}
 
-  // ---- audio graph -------------------------------------------------------------------------------
+async function play(payload, clickedAt) {
+  const seq = ++playSeq;
+  stopCurrent();
+  const t0 = clickTime(clickedAt);
+  const items = (payload && payload.items) || [];
+  stats.completed = [];
+  const made = items.map((item) => newResult(item.label || '', item.request));
+  results.board = made.length > 1 ? made : [];
+  for (let i = 0; i < items.length && seq === playSeq; i++) {
+    if (i > 0) { await sleep(AUDITION_GAP_MS); if (seq !== playSeq) break; }
+    const ok = await playItem(items[i], made[i], i, items.length, i === 0 ? t0 : performance.now());
+    if (!ok) break;
+  }
+  for (const r of results.board) if (r.state === 'connecting') r.state = 'stopped';
+  renderBoard();
+}
 
-  function initAudio() {
-    if (audioReady) return audioReady;
-    if (!window.AudioContext || !window.isSecureContext) {
-      audioReady = Promise.reject(new Error(
-        'This browser cannot play the stream here: AudioWorklet needs HTTPS or localhost.'));
-      return audioReady;
+async function playItem(item, result, index, count, t0, source = null) {
+  const run = newRun(t0, result);
+  resetStats(run, result.label, index, count);
+  view.setMessage('');
+  setState('connecting');
+  view.setButtons({ stop: true, replay: false });
+  renderBoard();
+  let rate = 48000, channels = 2;
+  try {
+    run.sentAt = performance.now();
+    if (source) {
+      run.push = source;
+      run.controller.signal.addEventListener('abort', () => source.abort());
+      await audio.resume(unlockByClick);
+    } else {
+      source = fetchSource(STREAM_URL, item.request, {
+        signal: run.controller.signal, beforeRead: () => audio.resume(unlockByClick) });
     }
-    try {
-      ctx = new AudioContext({ sampleRate: WANT_RATE, latencyHint: 'interactive' });
-    } catch (err) {   // a browser may refuse the rate: take its own, the worklet resamples
-      ctx = new AudioContext({ latencyHint: 'interactive' });
-    }
-    stats.audioState = ctx.state;   // 'suspended' until a user gesture where autoplay is restricted
-    ctx.onstatechange = () => { stats.audioState = ctx.state; };
-    Object.assign(stats, {
-      sampleRate: ctx.sampleRate, baseLatency: ctx.baseLatency ?? null,
-      destinationChannels: ctx.destination.channelCount, maxChannelCount: ctx.destination.maxChannelCount,
-    });
-    audioReady = ctx.audioWorklet.addModule(new URL('worklet.js', location.href).href).then(() => {
-      node = new AudioWorkletNode(ctx, 'pcm-player', {
-        numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [2],
-      });
-      node.port.onmessage = (e) => onWorkletMessage(e.data);
-      node.connect(ctx.destination);
-      stats.workletLoaded = true;
-    });
-    return audioReady;
-  }
-
-  // Resume inside a user gesture when possible; if the browser still holds audio back, ask for a click.
-  async function resumeAudio() {
-    await initAudio();
-    if (ctx.state === 'running') return;
-    await Promise.race([ctx.resume(), sleep(400)]);
-    if (ctx.state === 'running') return;
-    const button = $('unlock');
-    button.hidden = false;
-    setMessage('The browser is holding audio back until you click.', 'info');
-    await new Promise((resolve) => {
-      button.onclick = () => ctx.resume().then(resolve);
-    });
-    button.hidden = true;
-    setMessage('');
-  }
-
-  function unlock() {   // called by bridge.js synchronously inside the page's click handler
-    initAudio().catch(() => {});
-    if (ctx && ctx.state !== 'running') ctx.resume().catch(() => {});
-  }
-
-  function onWorkletMessage(m) {
-    const run = current;
-    if (!run || m.id !== run.id) return;
-    if (m.type === 'first-audio') {
-      // The first sample was rendered at context time m.time; it is heard one output latency later.
-      // (Going back by the context clock removes the delay of this message itself.)
-      const now = performance.now();
-      const sinceRenderMs = Math.max(0, (ctx.currentTime - m.time) * 1000);
-      const latencyMs = Math.min(500, (ctx.outputLatency || ctx.baseLatency || 0) * 1000);
-      stats.ttfpMs = now - sinceRenderMs + latencyMs - run.t0;
-      stats.ttfpMsgMs = now - run.t0;
-      if (stats.state === 'buffering') setState('playing');
-      return;
-    }
-    if (m.stats) applyWorkletStats(m.stats);
-    if (m.type === 'finished') run.settle('finished');
-    else if (m.type === 'stopped') run.settle('stopped');
-  }
-
-  function applyWorkletStats(s) {
-    Object.assign(stats, {
-      framesRendered: s.framesRendered, underruns: s.underruns, underrunFrames: s.underrunFrames,
-      bufferedFrames: s.buffered, bufferedMs: s.bufferedMs, rms: s.rms, rmsL: s.rmsL, rmsR: s.rmsR,
-      rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
-      outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
-      underrunsAt: s.underrunsAt,
-      workletState: s.state,
-    });
-    stats.outputLatency = ctx.outputLatency ?? null;
-    render();
-  }
-
-  // ---- playing -----------------------------------------------------------------------------------
-
-  function newRun(t0) {
-    const run = { id: ++streamCounter, controller: new AbortController(), t0, chunks: [], frames: 0 };
-    run.outcome = new Promise((resolve) => {
-      run.settle = (how) => { if (!run.settled) { run.settled = how; resolve(how); } };
-    });
-    current = run;
-    stats.runs += 1;
-    return run;
-  }
-
-  async function play(payload, clickedAt) {
-    const seq = ++playSeq;
-    stopCurrent();
-    let t0 = performance.now();
-    if (clickedAt) {   // the click happened in the parent page: convert its epoch time to ours
-      const t = clickedAt - performance.timeOrigin;
-      if (t <= t0 && t0 - t < 60000) t0 = t;
-    }
-    const items = (payload && payload.items) || [];
-    stats.completed = [];
-    for (let i = 0; i < items.length && seq === playSeq; i++) {
-      if (i > 0) { await sleep(AUDITION_GAP_MS); if (seq !== playSeq) break; }
-      const ok = await playItem(items[i], i, items.length, i === 0 ? t0 : performance.now());
-      if (!ok) break;
-    }
-  }
-
-  async function playItem(item, index, count, t0) {
-    const run = newRun(t0);
-    resetStats(run, item.label || '', index, count);
-    setMessage('');
-    setState('connecting');
-    setButtons({ stop: true, replay: false, download: false });
-    let resp;
-    try {
-      run.sentAt = performance.now();
-      const request = fetch(STREAM_URL, {
-        method: 'POST', headers: { 'Content-Type': 'application/json' }, cache: 'no-store',
-        body: JSON.stringify(item.request), signal: run.controller.signal,
-      });
-      await resumeAudio();
-      resp = await request;
-    } catch (err) {
-      return failed(run, err);
-    }
-    stats.ttfbMs = performance.now() - t0;
-    if (!resp.ok) return failed(run, new Error(await errorMessage(resp)));
-
-    const rate = Number(resp.headers.get('X-Sample-Rate')) || 48000;
-    const channels = Number(resp.headers.get('X-Channels')) || 2;
-    const format = resp.headers.get('X-Sample-Format') || 'f32le';
-    Object.assign(stats, {
-      streamSampleRate: rate, streamChannels: channels, streamFormat: format,
-      requestId: resp.headers.get('X-Request-Id'),
-    });
-    if (format !== 'f32le' || channels < 1 || channels > 2) {
-      run.controller.abort();
-      return failed(run, new Error(`unsupported stream format ${format} × ${channels} channels`));
-    }
-    node.port.postMessage({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS });
-    setState('buffering');
-
-    const frameBytes = 4 * channels;
-    const reader = resp.body.getReader();
-    let carry = null;   // bytes of an incomplete frame left over from the previous read
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
+    for await (const m of source) {
+      if (m.type === 'start') {
+        ({ rate, channels } = m);
+        stats.ttfbMs = performance.now() - t0;
+        Object.assign(stats, { streamSampleRate: rate, streamChannels: channels, streamFormat: m.format,
+          requestId: m.requestId, framed: m.framed, estimatedS: m.estimatedS });
+        Object.assign(result, { requestId: m.requestId, rate });
+        audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS });
+        setState('buffering');
+      } else if (m.type === 'read') {
         stats.networkReads += 1;
-        stats.bytesReceived += value.byteLength;
-        let bytes = value;
-        if (carry) {
-          bytes = new Uint8Array(carry.length + value.length);
-          bytes.set(carry);
-          bytes.set(value, carry.length);
-        }
-        const usable = bytes.length - (bytes.length % frameBytes);
-        carry = usable < bytes.length ? bytes.slice(usable) : null;
-        if (usable === 0) continue;
-        // Copy into a fresh, 4-byte-aligned buffer (a network read may start at any offset).
-        const samples = new Float32Array(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + usable));
-        const stereo = channels === 2 ? samples : upmix(samples);
-        pushFrames(run, stereo, rate);
+        stats.streamBytes += m.bytes;
+      } else if (m.type === 'pcm') {
+        stats.bytesReceived += m.data.byteLength;
+        pushFrames(run, channels === 2 ? m.data : upmix(m.data), rate);
         stats.elapsedMs = performance.now() - run.sentAt;
-        stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
-        stats.xRealtime = 1 / stats.rtf;
+        figures(result);
         render();
+      } else if (m.type === 'event') {
+        onEvent(result, m.event);
+      } else if (m.type === 'end') {
+        stats.trailingBytes = m.trailingBytes;
       }
-    } catch (err) {
-      return failed(run, err.name === 'AbortError' ? err : new Error(`the stream broke off (${err.message})`));
     }
-    stats.trailingBytes = carry ? carry.length : 0;
-    stats.elapsedMs = performance.now() - run.sentAt;
-    if (stats.audioSeconds > 0) {
-      stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
-      stats.xRealtime = 1 / stats.rtf;
-    }
-    node.port.postMessage({ type: 'end' });
-    if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
-    const how = await run.outcome;
-    keepResult(run, rate, item.label);
-    if (how !== 'finished') {   // stopped while playing out: the whole result can still be replayed
-      if (current === run) setButtons({ stop: false, replay: !!last, download: !!last });
-      return false;
-    }
-    stats.completed.push({
-      label: item.label, ttfpMs: stats.ttfpMs, rtf: stats.rtf, frames: stats.framesReceived,
-      framesRendered: stats.framesRendered, underruns: stats.underruns, requestId: stats.requestId,
-    });
-    setState('finished');
-    setButtons({ stop: false, replay: true, download: true });
-    return true;
+  } catch (err) {
+    return failed(run, err);
   }
-
-  function pushFrames(run, stereo, rate, keep = true) {
-    const frames = stereo.length >> 1;
-    let sl = 0, sr = 0;
-    for (let i = 0; i < stereo.length; i += 2) { sl += stereo[i] * stereo[i]; sr += stereo[i + 1] * stereo[i + 1]; }
-    stats.srcSumSqL += sl; stats.srcSumSqR += sr;
-    stats.framesReceived += frames;
-    stats.audioSeconds = stats.framesReceived / rate;
-    if (stats.arrivals.length < 400) {   // [ms since the request, frames so far]: for diagnosing underruns
-      stats.arrivals.push([Math.round(performance.now() - (run.sentAt ?? run.t0)), stats.framesReceived]);
-    }
-    if (keep) run.chunks.push(stereo.slice());   // kept for replay/download; the original is transferred
-    run.frames += frames;
-    node.port.postMessage({ type: 'pcm', data: stereo }, [stereo.buffer]);
-    stats.chunksPosted += 1;
-  }
-
-  function upmix(mono) {
-    const out = new Float32Array(mono.length * 2);
-    for (let i = 0; i < mono.length; i++) { out[2 * i] = mono[i]; out[2 * i + 1] = mono[i]; }
-    return out;
-  }
-
-  function keepResult(run, rate, label) {
-    if (run.frames > 0) {
-      last = { chunks: run.chunks, rate, frames: run.frames, label, requestId: stats.requestId };
-    }
-  }
-
-  function failed(run, err) {
-    const aborted = err && err.name === 'AbortError';
-    run.settle(aborted ? 'stopped' : 'error');
-    if (run.frames > 0) keepResult(run, stats.streamSampleRate || 48000, stats.label);
-    if (aborted) {   // Stop (or a new request): keep what was heard available for replay/download
-      if (current === run) setButtons({ stop: false, replay: !!last, download: !!last });
-      return false;
-    }
-    if (current === run && node) node.port.postMessage({ type: 'stop' });
-    stats.error = err.message || String(err);
-    setState('error');
-    setMessage(stats.error);
-    setButtons({ stop: false, replay: !!last, download: !!last });
-    notifyParent({ type: 'moss-player:error', message: stats.error });
+  stats.elapsedMs = performance.now() - run.sentAt;
+  figures(result);
+  audio.post({ type: 'end' });
+  if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
+  const how = await run.outcome;
+  results.keep(result);
+  if (how !== 'finished') {   // stopped while playing out: the whole result can still be replayed
+    result.state = 'stopped';
+    if (current === run) view.setButtons({ stop: false, replay: !!results.last });
+    renderBoard();
     return false;
   }
+  result.state = 'finished';
+  stats.completed.push({
+    label: result.label, ttfpMs: stats.ttfpMs, rtf: stats.rtf, frames: stats.framesReceived,
+    framesRendered: stats.framesRendered, underruns: stats.underruns, requestId: stats.requestId,
+  });
+  results.remember(result, replayEntry);
+  setState('finished');
+  view.setButtons({ stop: false, replay: true });
+  renderBoard();
+  return true;
+}
 
-  async function errorMessage(resp) {
-    try {
-      const body = await resp.json();
-      const e = body.error || {};
-      const field = e.param ? ` (field: ${e.param})` : '';
-      return `${e.message || resp.statusText}${field}`;
-    } catch (_) {
-      return `the server answered ${resp.status} ${resp.statusText}`;
-    }
+function figures(result) {
+  if (stats.audioSeconds > 0) {
+    stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
+    stats.xRealtime = 1 / stats.rtf;
   }
+  Object.assign(result.figures, { rtf: stats.rtf, audioS: stats.audioSeconds, ttfpMs: stats.ttfpMs });
+}
 
-  function stopCurrent() {
-    const run = current;
-    if (!run || run.settled) return false;
-    run.controller.abort();                       // the server sees the disconnect and cancels the request
-    if (node) node.port.postMessage({ type: 'stop' });   // the worklet fades out, then posts 'stopped'
-    setTimeout(() => run.settle('stopped'), 200);        // in case the worklet was not playing this run
-    return true;
+function onEvent(result, event) {
+  if (!event || event.type !== 'speech.segment') return;
+  result.segments = [...result.segments, { index: event.index, text: event.text, start: event.start, end: event.end }];
+  stats.segments = result.segments.length;
+}
+
+function pushFrames(run, stereo, rate, keepIt = true) {
+  const frames = stereo.length >> 1;
+  let sl = 0, sr = 0;
+  for (let i = 0; i < stereo.length; i += 2) { sl += stereo[i] * stereo[i]; sr += stereo[i + 1] * stereo[i + 1]; }
+  stats.srcSumSqL += sl; stats.srcSumSqR += sr;
+  stats.framesReceived += frames;
+  stats.audioSeconds = stats.framesReceived / rate;
+  if (stats.arrivals.length < 400) {   // [ms since the request, frames so far]: for diagnosing underruns
+    stats.arrivals.push([Math.round(performance.now() - (run.sentAt ?? run.t0)), stats.framesReceived]);
   }
+  if (keepIt) { run.result.chunks.push(stereo.slice()); run.result.frames += frames; }   // the original is transferred
+  audio.post({ type: 'pcm', data: stereo }, [stereo.buffer]);
+  stats.chunksPosted += 1;
+}
 
-  function stop() {
-    playSeq += 1;
-    pushed = null;
-    if (stopCurrent()) {
-      setState('stopped');
-      setButtons({ stop: false, replay: !!last, download: !!last });
-    }
+function upmix(mono) {
+  const out = new Float32Array(mono.length * 2);
+  for (let i = 0; i < mono.length; i++) { out[2 * i] = mono[i]; out[2 * i + 1] = mono[i]; }
+  return out;
+}
+
+function failed(run, err) {
+  const aborted = err && err.name === 'AbortError';
+  run.settle(aborted ? 'stopped' : 'error');
+  run.result.state = aborted ? 'stopped' : 'error';
+  results.keep(run.result);
+  renderBoard();
+  if (aborted) {   // Stop (or a new request): what was heard stays available for replay and download
+    if (current === run) view.setButtons({ stop: false, replay: !!results.last });
+    return false;
   }
+  if (current === run) audio.post({ type: 'stop' });
+  stats.error = err.message || String(err);
+  setState('error');
+  view.setButtons({ stop: false, replay: !!results.last });
+  notifyParent({ type: 'moss-player:error', message: stats.error });
+  return false;
+}
 
-  async function replay() {
-    if (!last) return;
+function stopCurrent() {
+  const run = current;
+  if (!run || run.settled) return false;
+  run.controller.abort();                  // the server sees the disconnect and cancels the request
+  audio.post({ type: 'stop' });            // the worklet fades out, then posts 'stopped'
+  setTimeout(() => run.settle('stopped'), 200);   // in case the worklet was not playing this run
+  return true;
+}
+
+function stop() {
+  playSeq += 1;
+  if (stopCurrent()) {
+    setState('stopped');
+    view.setButtons({ stop: false, replay: !!results.last });
+  }
+}
+
+/** Play a kept result again: from memory, no request. */
+async function replay(result = results.last, label = null) {
+  if (!result) return;
+  const seq = ++playSeq;
+  stopCurrent();
+  const run = newRun(performance.now(), result);
+  resetStats(run, label || `${result.label || ''} (replay)`, 0, 1);
+  view.setButtons({ stop: true, replay: false });
+  try { await audio.resume(unlockByClick); } catch (err) { return failed(run, err); }
+  if (seq !== playSeq) return;
+  audio.post({ type: 'start', id: run.id, inputRate: result.rate, prebufferMs: 0 });
+  setState('buffering');
+  const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
+  let offset = 0;
+  for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
+  pushFrames(run, all, result.rate, false);
+  audio.post({ type: 'end' });
+  results.show(result);
+  renderBoard();
+  const how = await run.outcome;
+  if (how === 'finished') setState('finished');
+  view.setButtons({ stop: false, replay: true });
+  renderBoard();
+}
+
+/** A history entry: from memory when this page still has it, else the server's kept copy. */
+async function replayEntry(entry) {
+  const result = await results.fetch(entry);
+  if (result) await replay(result);
+  else view.setMessage('This result is no longer kept on the server; generate it again.');
+}
+
+// ---- pushed audio (CONTRACTS D) -----------------------------------------------------------------
+
+function onPush(m) {
+  if (m.type === 'tts:start') {   // {requestId, sampleRate, channels, estimatedDuration, label?, text?, item?, items?, clickedAt?}
+    const source = new PushSource(m.requestId);
+    pushed.set(m.requestId, source);
     const seq = ++playSeq;
     stopCurrent();
-    const result = last;
-    const run = newRun(performance.now());
-    resetStats(run, `${result.label || ''} (replay)`, 0, 1);
-    setButtons({ stop: true, replay: false, download: true });
-    try { await resumeAudio(); } catch (err) { return failed(run, err); }
-    if (seq !== playSeq) return;
-    node.port.postMessage({ type: 'start', id: run.id, inputRate: result.rate, prebufferMs: 0 });
-    setState('buffering');
-    const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
-    let offset = 0;
-    for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
-    pushFrames(run, all, result.rate, false);
-    run.chunks = result.chunks;
-    node.port.postMessage({ type: 'end' });
-    const how = await run.outcome;
-    if (how === 'finished') setState('finished');
-    setButtons({ stop: false, replay: true, download: true });
+    const t0 = m.clickedAt ? clickTime(m.clickedAt) : (unlockedAt ?? performance.now());
+    const result = newResult(m.label || 'speech', { text: m.text || '' }, { pushed: true });
+    const item = m.item || 0, items = m.items || 1;
+    if (item === 0) { stats.completed = []; results.board = []; }
+    if (items > 1) results.board[item] = result;   // an audition pushed voice by voice
+    source.deliver(m);
+    playItem(null, result, item, items, t0, source)
+      .finally(() => { if (seq === playSeq) pushed.delete(m.requestId); });
+    return;
   }
+  const source = pushed.get(m.requestId);
+  if (source) source.deliver(m);
+}
 
-  // ---- push source (CONTRACTS D): the parent page posts the audio (ZeroGPU mode) ------------------
-  // {type:'tts:start', requestId, sampleRate, channels, estimatedDuration, label?, item?, items?, clickedAt?},
-  // {type:'tts:pcm', requestId, data: Float32Array interleaved}, {type:'tts:end', requestId},
-  // {type:'tts:error', requestId, message}. Same stats as a fetched stream.
+// ---- view ---------------------------------------------------------------------------------------
 
-  let pushed = null;   // {run, requestId, rate, channels, ready, backlog: [message, ...]}
-
-  async function pushStart(m) {
-    playSeq += 1;
-    stopCurrent();
-    let t0 = performance.now();
-    if (m.clickedAt) {
-      const t = m.clickedAt - performance.timeOrigin;
-      if (t <= t0 && t0 - t < 60000) t0 = t;
-    }
-    const run = newRun(t0);
-    run.sentAt = t0;
-    const channels = m.channels || 2;
-    const rate = m.sampleRate || 48000;
-    const item = m.item || 0;
-    resetStats(run, m.label || '', item, m.items || 1);
-    if (item === 0) stats.completed = [];
-    Object.assign(stats, { streamSampleRate: rate, streamChannels: channels, streamFormat: 'f32le',
-      requestId: m.requestId, ttfbMs: performance.now() - t0 });
-    const state = { run, requestId: m.requestId, rate, channels, ready: false, backlog: [] };
-    pushed = state;
-    setMessage('');
-    setState('connecting');
-    setButtons({ stop: true, replay: false, download: false });
-    try { await resumeAudio(); } catch (err) { pushed = null; failed(run, err); return; }
-    if (pushed !== state) return;
-    node.port.postMessage({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS });
-    setState('buffering');
-    state.ready = true;
-    for (const queued of state.backlog.splice(0)) pushMessage(state, queued);
+function setState(state) {
+  stats.state = state;
+  if (stats.statesSeen && stats.statesSeen[stats.statesSeen.length - 1] !== state) stats.statesSeen.push(state);
+  if (current && current.result && ['connecting', 'buffering', 'playing', 'finishing'].includes(state)) {
+    current.result.state = state === 'finishing' ? 'playing' : state;
   }
-
-  function pushMessage(state, m) {
-    const run = state.run;
-    if (m.type === 'tts:pcm') {
-      const samples = m.data instanceof Float32Array ? m.data : new Float32Array(m.data);
-      stats.networkReads += 1;
-      stats.bytesReceived += samples.byteLength;
-      pushFrames(run, state.channels === 2 ? samples : upmix(samples), state.rate);
-      stats.elapsedMs = performance.now() - run.sentAt;
-      stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
-      stats.xRealtime = 1 / stats.rtf;
-      render();
-    } else if (m.type === 'tts:end') {
-      pushed = null;
-      pushEnd(state);
-    } else if (m.type === 'tts:error') {
-      pushed = null;
-      failed(run, new Error(m.message || 'the audio source failed'));
-    }
-  }
-
-  async function pushEnd(state) {
-    const run = state.run;
-    stats.elapsedMs = performance.now() - run.sentAt;
-    if (stats.audioSeconds > 0) {
-      stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
-      stats.xRealtime = 1 / stats.rtf;
-    }
-    node.port.postMessage({ type: 'end' });
-    if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
-    const how = await run.outcome;
-    keepResult(run, state.rate, stats.label);
-    if (how !== 'finished') {
-      if (current === run) setButtons({ stop: false, replay: !!last, download: !!last });
-      return;
-    }
-    stats.completed.push({
-      label: stats.label, ttfpMs: stats.ttfpMs, rtf: stats.rtf, frames: stats.framesReceived,
-      framesRendered: stats.framesRendered, underruns: stats.underruns, requestId: stats.requestId,
-    });
-    setState('finished');
-    setButtons({ stop: false, replay: true, download: true });
-  }
-
-  function onPush(m) {
-    if (m.type === 'tts:start') { pushStart(m); return; }
-    const state = pushed;
-    if (!state || m.requestId !== state.requestId || state.run !== current || state.run.settled) return;
-    if (state.ready) pushMessage(state, m);
-    else state.backlog.push(m);
-  }
-
-  // ---- WAV download (wav.js builds the file from the received samples) ---------------------------
-
-  function download() {
-    if (!last) return;
-    const url = URL.createObjectURL(window.mossWav.floatWavBlob(last.chunks, last.rate, 2));
-    const a = document.createElement('a');
-    a.href = url;
-    a.download = `moss-tts-${last.requestId || 'audio'}.wav`;
-    document.body.appendChild(a);
-    a.click();
-    a.remove();
-    setTimeout(() => URL.revokeObjectURL(url), 30000);
-  }
-
-  // ---- view --------------------------------------------------------------------------------------
-
-  const STATE_TEXT = {
-    idle: 'Ready', connecting: 'Connecting…', buffering: 'Buffering…', playing: 'Playing',
-    finishing: 'Playing (stream complete)', finished: 'Done', stopped: 'Stopped', error: 'Error',
-  };
-
-  function setState(state) {
-    stats.state = state;
-    $('dot').className = `dot ${state}`;
-    $('state').textContent = STATE_TEXT[state] || state;
-    const n = stats.items > 1 ? ` (${stats.item + 1}/${stats.items})` : '';
-    $('label').textContent = stats.label ? `${stats.label}${n}` : '';
-    render();
-    notifyParent({ type: 'moss-player:state', state });
-  }
-
-  function setButtons(on) {
-    for (const [id, enabled] of Object.entries(on)) $(id).disabled = !enabled;
-  }
-
-  function setMessage(text, kind) {
-    $('message').textContent = text || '';
-    $('message').style.color = kind === 'info' ? 'inherit' : '';
-  }
-
-  function show(id, text, cls) {
-    const el = $(id);
-    el.textContent = text;
-    el.className = `value ${cls || ''}`;
-  }
-
-  let renderQueued = false;
-  function render() {
-    if (renderQueued) return;
-    renderQueued = true;
-    requestAnimationFrame(() => {
-      renderQueued = false;
-      const s = stats;
-      show('m-ttfp', s.ttfpMs == null ? '–' : `${Math.round(s.ttfpMs)} ms`);
-      show('m-rtf', s.rtf == null ? '–' : s.rtf.toFixed(2), s.rtf == null ? '' : s.rtf < 0.8 ? 'good' : s.rtf < 1 ? 'warn' : 'bad');
-      show('m-audio', s.audioSeconds ? `${s.audioSeconds.toFixed(1)} s` : '–');
-      show('m-speed', s.xRealtime == null ? '–' : `${s.xRealtime.toFixed(1)}×`);
-      show('m-underruns', s.underruns == null ? '–' : String(s.underruns), s.underruns ? 'bad' : 'good');
-      const ms = s.bufferedMs || 0;
-      $('buf-fill').style.width = `${Math.min(100, (ms / 3000) * 100)}%`;
-      $('buf-text').textContent = `${Math.round(ms)} ms`;
-      const parts = [];
-      if (s.sampleRate) parts.push(`output ${s.sampleRate / 1000} kHz × ${s.outputChannels || 2} ch`);
-      if (s.resampling) parts.push(`resampled from ${s.streamSampleRate / 1000} kHz`);
-      if (s.requestId) parts.push(`request ${s.requestId}`);
-      if (s.networkReads) parts.push(`${s.networkReads} network reads`);
-      $('details').textContent = parts.join(' · ');
-    });
-  }
-
-  function notifyParent(message) {
-    if (window.parent !== window) window.parent.postMessage(message, location.origin);
-  }
-
-  // ---- wiring ------------------------------------------------------------------------------------
-
-  window.addEventListener('message', (e) => {
-    if (e.origin !== location.origin || !e.data) return;
-    if (e.data.type === 'moss-tts:play') play(e.data.payload, e.data.clickedAt);
-    else if (e.data.type === 'moss-tts:stop') stop();
-    else if (typeof e.data.type === 'string' && e.data.type.startsWith('tts:')) onPush(e.data);
-  });
-  $('stop').onclick = stop;
-  $('replay').onclick = replay;
-  $('download').onclick = download;
-
-  if ('ResizeObserver' in window && window.parent !== window) {   // let the page size the iframe to fit
-    const main = $('player');
-    new ResizeObserver(() => notifyParent({ type: 'moss-player:height', height: main.offsetHeight + 4 }))
-      .observe(main);
-  }
-
-  initAudio().catch((err) => setMessage(err.message));   // pre-warm: context + worklet before the first click
-  window.mossPlayer = { unlock, play, stop, replay, download, stats, setMessage, errorMessage };
-  if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
-  document.body.classList.toggle('embedded', EMBEDDED);
+  refreshStatus();
   render();
-})();
+  notifyParent({ type: 'moss-player:state', state });
+}
+
+function refreshStatus() {
+  const state = stats.state === 'idle' ? model.state : stats.state;
+  const text = view.statusText(state, { waitS: stats.waitS, modelStatus: model.status, error: stats.error });
+  const n = stats.items > 1 ? ` (${stats.item + 1}/${stats.items})` : '';
+  view.showStatus(state, text, stats.label ? `${stats.label}${n}` : '');
+}
+
+let renderQueued = false;
+function render() {
+  if (renderQueued) return;
+  renderQueued = true;
+  requestAnimationFrame(() => {
+    renderQueued = false;
+    view.renderFigures(stats);
+    const result = current && current.result;
+    const playing = ['buffering', 'playing', 'finishing'].includes(stats.state);
+    view.renderReadAlong(result ? result.segments : null, playing || stats.state === 'finished' ? current.heardS : null);
+  });
+}
+
+function renderBoard() {
+  results.renderBoard(current && !current.settled ? current.result : null,
+    (result) => replay(result, `${result.label} (replay)`));
+}
+
+// ---- wiring -------------------------------------------------------------------------------------
+
+function unlock() {   // bridge.js calls this synchronously inside the page's click handler
+  unlockedAt = performance.now();
+  audio.unlock();
+}
+
+window.addEventListener('message', (e) => {
+  if (e.origin !== location.origin || !e.data) return;
+  const m = e.data;
+  if (m.type === 'moss-tts:play') play(m.payload, m.clickedAt);
+  else if (m.type === 'moss-tts:stop') stop();
+  else if (m.type === 'moss-tts:theme') setTheme(m.theme);
+  else if (typeof m.type === 'string' && m.type.startsWith('tts:')) onPush(m);
+});
+function stopByVisitor() {   // the page hears of it too: its stop events may cancel work on the server
+  stop();
+  notifyParent({ type: 'moss-player:stop' });
+}
+
+document.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape' && current && !current.settled) stopByVisitor();
+  else if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && EMBEDDED) {   // the page's shortcut, from in here
+    unlock();
+    notifyParent({ type: 'moss-player:generate' });
+  }
+});
+$('stop').onclick = stopByVisitor;
+$('replay').onclick = () => replay();
+$('clear-history').onclick = () => results.renderHistory(replayEntry, clearHistory());
+wireCopyButtons();
+reportHeight();
+
+audio.init().then(() => {   // pre-warm: context + worklet before the first click
+  Object.assign(stats, {
+    workletLoaded: true, sampleRate: audio.ctx.sampleRate, baseLatency: audio.ctx.baseLatency ?? null,
+    destinationChannels: audio.ctx.destination.channelCount, maxChannelCount: audio.ctx.destination.maxChannelCount,
+    audioState: audio.ctx.state,
+  });
+  audio.ctx.onstatechange = () => { stats.audioState = audio.ctx.state; };
+}).catch((err) => view.setMessage(err.message));
+window.mossPlayer = { unlock, play, stop, replay, stats, setMessage: view.setMessage, setTheme };
+if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
+document.body.classList.toggle('embedded', EMBEDDED);
+view.setDownloads(null);
+results.renderHistory(replayEntry);
+refreshStatus();
+watchModel(HEALTH_URL, (m) => {
+  model = m;
+  stats.model = m.state;
+  if (stats.state === 'idle') refreshStatus();
+});
+render();

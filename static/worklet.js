@@ -1,18 +1,25 @@
 // AudioWorkletProcessor 'pcm-player': plays streamed stereo float32 PCM gaplessly.
 //
 // Messages in (port):
-//   {type:'start', id, inputRate, prebufferMs}  new stream: clear the ring and counters (id is echoed)
+//   {type:'start', id, inputRate, prebufferMs, estimatedS}  new stream: clear the ring and counters
+//                                           (id is echoed); estimatedS: the likely total length, if known
+//   {type:'estimate', seconds}              the estimate, when it comes after 'start'
 //   {type:'pcm', data: Float32Array}        interleaved stereo frames at inputRate (transferred)
 //   {type:'end'}                            no more data: play out what is buffered, then 'finished'
 //   {type:'stop'}                           fade out over STOP_FADE_MS, clear, then 'stopped'
 // Messages out: 'first-audio' (frame + context time of the first audible sample), 'stats' (~every
 // 50 ms while active), 'finished' and 'stopped' (both carry final stats).
 //
-// Playback starts once `prebufferMs` of audio is buffered (or the stream has ended). A shortfall
+// Playback starts once `prebufferMs` of audio is buffered (or the stream has ended); with an
+// estimate of the total length, once the rest can play through at the rate audio is arriving
+// (buffering.js plans it, here on the audio clock, so tests drive it quantum by quantum). A shortfall
 // before 'end' is an underrun: the last samples before the gap fade out, silence is counted, and
-// playback resumes with a fade-in after a larger rebuffer. Fades happen only there, at stop and over
+// playback resumes with a fade-in after a rebuffer (planned the same way, or growing without an
+// estimate). Fades happen only there, at stop and over
 // the stream's last 2 ms, so every normal chunk join is bit-exact. If the context does not run at
 // inputRate, the input is resampled here (Catmull-Rom cubic, streaming).
+
+import { planStart } from './buffering.js';
 
 const FADE_FRAMES = 96;        // 2 ms at 48 kHz: short enough to be inaudible, long enough to kill the click
 const STOP_FADE_MS = 12;
@@ -72,8 +79,12 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.port.onmessage = (e) => this.onMessage(e.data);
   }
 
-  reset(inputRate, prebufferMs) {
+  reset(inputRate, prebufferMs, estimatedS = null) {
     this.readIdx = 0; this.writeIdx = 0; this.avail = 0;
+    this.shortStartS = prebufferMs / 1000;
+    this.estimatedS = estimatedS > 0 ? estimatedS : null;
+    this.arrival = { started: currentTime, first: null, last: null, count: 0, firstS: 0, largestS: 0 };
+    this.plan = null;
     this.inputRate = inputRate;
     this.resampler = inputRate === sampleRate ? null : new StreamResampler(inputRate / sampleRate);
     this.prebufferFrames = Math.round(prebufferMs * sampleRate / 1000);
@@ -84,6 +95,7 @@ class PcmPlayer extends AudioWorkletProcessor {
       framesReceived: 0, framesQueued: 0, framesRendered: 0, underruns: 0, underrunFrames: 0,
       sumSqL: 0, sumSqR: 0, sumSqDiff: 0, peak: 0, maxStep: 0, outChannels: 0,
       underrunsAt: [],   // framesRendered when each underrun began (first 20)
+      startBufferedFrames: null,   // frames buffered when playback first began
     };
     this.prevL = null; this.prevR = null;
     this.lastStats = -1;
@@ -92,10 +104,13 @@ class PcmPlayer extends AudioWorkletProcessor {
   onMessage(m) {
     if (m.type === 'start') {
       this.id = m.id;
-      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200);
+      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200, m.estimatedS ?? null);
       this.state = 'prebuffering';
+    } else if (m.type === 'estimate') {
+      this.estimatedS = m.seconds > 0 ? m.seconds : null;
     } else if (m.type === 'pcm') {
       if (this.state === 'idle' || this.state === 'stopping') return;
+      this.arrived(m.data.length >> 1);
       this.s.framesReceived += m.data.length >> 1;
       if (this.resampler) { const r = this.resampler.push(m.data, false); this.write(r.L, r.R); }
       else this.writeInterleaved(m.data);
@@ -112,6 +127,33 @@ class PcmPlayer extends AudioWorkletProcessor {
       this.state = 'stopping';
       this.stopTotal = this.stopLeft = Math.round(STOP_FADE_MS * sampleRate / 1000);
     }
+  }
+
+  arrived(frames) {
+    const a = this.arrival, seconds = frames / this.inputRate;
+    if (a.first === null) { a.first = currentTime; a.count = 1; }
+    if (currentTime === a.first) a.firstS += seconds;   // chunks read at once count as one first lump
+    else a.count += 1;
+    a.last = currentTime;
+    a.largestS = Math.max(a.largestS, currentTime === a.first ? a.firstS : seconds);
+  }
+
+  // Whether a stream waiting in 'prebuffering' or 'starved' may play now.
+  ready() {
+    const starved = this.state === 'starved';
+    if (this.estimatedS === null) {   // nothing to plan with: a fixed prebuffer, growing per underrun
+      this.plan = null;
+      const target = starved ? this.rebufferFrames : this.prebufferFrames;
+      return (this.avail > 0 && this.avail >= target) || (this.ended && this.avail > 0);
+    }
+    const a = this.arrival;
+    this.plan = planStart({
+      now: currentTime, startedAt: a.started, firstArrival: a.first, lastArrival: a.last, arrivals: a.count, firstChunkS: a.firstS,
+      receivedS: this.s.framesReceived / this.inputRate, bufferedS: this.avail / sampleRate,
+      estimatedS: this.estimatedS, largestChunkS: a.largestS, ended: this.ended, rebuffering: starved,
+      shortStartS: this.shortStartS,
+    });
+    return this.plan.start;
   }
 
   ensure(n) {
@@ -191,9 +233,9 @@ class PcmPlayer extends AudioWorkletProcessor {
     }
 
     if (this.state === 'prebuffering' || this.state === 'starved') {
-      const target = this.state === 'prebuffering' ? this.prebufferFrames : this.rebufferFrames;
-      if ((this.avail > 0 && this.avail >= target) || (this.ended && this.avail > 0)) {
+      if (this.ready()) {
         if (this.state === 'starved') this.fadeIn = FADE_FRAMES;
+        if (this.s.startBufferedFrames === null) this.s.startBufferedFrames = this.avail;
         this.state = 'playing';
       } else if (this.ended) {
         this.finish();
@@ -282,6 +324,7 @@ class PcmPlayer extends AudioWorkletProcessor {
       rms: Math.sqrt((s.sumSqL + s.sumSqR) / (2 * n)), rmsDiff: Math.sqrt(s.sumSqDiff / n),
       contextRate: sampleRate, inputRate: this.inputRate, resampling: this.resampler !== null,
       prebufferFrames: this.prebufferFrames, rebufferFrames: this.rebufferFrames,
+      estimatedS: this.estimatedS, plan: this.plan,
       currentTime,
     };
   }

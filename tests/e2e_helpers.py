@@ -107,6 +107,29 @@ def assert_gapless_where_provable(s: dict, prebuffer_ms: float = 200) -> bool:
     return s["underruns"] == 0
 
 
+STATIC_DIR = REPO_ROOT / "static"
+STATIC_ORIGIN = "http://player.test"  # static/ served by the page's own route handler: nothing leaves the browser
+
+
+def _serve_static(route) -> None:
+    name = route.request.url.removeprefix(STATIC_ORIGIN).split("?")[0].lstrip("/")
+    path = STATIC_DIR / name
+    if name and path.is_file() and path.parent == STATIC_DIR:
+        route.fulfill(body=path.read_text(), content_type="text/javascript")
+    else:
+        route.fulfill(body="<!doctype html><title>module harness</title>", content_type="text/html")
+
+
+@pytest.fixture
+def static_page(browser):
+    """A blank page on an origin that serves static/, so tests can `import('/framing.js')` etc."""
+    page = browser.new_page()
+    page.route(f"{STATIC_ORIGIN}/**", _serve_static)
+    page.goto(f"{STATIC_ORIGIN}/harness.html")
+    yield page
+    page.close()
+
+
 @dataclass
 class AppServer:
     url: str  # ends with "/"

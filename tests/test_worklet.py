@@ -3,72 +3,27 @@
 Deterministic checks of the ring buffer arithmetic: bit-exact joins across odd chunk sizes, the
 prebuffer, underrun accounting with fades, the stop fade, ring growth, the resampler, restart and
 stop. Paced sources (chunks arriving at chosen render quanta) tie `chunks_arrived_in_time`, which
-decides where the browser tests may demand "no gap", to what this worklet actually does. Nothing
-here depends on the machine's speed: time is the count of quanta the test runs.
+decides where the browser tests may demand "no gap", to what this worklet actually does (the start
+planned from a length estimate: test_worklet_adaptive.py). Nothing here depends on the machine's
+speed: time is the count of quanta the test runs.
 """
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from e2e_helpers import chunks_arrived_in_time
+from worklet_harness import PACED, QUANTUM_MS, SINE, paced_schedule, run, start
 
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
 
-WORKLET = (Path(__file__).resolve().parent.parent / "static" / "worklet.js").read_text()
-
-# Stubs for the AudioWorkletGlobalScope, then the worklet itself; returns a small driver.
-HARNESS = """
-([source, contextRate]) => {
-  const make = new Function('contextRate', `
-    let sampleRate = contextRate, currentFrame = 0, currentTime = 0, Proc = null;
-    class AudioWorkletProcessor { constructor() { this.port = { postMessage: (m) => this.out.push(m) }; this.out = []; } }
-    function registerProcessor(name, cls) { Proc = cls; }
-    ${source}
-    return {
-      node: new Proc(),
-      send(m) { this.node.port.onmessage({ data: m }); },
-      quantum() {   // one render quantum: 128 frames, two channels
-        const L = new Float32Array(128), R = new Float32Array(128);
-        this.node.process([], [[L, R]]);
-        currentFrame += 128; currentTime = currentFrame / sampleRate;
-        return [L, R];
-      },
-    };
-  `);
-  window.driver = make(contextRate);
-  return true;
-}
-"""
-
 
 @pytest.fixture
-def js(browser):
-    page = browser.new_page()
-    yield page
-    page.close()
-
-
-def start(js, context_rate=48_000):
-    js.evaluate(HARNESS, [WORKLET, context_rate])
-
-
-def run(js, script: str):
-    """Evaluate `script` with `d` bound to the driver; returns its value."""
-    return js.evaluate(f"(() => {{ const d = window.driver; {script} }})()")
-
-
-SINE = """
-const sine = (n, from, rate, freq) => {   // interleaved stereo: L = sine, R = -0.5 * sine
-  const a = new Float32Array(2 * n);
-  for (let i = 0; i < n; i++) { const v = 0.25 * Math.sin(2 * Math.PI * freq * (from + i) / rate); a[2*i] = v; a[2*i+1] = -0.5 * v; }
-  return a;
-};
-"""
+def js(static_page):
+    return static_page
 
 
 def test_odd_sized_chunks_play_bit_exact_after_the_prebuffer(js):
@@ -190,54 +145,7 @@ def test_resampler_turns_48k_into_a_clean_44k1_sine(js):
     assert s["underruns"] == 0
 
 
-# ---- a paced source: chunks arrive at chosen times, the worklet is driven quantum by quantum -------
-
-QUANTUM_MS = 128 / 48  # one render quantum at 48 kHz
-FRAME = 3840  # samples per channel in one 80 ms codec frame
-
-PACED = """
-const [schedule, prebufferMs] = args;   // schedule: [[quantum index, frames], ...] in arrival order
-d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs});
-const src = [], out = [], arrivals = [];
-let from = 0, next = 0, q = 0;
-while (true) {
-  while (next < schedule.length && schedule[next][0] <= q) {   // what arrived before this quantum
-    const chunk = sine(schedule[next][1], from, 48000, 440);
-    for (const v of chunk) src.push(v);
-    from += schedule[next][1];
-    d.send({type: 'pcm', data: chunk});
-    arrivals.push([q * 128 / 48, from]);
-    next += 1;
-    if (next === schedule.length) d.send({type: 'end'});
-  }
-  const [L, R] = d.quantum();
-  q += 1;
-  for (let i = 0; i < 128; i++) out.push(L[i], R[i]);
-  if (d.node.state === 'idle' || q > 100000) break;
-}
-const lead = 2 * d.node.out.find((m) => m.type === 'first-audio').frame;
-let mismatches = 0;   // against the source from the first audible sample on, the faded last 2 ms aside
-for (let i = 0; i < src.length - 2 * 96; i++) if (Math.fround(src[i]) !== out[lead + i]) mismatches += 1;
-let sumSq = 0, srcSumSq = 0;
-for (const v of out) sumSq += v * v;
-for (const v of src) srcSumSq += Math.fround(v) * Math.fround(v);
-const s = d.node.out.find((m) => m.type === 'finished').stats;
-return {s, arrivals, mismatches, quanta: q, lead, total: from, sumSq, srcSumSq};
-"""
-
-
-def paced_schedule(chunk_frames: list[int], rtf: float, first_ms: float, stall_after: int = -1,
-                   stall_ms: float = 0.0) -> list[list[int]]:
-    """A generator at a steady real-time factor: chunk i (of chunk_frames[i] codec frames) is ready
-    first_ms + rtf x (audio made so far) after the request, optionally after a stall; arrivals snap to
-    the next render quantum, as the worklet only sees messages between quanta."""
-    schedule, made_ms = [], 0.0
-    for i, frames in enumerate(chunk_frames):
-        made_ms += 80 * frames
-        ready_ms = first_ms + rtf * made_ms + (stall_ms if i > stall_after >= 0 else 0.0)
-        schedule.append([math.ceil(ready_ms / QUANTUM_MS), frames * FRAME])
-    return schedule
-
+# ---- a paced source: chunks arrive at chosen times (worklet_harness.PACED) -----------------------
 
 PACED_CASES = {
     # name: (schedule, prebuffer ms, provably in time)
@@ -316,3 +224,4 @@ def test_stop_before_playback_answers_at_once_and_ignores_late_chunks(js):
       return {stopped, state: d.node.state, buffered: d.node.avail, loud};
     """)
     assert result == {"stopped": [3], "state": "idle", "buffered": 0, "loud": 0}
+

@@ -26,6 +26,7 @@ from .openai_api import build_openai_router
 from .ops import build_ops_router
 from .page_mount import PageFiles, mount_page, upload_disk_bound
 from .requests import UploadStore
+from .results import ResultStore, build_results_router
 from .routes import build_player_router
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
@@ -68,6 +69,8 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app.include_router(build_ops_router(service, metrics))
     app.include_router(build_player_router(service, settings, uploads))
     app.include_router(build_openai_router(service, settings))
+    app.state.results = ResultStore()  # the page's recent generations, for download
+    app.include_router(build_results_router(app.state.results))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
 
     relay = PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,)) if zerogpu else None

@@ -16,6 +16,7 @@ from ..stretch import check_speed
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
 from .errors import scrub_paths
 from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
+from .results import record_result
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .speech_output import FrameWriter, OutputSpec, RawWriter, SpeechRender
@@ -73,6 +74,8 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
             writer = FrameWriter(SpeechRender(spec), request_id)
         else:  # today's raw stream, untouched at the natural rate
             writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
+        # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
+        writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
         return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
                                         media_type="application/octet-stream", headers=headers)
 

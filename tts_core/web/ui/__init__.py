@@ -7,8 +7,9 @@ import gradio as gr
 from ..requests import UploadStore
 from ..service import SynthesizerService
 from ..settings import ServerSettings
+from ..voices_api import SavedVoices
 from ..zerogpu import PageRelay
-from .handlers import PageHandlers
+from .handlers import PageHandlers, speed_supported
 from .layout import Widgets, build_layout
 from .zerogpu import wire_relay
 
@@ -20,39 +21,55 @@ _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
 _HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
 
 
+def _count_js(limit: int) -> str:
+    """The character count under the text box; over the limit it says what will happen (no silent cut)."""
+    return ("(t) => { const n = (t || '').length; return n <= " + str(limit) + " ? `${n} / " + str(limit)
+            + " characters` : `⚠️ ${n.toLocaleString()} / " + f"{limit:,}"
+            + " characters: too long. Only the first part, up to the last sentence that fits, will be "
+              "spoken.`; }")
+
+
+def _saved_voices(service: SynthesizerService, settings: ServerSettings):
+    """The voice library's listing for "My voices" (the API's saves show at once: it reads the folder)."""
+    return SavedVoices(service, settings).listing
+
+
 def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
              relay: PageRelay | None = None) -> gr.Blocks:
     """The studio page. Voices appear once the model has loaded (a timer polls the service).
     With a ZeroGPU `relay`, the audio comes through Gradio events instead (`ui/zerogpu.py`)."""
-    handlers = PageHandlers(service, settings, uploads)
-    demo, widgets = build_layout(settings, status=handlers.status)
+    handlers = PageHandlers(service, settings, uploads, _saved_voices(service, settings))
+    demo, widgets = build_layout(settings, status=handlers.status, speed=speed_supported())
     with demo:
-        prepared = _wire(demo, widgets, handlers, settings, play=relay is None)
+        prepared = _wire(demo, widgets, handlers, play=relay is None)
     if relay is not None:
         wire_relay(demo, widgets, prepared, relay)
     return demo
 
 
-def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, settings: ServerSettings, *, play: bool = True) -> list:
+def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = True) -> list:
     """Wire the page's events; returns the events that leave a checked request in `w.payload`."""
-    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer]
-    count_js = "(t) => `${(t || '').length} / " + str(settings.max_text_chars) + " characters`"
+    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice]
     demo.load(handlers.refresh, outputs=pickers, **_HIDDEN)
     w.timer.tick(handlers.refresh, outputs=pickers, **_HIDDEN)
-    w.text.change(None, inputs=w.text, outputs=w.char_count, js=count_js, **_HIDDEN)
+    w.text.change(None, inputs=w.text, outputs=w.char_count, js=_count_js(handlers.settings.max_text_chars),
+                  **_HIDDEN)
     w.language.change(handlers.filter_language, inputs=[w.language, w.voice], outputs=[w.voice, w.clip], **_HIDDEN)
     w.voice.change(handlers.clip, inputs=w.voice, outputs=w.clip, **_HIDDEN)
+    for index, button in enumerate(w.examples):
+        button.click(lambda voice, i=index: handlers.use_example(i, voice), inputs=w.voice,
+                     outputs=[w.text, w.voice, w.language, w.clip], queue=False, **_HIDDEN)
     w.preset_tab.select(lambda: "preset", outputs=w.source, **_HIDDEN)
+    w.saved_tab.select(lambda: "saved", outputs=w.source, **_HIDDEN)
     w.clone_tab.select(lambda: "clone", outputs=w.source, **_HIDDEN)
     w.ref_audio.change(handlers.describe_upload, inputs=w.ref_audio, outputs=w.ref_info, **_HIDDEN)
 
     # Validation is quick: run it outside Gradio's queue (saves ~120 ms of time to first audio).
+    speak_inputs = [w.text, w.voice, w.source, w.saved_voice, w.ref_audio, w.ref_text, *w.sampling, w.seed,
+                    w.random_seed, w.max_seconds, *([w.speed] if w.speed is not None else [])]
     w.generate_btn.click(None, js=_JS_ARM, **_HIDDEN)
     speak = w.generate_btn.click(
-        handlers.prepare_speak,
-        inputs=[w.text, w.voice, w.source, w.ref_audio, w.ref_text, *w.sampling, w.seed, w.random_seed,
-                w.max_seconds],
-        outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,
+        handlers.prepare_speak, inputs=speak_inputs, outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,
     )
     w.audition_btn.click(None, js=_JS_ARM, **_HIDDEN)
     audition = w.audition_btn.click(

@@ -3,7 +3,8 @@
 Python never touches audio on the page. A click checks the inputs (`requests.prepare`, the same
 rules as the HTTP route), then hands a JSON payload to `window.mossTTS.play` (static/bridge.js),
 which posts it to the player iframe; the player streams POST /api/tts/stream into its worklet.
-Errors in the inputs are shown in the page (#tts-message); errors of the stream itself in the player.
+Problems with the inputs are shown in the page (#tts-message, only while they hold); what is
+happening to the audio (generating, buffering, done, failed) only in the player's status line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import html
 import json
 import secrets
 import uuid
+from collections.abc import Callable
 from urllib.parse import quote
 
 import gradio as gr
@@ -21,6 +23,8 @@ from ..errors import scrub_paths
 from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
+from .examples import EXAMPLES
+from .text_limits import split_at_boundary
 
 MAX_AUDITION_VOICES = 8
 FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
@@ -31,6 +35,29 @@ _FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript",
 
 def language_name(code: str) -> str:
     return _LANGUAGES.get(code.lower(), code.title()) if code else "Other"
+
+
+def page_default_voice(presets: list, default: str, page_language: str = "en") -> str:
+    """The voice the page starts with: the server's default if it speaks the page's language, else
+    the first preset that does (a first click on the English page speaks the English example)."""
+    by_name = {p.name: p for p in presets}
+    if default in by_name and by_name[default].language.lower() == page_language:
+        return default
+    return next((p.name for p in presets if p.language.lower() == page_language), default)
+
+
+def saved_choices(saved: list[dict]) -> list[tuple[str, str]]:
+    """(label, id) pairs of the visitor-facing saved voices (GET /api/voices "saved")."""
+    out = []
+    for v in saved:
+        language = f" · {language_name(v['language'])}" if v.get("language") else ""
+        out.append((f"{v.get('name') or v['id']}{language}", v["id"]))
+    return out
+
+
+def speed_supported() -> bool:
+    """Whether the stream route takes `speed` (the speech API's time-stretch is in this server)."""
+    return "speed" in StreamBody.model_fields
 
 
 def voice_choices(presets: list, language: str = "All") -> list[tuple[str, str]]:
@@ -77,10 +104,12 @@ def fresh_seed(seed: float | None, random_seed: bool) -> int:
 class PageHandlers:
     """The page's event handlers, bound to the service, the HTTP limits and the upload store."""
 
-    def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore):
+    def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
+                 saved_voices: Callable[[], list[dict]] | None = None):
         self.service = service
         self.settings = settings
         self.uploads = uploads
+        self.saved_voices = saved_voices  # the voice library's listing; None: this server keeps no voices
 
     def presets(self) -> list:
         """The available presets once the model is ready (else none)."""
@@ -92,35 +121,61 @@ class PageHandlers:
         service = self.service
         if service.state is ServiceState.READY:
             health = service.get().health()
-            return (f"🟢 **Ready** · {health.get('device')} · {health.get('dtype')} · "
-                    f"up to {health.get('max_active_streams')} streams at once")
+            return (f"🟢 **Ready** <span class='status-details'>· {health.get('device')} · {health.get('dtype')} · "
+                    f"up to {health.get('max_active_streams')} streams at once</span>")
         if service.state is ServiceState.FAILED:
             return f"🔴 **The model could not be loaded.** {scrub_paths(service.error)}"
         return f"⏳ **Loading the model** — {service.status}. You can prepare your text meanwhile."
 
+    def saved(self) -> list[dict] | None:
+        """The saved voices of GET /api/voices, or None when this server keeps none (no "My voices")."""
+        if self.service.state is not ServiceState.READY or self.saved_voices is None:
+            return None
+        return list(self.saved_voices())
+
     def refresh(self) -> tuple:
         """Status line; on the first 'ready' also fill the voice pickers and stop polling.
 
-        Outputs: status, voice dropdown, audition voices, language radio, clip player, timer.
+        Outputs: status, voice dropdown, audition voices, language radio, clip player, timer,
+        the "My voices" tab and its dropdown.
         """
         status = self.status()
+        keep = (gr.skip(),) * 4
         if self.service.state in (ServiceState.LOADING, ServiceState.IDLE):
-            return status, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=True)
+            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip()
         presets = self.presets()
         if not presets:
-            return status, gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.Timer(active=False)
+            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip()
         default = self.service.get().default_voice
+        start = page_default_voice(presets, default)
         languages = FIXED_LANGUAGES + sorted({language_name(p.language) for p in presets} - set(FIXED_LANGUAGES))
         num_languages = len({p.language for p in presets})
+        saved = self.saved()
         return (
             status,
-            gr.Dropdown(choices=voice_choices(presets), value=default,
-                        info=f"{len(presets)} voices in {num_languages} languages; the clip below is its reference."),
-            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, default)),
+            gr.Dropdown(choices=voice_choices(presets), value=start,
+                        info=f"{len(presets)} voices in {num_languages} languages."),
+            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, start)),
             gr.Radio(choices=languages),
-            clip_player(default, presets),
+            clip_player(start, presets),
             gr.Timer(active=False),
+            gr.Tab(visible=saved is not None),
+            gr.Dropdown(choices=saved_choices(saved or []), value=None),
         )
+
+    def use_example(self, index: int, voice: str | None) -> tuple:
+        """An example's text, and a voice of its language when the chosen one speaks another.
+
+        Outputs: text, voice dropdown (value), language filter (back to All), clip."""
+        _, text, language = EXAMPLES[index]
+        presets = self.presets()
+        current = next((p for p in presets if p.name == voice), None)
+        if current is None or language_name(current.language) == language:
+            return text, gr.skip(), gr.skip(), gr.skip()
+        match = next((p.name for p in presets if language_name(p.language) == language), None)
+        if match is None:
+            return text, gr.skip(), gr.skip(), gr.skip()
+        return text, gr.Dropdown(choices=voice_choices(presets), value=match), "All", clip_player(match, presets)
 
     def filter_language(self, language: str, current: str | None) -> tuple:
         presets = self.presets()
@@ -155,37 +210,61 @@ class PageHandlers:
             return page_error(f"Reference: {shape} — long; only the start is used. 3-10 s of clean speech works best.")
         return f"✅ Reference: {shape}."
 
-    async def _checked_body(self, form: PageForm) -> dict:
+    async def _checked_body(self, form: PageForm, speed: float | None = None) -> dict:
         """The stream body for `form`, checked exactly as POST /api/tts/stream will check it."""
-        body = form_body(form, self.settings, self.uploads)
+        body = self._with_speed(form_body(form, self.settings, self.uploads), speed)
         synth = self.service.get()  # raises "still loading" / "failed to load" as a clear message
         await prepare(stream_fields(StreamBody(**body)), STREAM, synth=synth, settings=self.settings,
                       uploads=self.uploads)
         return body
 
-    async def prepare_speak(self, text, voice, source, ref_path, ref_text, do_sample, audio_temperature, audio_top_p,
-                            audio_top_k, repetition_penalty, text_temperature, seed, random_seed, max_seconds):
-        """Outputs: the player payload (JSON), the message line, the seed used."""
+    def _fitting(self, text: str | None) -> tuple[str, str]:
+        """The text to speak and a warning when it had to be cut (at a sentence or word boundary)."""
+        text = text or ""
+        limit = self.settings.max_text_chars
+        head, rest = split_at_boundary(text, limit)
+        if not rest:
+            return text, ""
+        return head, (f"⚠️ The text is {len(text):,} characters; the limit is {limit:,}. Speaking the first "
+                      f"{len(head):,} (up to the end of a sentence); the last {len(rest):,} characters, from "
+                      f"“{html.escape(rest[:40])}…”, are not spoken: generate them separately.")
+
+    async def prepare_speak(self, text, voice, source, saved_voice, ref_path, ref_text, do_sample, audio_temperature,
+                            audio_top_p, audio_top_k, repetition_penalty, text_temperature, seed, random_seed,
+                            max_seconds, speed=1.0):
+        """Outputs: the player payload (JSON), the message line (a problem or a warning, else empty), the seed."""
         seed = fresh_seed(seed, random_seed)
+        text, warning = self._fitting(text)
+        if source == "saved":
+            voice = saved_voice
+            if not voice:
+                return "", page_error("Pick one of your saved voices (or switch back to a preset voice)."), seed
         form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
                         text_temperature, seed, max_seconds, voice=voice, clone=source == "clone",
                         ref_path=ref_path, ref_text=ref_text)
         try:
-            body = await self._checked_body(form)
+            body = await self._checked_body(form, speed)
         except TTSError as exc:
             return "", page_error(exc.message), seed
         label = "your reference clip" if form.clone else (voice or "default voice")
         payload = {"nonce": uuid.uuid4().hex, "items": [{"label": label, "request": body}]}
-        return json.dumps(payload), f"▶ Speaking {len(text)} characters as **{label}** (seed {seed}).", seed
+        return json.dumps(payload), warning, seed
+
+    @staticmethod
+    def _with_speed(body: dict, speed: float | None) -> dict:
+        return {**body, "speed": float(speed)} if speed and float(speed) != 1.0 else body
 
     async def prepare_audition(self, text, names, do_sample, audio_temperature, audio_top_p, audio_top_k,
                                repetition_penalty, text_temperature, seed, random_seed, max_seconds):
         """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison)."""
         seed = fresh_seed(seed, random_seed)
+        text, warning = self._fitting(text)
         if not names:
             return "", page_error("Pick at least one voice to compare."), seed
         if len(names) > MAX_AUDITION_VOICES:
             return "", page_error(f"Pick at most {MAX_AUDITION_VOICES} voices to compare."), seed
+        listed = [name for _, name in voice_choices(self.presets())]
+        names = sorted(names, key=lambda n: listed.index(n) if n in listed else len(listed))  # the list's order
         items = []
         try:
             for name in names:
@@ -195,4 +274,4 @@ class PageHandlers:
         except TTSError as exc:
             return "", page_error(exc.message), seed
         payload = {"nonce": uuid.uuid4().hex, "items": items}
-        return json.dumps(payload), f"▶ Comparing {len(items)} voices, one after another (seed {seed}).", seed
+        return json.dumps(payload), warning, seed

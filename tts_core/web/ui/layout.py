@@ -1,4 +1,6 @@
-"""The studio page's layout: controls on the left, the AudioWorklet player (an iframe) on the right.
+"""The studio page's layout, mobile first: the form (text, voice, the tab's one primary action) and
+the AudioWorklet player (an iframe) side by side on a desktop, one above the other on a phone;
+examples next to the text box; sampling and tips below.
 
 Only components here; what they do is wired in `ui/__init__.py` to `ui/handlers.py`. The e2e
 tests and static/bridge.js find components by their `elem_id`s: keep them stable.
@@ -13,23 +15,20 @@ import gradio as gr
 
 from ...config import SamplingParams
 from ..settings import ServerSettings
+from .examples import DEFAULT_TEXT, EXAMPLES
 from .handlers import FIXED_LANGUAGES, MAX_AUDITION_VOICES
 
 _DEFAULTS = SamplingParams()
-EXAMPLES = [
-    ["今天天气很好，我们一起去公园散步吧。路上还可以买一杯热咖啡。", "Chinese"],
-    ["Streaming speech starts playing while the rest of the sentence is still being generated.", "English"],
-    ["こんにちは。今日はいい天気ですね。一緒に散歩に行きませんか。", "Japanese"],
-    ["The quick brown fox jumps over the lazy dog. Then it takes a long nap in the afternoon sun.", "English"],
-]
 _TIPS = """**Tips**
-- The player starts once 0.2 s of audio is buffered. **TTFP** is the time from your click to the
-  first sound; **RTF** is generation time ÷ audio length (below 1 = faster than real time).
-- 3-10 s of clean, single-speaker speech clones best.
-- Same seed + same settings = the same audio (see *Advanced sampling*).
+- **Ctrl/Cmd + Enter** generates, **Esc** stops. The player starts as soon as the rest can play
+  through without a gap (at once when generation is fast). **TTFP** is the time from your click to
+  the first sound; **RTF** is generation time ÷ audio length (below 1 = faster than real time).
+- 3-10 s of clean, single-speaker speech clones best. Same seed + same settings = the same audio.
+- Downloads (MP3, FLAC, 16-bit WAV) and your history stay available for a while; *Use from code*
+  in the player shows the same request for `curl` and the Python `openai` client.
 - Scripts can use `POST /api/tts/stream` (raw 48 kHz stereo float32) or the OpenAI-compatible
   `POST /v1/audio/speech`; [the API docs](/docs) list every field."""
-_PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/player.html?embed=1" allow="autoplay" '
+_PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/player.html?embed=1" allow="autoplay; clipboard-write" '
                   'title="Streaming audio player"></iframe>')
 
 
@@ -43,14 +42,20 @@ class Widgets:
     source: gr.State
     text: gr.Textbox
     char_count: gr.Markdown
+    examples: tuple
     preset_tab: gr.Tab
     language: gr.Radio
     voice: gr.Dropdown
     clip: gr.HTML
+    saved_tab: gr.Tab
+    saved_voice: gr.Dropdown
     clone_tab: gr.Tab
     ref_audio: gr.Audio
     ref_info: gr.Markdown
     ref_text: gr.Textbox
+    speed: gr.Slider | None
+    generate_btn: gr.Button
+    stop_btn: gr.Button
     audition_text: gr.Textbox
     audition_voices: gr.CheckboxGroup
     audition_btn: gr.Button
@@ -63,8 +68,6 @@ class Widgets:
     seed: gr.Number
     random_seed: gr.Checkbox
     max_seconds: gr.Slider
-    generate_btn: gr.Button
-    stop_btn: gr.Button
     message: gr.Markdown
 
     @property
@@ -73,49 +76,62 @@ class Widgets:
                 self.repetition_penalty, self.text_temperature]
 
 
-def build_layout(settings: ServerSettings, status: Callable[[], str]) -> tuple[gr.Blocks, Widgets]:
-    """The page's Blocks and its components; `status` gives the model status line on each page load."""
+def build_layout(settings: ServerSettings, status: Callable[[], str], *,
+                 speed: bool = False) -> tuple[gr.Blocks, Widgets]:
+    """The page's Blocks and its components; `status` gives the model status line on each page load;
+    `speed`: offer the speed slider (the server's stream route takes `speed`)."""
     parts: dict = {}
     with gr.Blocks(title="MOSS-TTS-Nano Studio") as demo:
         with gr.Row(elem_id="header"):
-            gr.Markdown("# MOSS-TTS-Nano Studio\nStreaming text-to-speech, 48 kHz stereo, "
-                        "20 languages, voice cloning from a short clip.")
+            gr.Markdown("# MOSS-TTS-Nano Studio\n<p class='subtitle'>Streaming text-to-speech, 48 kHz stereo, "
+                        "20 languages, voice cloning from a short clip.</p>")
             parts["status"] = gr.Markdown(status, elem_id="model-status")
         parts["timer"] = gr.Timer(1.0)
         parts["payload"] = gr.Textbox(visible=False, elem_id="tts-payload")
         parts["source"] = gr.State("preset")
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=3):
-                with gr.Tabs():
-                    with gr.Tab("Speak", id="speak"):
-                        parts |= _speak_tab(settings)
-                    with gr.Tab("Voice audition", id="audition"):
-                        parts |= _audition_tab(settings)
-                with gr.Accordion("Advanced sampling", open=False, elem_id="advanced"):
-                    parts |= _advanced_sampling()
-            with gr.Column(scale=2, elem_id="player-column"):
-                with gr.Row():
-                    parts["generate_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-                    parts["stop_btn"] = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+        with gr.Row(equal_height=False, elem_id="main-row"):
+            with gr.Column(scale=3, min_width=300, elem_id="form-column"), gr.Tabs(elem_id="mode-tabs"):
+                with gr.Tab("Speak", id="speak"):
+                    parts |= _speak_tab(settings, speed)
+                with gr.Tab("Voice audition", id="audition"):
+                    parts |= _audition_tab(settings)
+            with gr.Column(scale=2, min_width=300, elem_id="player-column"):
                 parts["message"] = gr.Markdown(elem_id="tts-message")
                 gr.HTML(_PLAYER_IFRAME, elem_id="player-panel", js_on_load=None)
-                gr.Markdown(_TIPS, elem_id="tips")
+                # The visitor's one Stop is the player's. This button stays out of sight (ui.css) and
+                # carries the page's stop events: the player and Esc press it (bridge.js), so server-side
+                # stop handlers (a Gradio-event source's cancels=) run on every stop.
+                parts["stop_btn"] = gr.Button("Stop", elem_id="stop-btn")
+        with gr.Accordion("Advanced sampling", open=False, elem_id="advanced"):
+            parts |= _advanced_sampling()
+        gr.Markdown(_TIPS, elem_id="tips")
     return demo, Widgets(**parts)
 
 
-def _speak_tab(settings: ServerSettings) -> dict:
+def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
+    # No max_length: a browser would cut pasted text silently; the handler warns and cuts at a boundary.
     text = gr.Textbox(
-        label="Text", lines=5, max_length=settings.max_text_chars, elem_id="tts-text",
+        label="Text", lines=3, max_lines=12, value=DEFAULT_TEXT, elem_id="tts-text",
         placeholder="Type what to say. Long text is split into sentences and streamed.",
     )
     parts: dict = {"text": text}
-    parts["char_count"] = gr.Markdown(f"0 / {settings.max_text_chars} characters", elem_id="char-count")
-    with gr.Tabs():
+    parts["char_count"] = gr.Markdown(f"{len(DEFAULT_TEXT)} / {settings.max_text_chars} characters",
+                                      elem_id="char-count")
+    with gr.Row(elem_id="examples-row"):
+        gr.Markdown("Examples:", elem_id="examples-label")
+        parts["examples"] = tuple(
+            gr.Button(label, size="sm", elem_id=f"example-{i}", elem_classes=["example"])
+            for i, (label, _, _) in enumerate(EXAMPLES))
+    with gr.Tabs(elem_id="voice-tabs"):
         with gr.Tab("Preset voice", id="preset") as preset_tab:
-            language = gr.Radio(FIXED_LANGUAGES, value="All", label="Language", elem_id="voice-language")
             parts["voice"] = gr.Dropdown(label="Voice", elem_id="voice-select",
                                          info="Voices appear when the model has loaded.")
-            parts["clip"] = gr.HTML("", elem_id="voice-clip", js_on_load=None)
+            with gr.Accordion("Filter by language · hear the voice", open=False, elem_id="voice-more"):
+                language = gr.Radio(FIXED_LANGUAGES, value="All", label="Language", elem_id="voice-language")
+                parts["clip"] = gr.HTML("", elem_id="voice-clip", js_on_load=None)
+        with gr.Tab("My voices", id="saved", visible=False, elem_id="saved-tab") as saved_tab:
+            parts["saved_voice"] = gr.Dropdown(label="Saved voice", elem_id="saved-voice-select",
+                                               info="Voices saved through POST /v1/audio/voices.")
         with gr.Tab("Clone a voice", id="clone") as clone_tab:
             parts["ref_audio"] = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav",
                                           label="Reference clip (3-10 s of clean speech)", elem_id="ref-audio")
@@ -125,19 +141,23 @@ def _speak_tab(settings: ServerSettings) -> dict:
                 info="If given, the model continues the clip (continuation mode); "
                      "leave empty to clone the voice only.",
             )
-    gr.Examples(EXAMPLES, inputs=[text, language], label="Examples (中文 · English · 日本語)")
-    return parts | {"preset_tab": preset_tab, "language": language, "clone_tab": clone_tab}
+    with gr.Row(equal_height=True, elem_id="generate-row"):  # side by side even on a phone
+        parts["speed"] = gr.Slider(0.5, 2.0, 1.0, step=0.05, label="Speed", elem_id="speed", scale=2,
+                                   min_width=150) if speed else None
+        parts["generate_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", scale=1,
+                                          min_width=110)
+    return parts | {"preset_tab": preset_tab, "language": language, "saved_tab": saved_tab, "clone_tab": clone_tab}
 
 
 def _audition_tab(settings: ServerSettings) -> dict:
-    gr.Markdown("Hear one sentence in several preset voices, one after another.")
+    gr.Markdown("Hear one sentence in several preset voices, with the same seed; each voice keeps its own "
+                "card in the player to replay or download.")
     return {
         "audition_text": gr.Textbox(label="Sentence", elem_id="audition-text",
-                                    value="Hello! This is what my voice sounds like.",
-                                    max_length=settings.max_text_chars),
+                                    value="Hello! This is what my voice sounds like."),
         "audition_voices": gr.CheckboxGroup(label="Voices to compare", elem_id="audition-voices",
                                             info=f"Up to {MAX_AUDITION_VOICES}."),
-        "audition_btn": gr.Button("Compare voices", elem_id="audition-btn"),
+        "audition_btn": gr.Button("Compare voices", variant="primary", elem_id="audition-btn"),
     }
 
 

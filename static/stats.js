@@ -1,0 +1,23 @@
+// The player's figures, all on window.playerStats (the page shows them; the end-to-end tests read
+// them): per page (context, worklet, runs) and per run (cleared when a run starts).
+
+export function createStats(requestedRate) {
+  return {
+    state: 'idle', workletLoaded: false, sampleRate: null, requestedRate, baseLatency: null,
+    outputLatency: null, destinationChannels: null, runs: 0, completed: [], model: 'loading', waitS: null,
+  };
+}
+
+/** Clear the per-run figures for run `runId` (item `index` of `count`, named `label`). */
+export function clearRunStats(stats, runId, label, index, count) {
+  Object.assign(stats, {
+    runId, label, item: index, items: count, error: null, requestId: null,
+    streamSampleRate: null, streamChannels: null, streamFormat: null, framed: false, estimatedS: null,
+    bytesReceived: 0, streamBytes: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
+    srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0, arrivals: [], underrunsAt: [], segments: 0,
+    framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0,
+    rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0, startBufferedFrames: null,
+    outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
+    ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
+  });
+}
