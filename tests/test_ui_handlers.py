@@ -28,3 +28,11 @@ def test_saved_voices_are_listed_by_name_with_their_language():
 
 def test_speed_is_offered_exactly_when_the_stream_body_takes_it():
     assert speed_supported() == ("speed" in StreamBody.model_fields)
+
+
+def test_the_header_says_which_cpu_precision_runs_and_why():
+    from tts_core.web.ui.handlers import engine_summary
+
+    reason = "auto: fp16, the most faithful mode that runs in real time here (RTF 0.45)"
+    assert engine_summary({"device": "cpu", "dtype": "float32", "precision": reason}) == f"cpu · {reason}"
+    assert engine_summary({"device": "cuda:0", "dtype": "bfloat16", "precision": "cuda: LM bf16"}) == "cuda:0 · bfloat16"
