@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ import httpx
 import psutil
 import uvicorn
 from reliability_common import INPROC_MAX_TEXT, PROC_MAX_ACTIVE, PROC_MAX_QUEUE, REPO_ROOT
-from server_helpers import app_process, wait_for_idle
+from server_helpers import ServerThread, app_process, wait_for_idle
 
 from tts_core.web.connections import ConnectionLimits, uvicorn_config
 
@@ -49,34 +48,17 @@ def tiny_service(data_dir: Path, cache_dir: Path, *, max_active: int = 2, max_qu
     return service
 
 
-class GuardedServer:
+class GuardedServer(ServerThread):
     """`app` served by uvicorn through `GuardedH11Protocol` on a free 127.0.0.1 port, in a thread."""
 
     def __init__(self, app, limits: ConnectionLimits):
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self.port = self._sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
         self.limits = limits
-        config = uvicorn_config(app, host="127.0.0.1", port=self.port, limits=limits,
-                                counters=app.state.guard_counters, log_level="warning", lifespan="on",
-                                timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+        super().__init__(app)
 
-    def __enter__(self) -> GuardedServer:
-        self._thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self._thread.join(15)
-        self._sock.close()
+    def config(self, app) -> uvicorn.Config:
+        return uvicorn_config(app, host="127.0.0.1", port=self.port, limits=self.limits,
+                              counters=app.state.guard_counters, log_level="warning", lifespan="on",
+                              timeout_graceful_shutdown=2)
 
 
 # ---- python app.py ------------------------------------------------------------------------------

@@ -24,9 +24,11 @@ class ServerThread:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-        self.server = uvicorn.Server(config)
+        self.server = uvicorn.Server(self.config(app))
         self._thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    def config(self, app) -> uvicorn.Config:
+        return uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
 
     def __enter__(self) -> ServerThread:
         self._thread.start()

@@ -18,67 +18,20 @@ import time
 import httpx
 import numpy as np
 import pytest
-from e2e_helpers import assert_gapless_where_provable, assert_no_underruns, playwright_sync_api
-
-PlaywrightTimeout = playwright_sync_api().TimeoutError
+from e2e_helpers import assert_gapless_where_provable, assert_no_underruns
+from studio_helpers import open_page, player_frame, set_max_seconds, wait_done
+from studio_helpers import player_stats as stats
 
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
 
 SAMPLES_PER_FRAME = 3840
 LONG_TEXT = " ".join(f"Sentence number {i} keeps this stream going for quite a while." for i in range(30))
-DONE_STATES = "['finished', 'stopped', 'error']"
-
-
-# ---- page helpers ---------------------------------------------------------------------------------
 
 
 def open_studio(context, app_server):
     """The Gradio page, ready (voices loaded), with its player iframe pre-warmed."""
-    page = context.new_page()
-    page.goto(app_server.url)
-    page.wait_for_selector("#model-status:has-text('Ready')", timeout=30_000)
-    page.wait_for_function("document.querySelector('#voice-select input')?.value", timeout=10_000)
-    frame = player_frame(page)
-    frame.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
-    return page, frame
-
-
-def player_frame(page):
-    page.wait_for_selector("#moss-player")
-    deadline = time.monotonic() + 10
-    while (frame := page.frame(url=re.compile(r"/player/player\.html"))) is None:
-        assert time.monotonic() < deadline, "player iframe did not load"
-        time.sleep(0.05)
-    frame.wait_for_load_state()
-    return frame
-
-
-def stats(frame) -> dict:
-    return frame.evaluate("JSON.parse(JSON.stringify(window.playerStats))")
-
-
-def wait_done(frame, timeout_ms: int = 60_000) -> dict:
-    frame.wait_for_function(f"{DONE_STATES}.includes(window.playerStats.state)", timeout=timeout_ms)
-    return stats(frame)
-
-
-def set_max_seconds(page, seconds: float) -> None:
-    """Advanced sampling → Maximum length, so a test plays a known, short clip."""
-    page.locator("#advanced").get_by_role("button", name=re.compile("Advanced sampling")).click()
-    box = page.locator("#max-seconds input[type=number]")
-    box.wait_for(state="visible")
-    moved = f"Number(document.querySelector('#max-seconds input[type=range]').value) === {seconds}"
-    for _ in range(3):  # the accordion may still be rendering on the first try
-        box.fill(str(seconds))
-        box.press("Enter")
-        box.blur()
-        with contextlib.suppress(PlaywrightTimeout):
-            page.wait_for_function(moved, timeout=3_000)  # the slider moved ...
-            # ... and two frames later Gradio's event state has the value too
-            page.evaluate("() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))")
-            return
-    raise AssertionError(f"could not set the maximum length to {seconds} s")
+    return open_page(context, app_server.url)
 
 
 def pick_voice(page, name: str) -> None:
