@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
-from .engine.engine import Engine
+from .engine.engine import Engine, handle_chunks
 from .engine.pacing import default_max_frames, estimate_frames
 from .engine.pool import EnginePool
-from .engine.types import Segment, StreamJob, StreamStatus
+from .engine.types import Segment, StreamJob
 from .errors import InvalidRequestError, TTSError
 from .loader import load_parts
 from .model.lm_config import LMConfig
@@ -129,19 +129,7 @@ class Synthesizer:
         submitted_at = time.monotonic()
         job = self.prepare(request, submitted_at=submitted_at)
         handle = self.engine.submit(job)
-        try:
-            while True:
-                item = self._next_item(handle, cancel)
-                if item is None:
-                    return
-                if isinstance(item, TTSError):
-                    raise item
-                if isinstance(item, BaseException):
-                    raise TTSError(f"synthesis failed: {type(item).__name__}: {item}") from item
-                yield item
-        finally:
-            if handle.status in (StreamStatus.WAITING, StreamStatus.RUNNING):
-                self.engine.cancel(handle)
+        yield from handle_chunks(self.engine, handle, lambda: self._next_item(handle, cancel))
 
     @staticmethod
     def _next_item(handle, cancel: threading.Event | None):

@@ -40,11 +40,10 @@ import torch
 
 from ..config import EngineConfig
 from ..devices import resolve_lm_dtype
-from ..errors import TTSError
 from ..types import AudioChunk
-from .engine import Engine
+from .engine import Engine, handle_chunks
 from .runner import Runner
-from .types import StreamJob, StreamStatus
+from .types import StreamJob
 from .zerogpu_env import ZEROGPU_ENV, on_zerogpu_space
 
 logger = logging.getLogger(__name__)
@@ -116,17 +115,7 @@ class WorkerEngine:
 
     def stream(self, job: StreamJob) -> Iterator[AudioChunk]:
         """The job's chunks as the engine makes them; closing the iterator cancels the job."""
-        handle = self.engine.submit(job)
-        try:
-            while (item := handle.outbox.get()) is not None:
-                if isinstance(item, TTSError):
-                    raise item
-                if isinstance(item, BaseException):
-                    raise TTSError(f"synthesis failed: {type(item).__name__}: {item}") from item
-                yield item
-        finally:
-            if handle.status in (StreamStatus.WAITING, StreamStatus.RUNNING):
-                self.engine.cancel(handle)
+        yield from handle_chunks(self.engine, self.engine.submit(job))
 
 
 _worker_engine: WorkerEngine | None = None  # per process: set in a worker at its first call
