@@ -9,8 +9,10 @@ import time
 
 import httpx
 import pytest
-from reliability_clients import LONG_TEXT, abort_client, load_client, soak_request, stream_body
+from reliability_clients import abort_client, load_client, soak_request
 from reliability_common import PROC_MAX_ACTIVE, PROC_MAX_QUEUE, b64, run_coro
+
+from bench.reliability_scenarios import leave_while_queued
 
 pytest_plugins = ["reliability_helpers"]
 pytestmark = pytest.mark.slow
@@ -94,38 +96,8 @@ def test_clients_leaving_while_queued(app_proc, figures) -> None:
     app_proc.wait_idle()
     before = app_proc.health()
 
-    async def run() -> tuple[list[str], int]:
-        release = asyncio.Event()
-        limits = httpx.Limits(max_connections=16, max_keepalive_connections=0)
-        async with httpx.AsyncClient(base_url=app_proc.url, timeout=60, limits=limits) as client:
-
-            async def holder(index: int) -> None:
-                route, body, _ = stream_body(index, max_frames=None, text=LONG_TEXT)
-                async with client.stream("POST", route, json=body) as response:
-                    async for _chunk in response.aiter_raw():
-                        break
-                    await release.wait()
-
-            async def impatient(index: int) -> str:
-                route, body, _ = stream_body(index, max_frames=None, text=LONG_TEXT)
-                try:
-                    await asyncio.wait_for(client.post(route, json=body), 0.5)
-                except asyncio.TimeoutError:
-                    return "gave up"
-                return "answered"
-
-            holders = [asyncio.create_task(holder(i)) for i in range(PROC_MAX_ACTIVE)]
-            deadline = time.monotonic() + 30
-            while (await client.get("/health")).json()["active_streams"] < PROC_MAX_ACTIVE:
-                assert time.monotonic() < deadline, "holders never got their slots"
-                await asyncio.sleep(0.05)
-            results = await asyncio.gather(*(impatient(100 + i) for i in range(6)))
-            still_queued = (await client.get("/health")).json()["queued"]
-            release.set()
-            await asyncio.wait_for(asyncio.gather(*holders), 30)
-            return results, still_queued
-
-    results, still_queued = run_coro(run())
+    # The bench measures the same scenario (bench/reliability_scenarios.py): one client for both.
+    results, still_queued, _ = run_coro(leave_while_queued(app_proc.url, PROC_MAX_ACTIVE, 6))
     assert results == ["gave up"] * 6
     health = app_proc.wait_idle(timeout_s=30)
     done = (health["cancelled"] + health["finished"]) - (before["cancelled"] + before["finished"])
