@@ -38,7 +38,7 @@ def test_reset_of_one_slot_leaves_the_others_untouched(lm, prompts):
     lm.prefill(prompts["B"], cache, 1)
     lm.prefill(prompts["D"], cache, 2)
     before = [_slot_snapshot(cache, 1), _slot_snapshot(cache, 2)]
-    lengths_before = cache.lengths.clone()
+    lengths_before = cache.lengths.copy()
 
     cache.reset(0)
     assert (

@@ -33,6 +33,7 @@ import torch
 from ..config import SamplingParams
 from ..env import env_flag
 from ..model import lm_step
+from .prefill_graphs import PrefillGraphs
 from .sampler import param_row
 from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm_step
 
@@ -42,6 +43,16 @@ NO_GRAPH_ENV = "TTS_NO_CUDA_GRAPH"
 NO_COMPILE_ENV = "TTS_NO_COMPILE"
 CODEC_PASS_FRAMES = (1, 2, 4)  # codec graphs per bucket: frames decoded by one pass (one replay)
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
+# Codec passes of one frame, and passes of any length for buckets up to this many rows, run the
+# ring attention as GEMMs instead of the fused kernel (`codec_layers.ring_attention`). Measured on an
+# H200 (bench/results/codec-attention-h200.json): 1-frame passes gain at every batch size (1 row:
+# 3.3 -> 2.2 ms; 256 rows: 13.9 -> 10.8 ms), 4-frame passes up to 16 rows and lose from 32 on.
+EXPLICIT_CODEC_ATTENTION_ROWS = 16
+
+
+def explicit_codec_attention(rows: int, frames: int, max_rows: int = EXPLICIT_CODEC_ATTENTION_ROWS) -> bool:
+    """Whether a codec pass of `frames` frames over `rows` rows runs the ring attention as GEMMs."""
+    return frames == 1 or rows <= max_rows
 
 
 def bucket_sizes(num_slots: int) -> list[int]:
@@ -128,10 +139,12 @@ class StaticStepper:
         use_graphs: capture CUDA graphs (CUDA only); else run the same functions eagerly.
         compile: `compile_mode` of the LM step's units.
         defer: start on the plain functions; compile and capture later (see the module doc).
+        spare_row: a state row no stream uses; with graphs, single prompts are then prefilled by
+            graph replays (`prefill_graphs.PrefillGraphs`, captured on that row).
     """
 
     def __init__(self, lm, codec, cache, codec_state, hidden: torch.Tensor, *, buckets: list[int],
-                 use_graphs: bool, compile: str | None = None, defer: bool = False):
+                 use_graphs: bool, compile: str | None = None, defer: bool = False, spare_row: int | None = None):
         self.lm = lm
         self.codec = codec
         self.codec_state = codec_state
@@ -144,6 +157,7 @@ class StaticStepper:
         self.state = StepState.allocate(lm, cache, hidden)
         self.lengths_buckets = length_buckets(cache.max_len)
         self.pass_frames = [n for n in CODEC_PASS_FRAMES if n <= codec_state.max_frames_per_pass]
+        self.explicit_codec_rows = EXPLICIT_CODEC_ATTENTION_ROWS
         most = max(self.pass_frames)
         # codes of up to `most` frames [F, K] flattened | active flag
         self.codec_in = torch.zeros(rows, most * self.n_vq + 1, dtype=torch.long, device=dev)
@@ -156,6 +170,10 @@ class StaticStepper:
         # Keep what the graphs read alive even if the model later replaces its own copies.
         self._rope = lm.rope.get(cache.max_len, dev)
         self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, bucket, frames | length)
+        self.spare_row = spare_row
+        self.prefill_graphs: PrefillGraphs | None = None
+        self._staged_params: dict[int, list[float]] = {}  # slot -> `param_row` (see `apply_staged`)
+        self._staged_lengths: dict[int, int] = {}  # slot -> prompt rows
         self.units = lm_step.EAGER
         self.compile_mode = "off"
         self.use_graphs = False
@@ -219,15 +237,33 @@ class StaticStepper:
 
     # ---- per-stream tables (outside the graphs) ----------------------------------------------
 
-    @torch.inference_mode()
+    # A stream's sampling row and prompt length are staged on the host and written for every staged
+    # slot at once by `apply_staged` (the runner calls it before each step): admitting 64 streams
+    # then costs a few copies, not several small device writes and a synchronising copy per stream.
+
     def set_sampling(self, slot: int, params: SamplingParams) -> None:
-        self.state.params[slot].copy_(torch.tensor(param_row(params, self.state.vocab)))
+        self._staged_params[slot] = param_row(params, self.state.vocab)
+
+    def reset_slot(self, slot: int, length: int) -> None:
+        """A new prompt of `length` rows is in the slot: fresh repetition history (staged)."""
+        self._staged_lengths[slot] = length
 
     @torch.inference_mode()
-    def reset_slot(self, slot: int, length: int) -> None:
-        """A new prompt of `length` rows is in the slot: fresh repetition history."""
-        self.state.seen[slot] = False
-        self.state.lengths[slot] = length
+    def apply_staged(self) -> None:
+        """Write the staged sampling rows, lengths and history resets to the device (no host sync:
+        pageable sources are staged by the driver at once)."""
+        dev = self.device
+        if self._staged_lengths:
+            slots = torch.tensor(list(self._staged_lengths)).to(dev, non_blocking=True)
+            lengths = torch.tensor(list(self._staged_lengths.values())).to(dev, non_blocking=True)
+            self.state.seen.index_fill_(0, slots, False)
+            self.state.lengths.index_copy_(0, slots, lengths)
+            self._staged_lengths.clear()
+        if self._staged_params:
+            slots = torch.tensor(list(self._staged_params)).to(dev, non_blocking=True)
+            rows = torch.tensor(list(self._staged_params.values()), dtype=self.state.params.dtype)
+            self.state.params.index_copy_(0, slots, rows.to(dev, non_blocking=True))
+            self._staged_params.clear()
 
     # ---- the captured bodies ------------------------------------------------------------------
 
@@ -236,7 +272,8 @@ class StaticStepper:
         codec_in = self.codec_in[:b]
         codes = codec_in[:, : n * self.n_vq].view(b, n, self.n_vq).transpose(1, 2)  # [B, K, n]
         state = self.codec_state if b == self.codec_state.batch_size else self.codec_state.narrow(0, b)
-        pcm = self.codec.decode_frames_static(codes, state, codec_in[:, -1] > 0)  # [B, 2, 3840 n]
+        pcm = self.codec.decode_frames_static(codes, state, codec_in[:, -1] > 0,
+                                              explicit_codec_attention(b, n, self.explicit_codec_rows))  # [B, 2, 3840 n]
         self.pcm_out[:b, :, : n * self.samples_per_frame].copy_(pcm)
 
     def _run(self, kind: str, bucket: int, size: int) -> None:
@@ -281,10 +318,22 @@ class StaticStepper:
                         body()
                     self._graphs[key] = graph
             torch.cuda.synchronize(self.device)
+            if self.spare_row is not None:
+                graphs = PrefillGraphs(self.lm, self.state.cache, self.state.hidden, self.spare_row, self.units.prefill)
+                graphs.capture(torch.cuda.graph_pool_handle())
+                self.prefill_graphs = graphs
         logger.info("captured CUDA graphs for batch buckets %s x lengths %s on %s", self.buckets,
                     self.lengths_buckets, self.device)
 
     # ---- per-step entry points (engine thread) ------------------------------------------------
+
+    def prefill_one(self, slot: int, rows: np.ndarray) -> bool:
+        """Prefill one prompt by a graph replay if one fits it (False: use the batched pass)."""
+        graphs = self.prefill_graphs if self.use_graphs else None
+        if graphs is None or not graphs.fits(rows.shape[0]):
+            return False
+        graphs.run(slot, rows)
+        return True
 
     def length_bucket(self, needed: int) -> int:
         """Smallest attention length covering `needed` columns."""

@@ -1,4 +1,4 @@
-"""Reuse of prompt-prefix KV across requests (CPU path).
+"""Reuse of prompt-prefix KV across requests.
 
 Every voice-clone prompt of one voice starts with the same rows (the template and the reference
 audio frames, ~170 rows for a 8 s clip); only the text rows after them differ. Prefilling that
@@ -51,6 +51,21 @@ class PrefixCache:
             cache.v[layer][slot, :, :length] = values
         cache.reset(slot)
         cache.advance([slot], length)
+        return length
+
+    def restore_many(self, key: str, cache, slot_index: torch.Tensor) -> int:
+        """Copy a cached prefix into every slot of `slot_index` (long, on the cache's device) at
+        positions 0..P-1, one copy per layer for all of them; returns P, or 0 on a miss. The slots'
+        host lengths are left to the caller (the prefill that follows sets them)."""
+        snapshot = self._entries.get(key)
+        if snapshot is None:
+            return 0
+        self._entries.move_to_end(key)
+        self.hits += int(slot_index.numel())
+        length = snapshot[0][0].shape[1]
+        for layer, (keys, values) in enumerate(snapshot):
+            cache.k[layer][slot_index, :, :length] = keys
+            cache.v[layer][slot_index, :, :length] = values
         return length
 
     def store(self, key: str, cache, slot: int, length: int) -> None:

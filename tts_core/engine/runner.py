@@ -19,6 +19,7 @@ import torch
 
 from ..config import SamplingParams
 from .graphs import StaticStepper, bucket_sizes, graphs_enabled, padded_step_input, pick_bucket
+from .prefill import BatchPrefiller
 from .prefix_cache import PrefixCache, prefix_key
 from .sampler import StreamSampler, batch_for_frame
 
@@ -66,27 +67,34 @@ class Runner:
             rows = max(num_slots, pick_bucket(num_slots, self.buckets))
             if batch_invariant:
                 self.buckets = [rows]
+            rows += 1  # a spare row no stream uses: graphed prefills are captured there
             cache_len = -(-(max_context_rows + 1) // 16) * 16
         self.batch_invariant = batch_invariant
-        # Prompt-prefix KV reuse on the eager path (the static GPU path prefills in batches instead).
-        self.prefix_cache = PrefixCache(prefix_cache_size) if not is_static and prefix_cache_size > 0 else None
-        self._pending: dict[int, np.ndarray] = {}  # slot -> prompt rows not yet prefilled (static path)
+        # Prompt-prefix KV reuse: per prompt on the eager path, per batch of prompts on the static one.
+        self.prefix_cache = PrefixCache(prefix_cache_size) if prefix_cache_size > 0 else None
+        self.prefills: BatchPrefiller | None = None  # static path: prompts prefilled before the next step
         # CUDA: codec work runs on its own stream, so a pipelined decode overlaps the next LM step;
         # the event orders it after this thread's last change to codec state (reset, priming).
-        self._codec_stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        # High priority: its work is what a listener waits for (first chunks above all), and it is
+        # short beside the LM steps it overlaps.
+        self._codec_stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._codec_state_event: torch.cuda.Event | None = None
+        self._codec_resets: set[int] = set()  # static path: rows to clear in one batch before the next step
         self.lengths = [0] * num_slots  # rows in each slot's KV cache (host mirror)
         self.samplers: list[StreamSampler | None] = [None] * num_slots
-        self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
         self.codec_state = codec.new_decode_state(rows, device=device)
         # What the LM step's units read is made as inference tensors, like everything the steps
         # produce (compiled units then see one kind of input and compile one variant).
         with torch.inference_mode():
+            self.cache = lm.new_cache(rows, cache_len, device=device, dtype=lm_dtype)
             self.hidden = torch.zeros(rows, lm.config.hidden_size, device=device, dtype=lm_dtype)
             if is_static:
                 self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
                                              buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
-                                             compile=compile, defer=defer)
+                                             compile=compile, defer=defer, spare_row=rows - 1)
+                if not batch_invariant:
+                    self.prefills = BatchPrefiller(lm, self.cache, self.hidden, self.stepper, self.prefix_cache,
+                                                   spare_row=rows - 1)
             else:
                 self.local = lm.new_local_cache(rows, device)
 
@@ -126,8 +134,9 @@ class Runner:
                       prefix_rows: int = 0) -> None:
         """Prefill a prompt into the slot and reset (or prime) its codec stream.
 
-        `prefix_rows` leading rows are shared by every prompt of the same voice; on the eager (CPU)
-        path their KV comes from the prefix cache when it was computed before.
+        `prefix_rows` leading rows are shared by every prompt of the same voice; their KV comes from
+        the prefix cache when it was computed before (on the static path when the prompt is
+        prefilled together with others, see `prefill.BatchPrefiller`).
         """
         sampler = self.samplers[slot]
         assert sampler is not None, f"slot {slot} has no stream"
@@ -136,17 +145,20 @@ class Runner:
         if self.stepper is not None and rows.shape[0] > self.max_context_rows:
             raise ValueError(f"a prompt of {rows.shape[0]} rows exceeds max_context_rows={self.max_context_rows}")
         self.cache.reset(slot)
-        if self.stepper is not None and not self.batch_invariant:
+        if self.prefills is not None:
             # Deferred: the next step prefills every new prompt in one batched pass.
-            self._pending[slot] = np.asarray(rows, dtype=np.int64)
+            self.prefills.add(slot, rows, prefix_rows)
         else:
             rows_t = torch.as_tensor(rows, dtype=torch.long, device=self.device)  # [T, 17]
             self.hidden[slot] = self._prefill_with_prefix(rows, rows_t, slot, prefix_rows)
         self.lengths[slot] = int(rows.shape[0])
         if self.stepper is not None:
             self.stepper.reset_slot(slot, int(rows.shape[0]))
-        self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
+            self._codec_resets.add(slot)  # with the other admitted slots', before the next step
+        else:
+            self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
         if prime_codes is not None and len(prime_codes):
+            self._apply_slot_resets()
             # Continuation: the decoder must continue the reference audio; its output is dropped.
             # (Many frames at once: the plain eager pass, not the graphs.)
             self._decode_eager([slot], prime_codes[None])
@@ -158,6 +170,17 @@ class Runner:
             event.record()
             self._codec_state_event = event
 
+    def _apply_slot_resets(self) -> None:
+        """Static path: write what admitting streams staged (sampling rows, lengths, codec rows)."""
+        if self.stepper is None:
+            return
+        self.stepper.apply_staged()
+        if self._codec_resets:
+            rows = torch.tensor(sorted(self._codec_resets)).to(self.device, non_blocking=True)
+            self._codec_resets.clear()
+            self.codec_state.reset_rows(rows)
+            self._mark_codec_state()
+
     def _codec_context(self):
         """Run codec work on the codec stream (CUDA), after the last codec-state change."""
         if self._codec_stream is None:
@@ -168,7 +191,7 @@ class Runner:
 
     def _prefill_with_prefix(self, rows: np.ndarray, rows_t: torch.Tensor, slot: int,
                              prefix_rows: int) -> torch.Tensor:
-        if self.prefix_cache is None or not 0 < prefix_rows < rows.shape[0]:
+        if self.prefix_cache is None or self.stepper is not None or not 0 < prefix_rows < rows.shape[0]:
             return self.lm.prefill(rows_t, self.cache, slot)
         key = prefix_key(rows, prefix_rows)
         if not self.prefix_cache.restore(key, self.cache, slot):
@@ -176,30 +199,18 @@ class Runner:
             self.prefix_cache.store(key, self.cache, slot, prefix_rows)
         return self.lm.prefill(rows_t[prefix_rows:], self.cache, slot, reset=False)
 
-    @torch.inference_mode()
-    def flush_prefills(self, max_rows_per_pass: int = 32768) -> None:
-        """Prefill the deferred prompts: similar lengths together, right-padded, in few passes."""
-        if not self._pending:
-            return
-        order = sorted(self._pending.items(), key=lambda item: item[1].shape[0])
-        self._pending.clear()
-        while order:
-            count = 1
-            while count < len(order) and (count + 1) * order[count][1].shape[0] <= max_rows_per_pass:
-                count += 1
-            group, order = order[:count], order[count:]
-            slots = [slot for slot, _ in group]
-            lengths = [rows.shape[0] for _, rows in group]
-            padded = np.stack([np.concatenate([rows, np.repeat(rows[-1:], lengths[-1] - len(rows), 0)])
-                               for _, rows in group])  # [P, T_max, 17]; padding repeats a real row
-            hidden = self.lm.prefill_many(torch.from_numpy(padded), lengths, self.cache, slots)
-            self.hidden[torch.as_tensor(slots, device=self.device)] = hidden
+    def flush_prefills(self) -> None:
+        """Static path: prefill the prompts admitted since the last step (`prefill.BatchPrefiller`)."""
+        if self.prefills is not None:
+            self.prefills.flush()
 
     @torch.inference_mode()
     def warm_prefix(self, rows: np.ndarray) -> bool:
         """Compute and keep the KV of a prompt prefix (all of `rows`) for later requests of the same
-        voice (eager path); False when there is no prefix cache or it already holds it."""
-        if self.prefix_cache is None:
+        voice; False when there is no prefix cache or it already holds it."""
+        if self.prefills is not None:
+            return self.prefills.warm(rows)
+        if self.prefix_cache is None or self.stepper is not None:
             return False
         key = prefix_key(rows, len(rows))
         if key in self.prefix_cache:
@@ -209,11 +220,14 @@ class Runner:
         self.prefix_cache.store(key, scratch, 0, len(rows))
         return True
 
+    @torch.inference_mode()  # the caches are made of inference tensors
     def release(self, slot: int) -> None:
-        self._pending.pop(slot, None)
+        if self.prefills is not None:
+            self.prefills.discard(slot)
         self.samplers[slot] = None
         self.lengths[slot] = 0
         self.cache.reset(slot)
+        self._codec_resets.discard(slot)
         self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
         self._mark_codec_state()
         if self.stepper is not None:
@@ -249,6 +263,7 @@ class Runner:
         return is_continue_host.astype(bool), codes_host
 
     def _step_static(self, slots: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        self._apply_slot_resets()
         self.flush_prefills()
         bucket = pick_bucket(max(slots) + 1, self.buckets)
         uniforms = torch.stack([self.samplers[s].draw_uniforms() for s in slots]).numpy()  # [B, 1 + K]

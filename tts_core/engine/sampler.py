@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..config import SamplingParams
-from ..model.sampling import FilterParams, SamplingBatch
+from ..model.sampling import FilterParams, SamplingBatch, kth_index, top_p_bound
 
 
 class StreamSampler:
@@ -94,11 +94,11 @@ def batch_for_frame(samplers: Sequence[StreamSampler], device: torch.device | st
 def param_row(params: SamplingParams, vocab: int) -> list[float]:
     """One stream's sampling parameters as floats, the layout of `packed_batch`'s table
     (ids up to 2^24 are exact in float32)."""
-    audio = FilterParams.build([params.audio_temperature], [params.audio_top_k], [params.audio_top_p], vocab=vocab)
-    text = FilterParams.build([params.text_temperature], [params.text_top_k], [params.text_top_p], vocab=2)
-    return [float(params.do_sample), float(audio.temperature), float(audio.kth_index), float(audio.top_p),
-            float(params.audio_repetition_penalty), float(text.temperature), float(text.kth_index),
-            float(text.top_p)]
+    # Plain floats (no tensors: this runs for every admitted stream); the float32 table rounds them
+    # exactly as `FilterParams.build` does.
+    return [float(params.do_sample), float(params.audio_temperature), float(kth_index(params.audio_top_k, vocab)),
+            top_p_bound(params.audio_top_p), float(params.audio_repetition_penalty),
+            float(params.text_temperature), float(kth_index(params.text_top_k, 2)), top_p_bound(params.text_top_p)]
 
 
 def packed_batch(table: torch.Tensor, uniforms: torch.Tensor, seen: torch.Tensor, vocab: int) -> SamplingBatch:

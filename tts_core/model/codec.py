@@ -85,6 +85,15 @@ class CodecDecodeState:
             for tensor in (*stage.keys, *stage.values):
                 tensor[row].zero_()
 
+    def reset_rows(self, rows: torch.Tensor) -> None:
+        """Forget the rows listed in `rows` (long, on the state's device), as `reset` does, with
+        index fills (no device sync, a few kernels whatever the number of rows)."""
+        for stage in self.stages:
+            stage.positions.index_fill_(0, rows, -1)
+            stage.offsets.index_fill_(0, rows, 0)
+            for tensor in (*stage.keys, *stage.values):
+                tensor.index_fill_(0, rows, 0)
+
     def reset(self, rows: torch.Tensor | Sequence[int] | None = None) -> None:
         """Forget all rows (None), the rows of a bool mask [B], or the listed row indices."""
         mask = _row_mask(rows, self.batch_size, self.stages[0].offsets.device)
@@ -293,10 +302,11 @@ class MossAudioCodec(nn.Module):
 
     @torch.inference_mode()
     def decode_frames_static(
-        self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor
+        self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor, explicit_attention: bool = False
     ) -> torch.Tensor:
         """One `decode_step` pass with no host syncs or checks (CUDA-graph capture): codes [B, 16, n]
         long with n <= state.max_frames_per_pass, active [B] bool, both on the device -> [B, 2, 3840 n].
+        `explicit_attention`: the ring attention as GEMMs (`codec_layers.ring_attention`).
 
         Inactive rows keep their state and get zeros. Codes of active rows must be valid (they are
         not range-checked here).
@@ -312,7 +322,7 @@ class MossAudioCodec(nn.Module):
                 if isinstance(stage, Patch):
                     h = unpatchify(h, stage.patch_size)
                 else:
-                    h = stage.step(h, next(caches), active)
+                    h = stage.step(h, next(caches), active, explicit_attention=explicit_attention)
         audio = self._deinterleave(h)  # [B, 2, 3840 n]
         return torch.where(active[:, None, None], audio, torch.zeros((), device=audio.device))
 

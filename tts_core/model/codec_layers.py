@@ -23,6 +23,22 @@ from .codec_config import TransformerSpec
 QUERY_BLOCK = 256
 
 
+def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                   explicit: bool = False) -> torch.Tensor:
+    """Attention of a streaming step's queries [B, H, n, D] over ring keys/values [B, H, K, D] under an
+    additive mask [B, 1, n, K].
+
+    `explicit`: two batched GEMMs around a softmax instead of the fused SDPA kernel. For few rows the
+    fused kernel runs one thread block per (row, head, 64 queries) and walks all K keys serially
+    (on an H200 ~140 us per call for one row), while the GEMMs spread the keys over the whole GPU;
+    for many rows the fused kernel wins (the engine picks per batch size, see `engine/graphs.py`).
+    """
+    if not explicit:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+    scores = torch.matmul(q, keys.transpose(-1, -2)).float() * (q.shape[-1] ** -0.5) + mask
+    return torch.matmul(torch.softmax(scores, dim=-1).to(values.dtype), values)
+
+
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
     """[B, N, D] -> [B, N/patch, D*patch] with out[b, n, d*patch + j] = x[b, n*patch + j, d] (§3.2)."""
     batch, length, dim = x.shape
@@ -141,13 +157,14 @@ class TransformerLayer(nn.Module):
         mask: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
+        explicit_attention: bool = False,
     ) -> torch.Tensor:
         """`mask` [B, 1, n, K] covers the first K ring slots (K <= capacity: see `step`'s trim)."""
         q, k, v = self.self_attn.qkv(self.norm1(h), cos, sin)
         write.store(cache_k, k)
         write.store(cache_v, v)
         keys = mask.shape[-1]
-        attn = F.scaled_dot_product_attention(q, cache_k[:, :, :keys], cache_v[:, :, :keys], attn_mask=mask)
+        attn = ring_attention(q, cache_k[:, :, :keys], cache_v[:, :, :keys], mask, explicit_attention)
         return self._finish(h, attn)
 
 
@@ -247,7 +264,7 @@ class ProjectedTransformer(nn.Module):
         return self.output_proj(h)
 
     def step(self, x: torch.Tensor, cache: StageCache, active: torch.Tensor | None,
-             trim: bool = False) -> torch.Tensor:
+             trim: bool = False, explicit_attention: bool = False) -> torch.Tensor:
         """Streaming pass over n new tokens x [B, n, C_in] per row, at each row's own offset.
 
         `trim` (host-synchronising; for the CPU path): attend over the ring slots filled so far
@@ -279,6 +296,6 @@ class ProjectedTransformer(nn.Module):
         write = _RingWrite(index, None if active is None else active[:, None, None, None])
         h = self.input_proj(x)
         for layer, cache_k, cache_v in zip(self.transformer.layers, cache.keys, cache.values):
-            h = layer.forward_step(h, cache_k, cache_v, write, mask, cos, sin)
+            h = layer.forward_step(h, cache_k, cache_v, write, mask, cos, sin, explicit_attention)
         cache.offsets += n if active is None else n * active.long()
         return self.output_proj(h)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import lm_step
-from .kv_cache import BatchPrefillAttender, DecodeAttender, KVCache, LocalKVCache, PrefillAttender
+from .kv_cache import DecodeAttender, KVCache, LocalKVCache, PrefillAttender
 from .layers import DecoderStack, RotaryTable, attention_backends
 from .lm_config import LMConfig
 from .sampling import SamplingBatch
@@ -63,6 +63,19 @@ class MossTTSNanoLM(nn.Module):
     # ----------------------------------------------------------------------------------------------
     # Global transformer
 
+    def check_row_ids(self, rows: torch.Tensor) -> None:
+        """Raise ValueError if an audio id of rows [..., n_vq + 1] is outside its codebook and not the
+        pad id (a device sync when rows live on a GPU; free on the host)."""
+        c = self.config
+        codes = rows[..., 1:]
+        sizes = torch.tensor(c.audio_codebook_sizes, device=rows.device)
+        bad = (codes != c.audio_pad_id) & ((codes < 0) | (codes >= sizes))
+        if bool(bad.any()):
+            raise ValueError(
+                f"audio ids outside their codebook (and not the pad id {c.audio_pad_id}): "
+                f"{codes[bad][:8].tolist()}"
+            )
+
     def embed_rows(self, rows: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
         """Row embeddings [B, T, H] of rows [B, T, n_vq + 1].
 
@@ -76,13 +89,7 @@ class MossTTSNanoLM(nn.Module):
         codes = rows[..., 1:]  # [B, T, K]
         is_code = codes != c.audio_pad_id
         if validate:
-            sizes = torch.tensor(c.audio_codebook_sizes, device=rows.device)
-            bad = is_code & ((codes < 0) | (codes >= sizes))
-            if bool(bad.any()):
-                raise ValueError(
-                    f"audio ids outside their codebook (and not the pad id {c.audio_pad_id}): "
-                    f"{codes[bad][:8].tolist()}"
-                )
+            self.check_row_ids(rows)
         h = F.embedding(rows[..., 0], self.transformer.wte.weight)
         if validate and bool(is_code.all()):
             # No pads: multiplying by a mask of ones would be an exact no-op, so skip it. (Only
@@ -176,26 +183,38 @@ class MossTTSNanoLM(nn.Module):
         return h[0] if return_all else h[0, -1]
 
     @torch.no_grad()
-    def prefill_many(self, rows: torch.Tensor, lengths: list[int], cache: KVCache, slots: list[int]) -> torch.Tensor:
+    def prefill_many(self, rows: torch.Tensor, lengths: list[int], cache: KVCache, slots: list[int],
+                     forward=lm_step.prefill_stack, start: int = 0) -> torch.Tensor:
         """Prefill P fresh slots in one pass: rows [P, T, n_vq + 1] right-padded (any valid ids in the
         padding), lengths [P] real rows of each. Slot i gets positions 0..lengths[i]-1 (its padded
         columns hold junk that the slot's length masks out). Returns each slot's last hidden [P, H].
+        `forward`: `lm_step.prefill_stack` or its compiled unit (`StepUnits.prefill`).
+        `start` > 0: every slot already holds the same `start`-row prefix (e.g. copied from a
+        `PrefixCache`) and `rows` are what follows it (`lm_step.prefill_after_prefix`, eager).
         """
         if rows.ndim != 3 or rows.shape[0] != len(slots) or len(lengths) != len(slots):
             raise ValueError(f"prefill_many takes rows [P, T, {self.config.row_width}] for P slots")
         total = rows.shape[1]
         if min(lengths) < 1 or max(lengths) > total:
             raise ValueError(f"lengths must be in [1, {total}], got {lengths}")
-        cache.check_room(list(slots), total)
-        x = self.embed_rows(rows.to(self.device))  # [P, T, H]
-        cos, sin = self.rope.span(0, total, self.device, x.dtype)  # [T, D/2]
+        cache.check_room(list(slots), 0)  # slot indices
+        if start + total > cache.max_len:
+            raise ValueError(f"{start} + {total} rows exceed max_len={cache.max_len}")
+        # Checked where the rows are and copied without waiting: no device sync (the GPU may still be
+        # running the last step while the next prompts are sent).
+        self.check_row_ids(rows)
+        x = self.embed_rows(rows.to(self.device, non_blocking=True), validate=False)  # [P, T, H]
+        cos, sin = self.rope.span(start, total, self.device, x.dtype)  # [T, D/2]
         cos, sin = cos[None, :, None, None], sin[None, :, None, None]
-        slot_index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
+        slot_index = torch.tensor(slots, dtype=torch.long).to(self.device, non_blocking=True)
         with attention_backends():
-            h = self.transformer(x, cos, sin, BatchPrefillAttender(cache, slot_index, total))
+            if start:
+                h = lm_step.prefill_after_prefix(self.transformer, x, cos, sin, cache.k, cache.v, slot_index, start)
+            else:
+                h = forward(self.transformer, x, cos, sin, cache.k, cache.v, slot_index)
         for slot, length in zip(slots, lengths):
-            cache.lengths[slot] = length
-        last = torch.as_tensor(lengths, dtype=torch.long, device=self.device) - 1
+            cache.lengths[slot] = start + length
+        last = torch.tensor(lengths, dtype=torch.long).to(self.device, non_blocking=True) - 1
         return h[torch.arange(len(slots), device=self.device), last]  # [P, H]
 
     @torch.no_grad()

@@ -82,6 +82,45 @@ def final_norm(ln_f: nn.Module, h: torch.Tensor) -> torch.Tensor:
     return ln_f(h)[:, 0]
 
 
+def prefill_stack(stack: DecoderStack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  keys: list[torch.Tensor], values: list[torch.Tensor], slot_index: torch.Tensor) -> torch.Tensor:
+    """Prompts of P fresh slots through the global stack at once: x [P, T, H] embedded rows (right-
+    padded), cos/sin [1, T, 1, 1, D/2]; each layer's keys/values land in columns 0..T-1 of the slots'
+    rows `slot_index` [P] of keys/values (per layer [R, nh, L, D]). Returns post-ln_f states [P, T, H].
+
+    Causal attention means a slot's real rows never see its padding, so each slot gets what a prefill
+    of its own rows would give (up to the rounding of the larger matrix products).
+    """
+    length = x.shape[1]
+    h = x
+    for layer, block in enumerate(stack.h):
+        q, k, v = block_qkv(block, h, cos, sin)
+        keys[layer][slot_index, :, :length] = k
+        values[layer][slot_index, :, :length] = v
+        h = block_finish(block, h, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    return stack.ln_f(h)
+
+
+def prefill_after_prefix(stack: DecoderStack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                         keys: list[torch.Tensor], values: list[torch.Tensor], slot_index: torch.Tensor,
+                         start: int) -> torch.Tensor:
+    """`prefill_stack` for rows that follow a `start`-row prefix already in the slots' columns
+    0..start-1: x [P, T, H] at positions start..start+T-1 (cos/sin at those), attending causally over
+    the prefix and themselves. Returns post-ln_f states [P, T, H]. (Eager only: compiled, every
+    prefix length would be a graph of its own.)"""
+    end = start + x.shape[1]
+    positions = torch.arange(end, device=x.device)
+    mask = positions[None, :] <= positions[start:, None]  # [T, end]: query start + i sees keys 0..start + i
+    h = x
+    for layer, block in enumerate(stack.h):
+        q, k, v = block_qkv(block, h, cos, sin)
+        keys[layer][slot_index, :, start:end] = k
+        values[layer][slot_index, :, start:end] = v
+        past_k, past_v = keys[layer][slot_index, :, :end], values[layer][slot_index, :, :end]  # [P, nh, end, D]
+        h = block_finish(block, h, F.scaled_dot_product_attention(q, past_k, past_v, attn_mask=mask))
+    return stack.ln_f(h)
+
+
 @dataclass(frozen=True)
 class StepUnits:
     """The callables a frame step is made of (plain functions, or their compiled versions)."""
@@ -93,6 +132,7 @@ class StepUnits:
     qkv: Callable = block_qkv
     finish: Callable = block_finish
     norm: Callable = final_norm
+    prefill: Callable = prefill_stack
 
     @classmethod
     @functools.cache
@@ -105,11 +145,14 @@ class StepUnits:
         2.11 ms unit by unit, for a much longer compile; not worth it.)
         """
         compile_unit = _compiler(backend)
-        # Second argument: positions of the arguments whose dim 0 is the batch.
+        # Second argument: positions of the arguments whose dim 0 is the batch. The prefill compiles
+        # once for any prompt length and cache size: (argument, dim) pairs marked dynamic.
         return cls(local=compile_unit(local_position, (1, 5, 6)), decide=compile_unit(decide, (1, 2)),
                    pick=compile_unit(pick, (2, 3, 4, 5)), embed=compile_unit(embed_frame, (2, 3)),
                    qkv=compile_unit(block_qkv, (1, 2, 3)), finish=compile_unit(block_finish, (1, 2)),
-                   norm=compile_unit(final_norm, (1,)))
+                   norm=compile_unit(final_norm, (1,)),
+                   prefill=compile_unit(prefill_stack, (1, 6), ((1, 1), (2, 1), (3, 1), (4, 0), (4, 2),
+                                                               (5, 0), (5, 2))))
 
 
 EAGER = StepUnits()
@@ -172,17 +215,17 @@ def global_step(lm, codes: torch.Tensor, positions: torch.Tensor, attender: Atte
 # ---- compilation -----------------------------------------------------------------------------------
 
 
-def _mark_batch_dims(value) -> None:
-    """Mark dim 0 of every tensor in `value` (tensors, lists, dataclasses such as SamplingBatch) dynamic."""
+def _mark_batch_dims(value, dim: int = 0) -> None:
+    """Mark `dim` of every tensor in `value` (tensors, lists, dataclasses such as SamplingBatch) dynamic."""
     if isinstance(value, torch.Tensor):
-        if value.ndim and value.shape[0] > 1:
-            torch._dynamo.maybe_mark_dynamic(value, 0)
+        if value.ndim > dim and value.shape[dim] > 1:
+            torch._dynamo.maybe_mark_dynamic(value, dim)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _mark_batch_dims(item)
+            _mark_batch_dims(item, dim)
     elif is_dataclass(value):
         for field in fields(value):
-            _mark_batch_dims(getattr(value, field.name))
+            _mark_batch_dims(getattr(value, field.name), dim)
 
 
 def _compiler(backend: str):
@@ -198,13 +241,15 @@ def _compiler(backend: str):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 32))
             break
 
-    def compile_unit(fn, batched=()):
+    def compile_unit(fn, batched=(), other_dims=()):
         compiled = torch.compile(fn, fullgraph=True, dynamic=None, backend=backend, options=options or None)
 
         def call(*args):
             # Batch dims vary with the bucket: one graph for B >= 2, one for B = 1 (specialised).
             for index in batched:
                 _mark_batch_dims(args[index])
+            for index, dim in other_dims:
+                _mark_batch_dims(args[index], dim)
             return compiled(*args)
 
         call.__name__ = f"compiled_{fn.__name__}"

@@ -56,17 +56,25 @@ class FilterParams:
         vocab: int,
         device: torch.device | str | None = None,
     ) -> FilterParams:
-        ks = [vocab if k <= 0 else min(int(k), vocab) for k in top_k]
+        ks = [kth_index(k, vocab) + 1 for k in top_k]
         window = max(ks) if all(0 < k < vocab for k in top_k) else 0
         return cls(
             temperature=torch.tensor(temperature, dtype=torch.float32, device=device)[:, None],
             kth_index=torch.tensor([k - 1 for k in ks], dtype=torch.long, device=device)[:, None],
-            top_p=torch.tensor(
-                [p if 0.0 < p < 1.0 else float("inf") for p in top_p], dtype=torch.float32, device=device
-            )[:, None],
+            top_p=torch.tensor([top_p_bound(p) for p in top_p], dtype=torch.float32, device=device)[:, None],
             window=window,
             vocab=vocab,
         )
+
+
+def kth_index(top_k: int, vocab: int) -> int:
+    """Index of the k-th largest score top-k keeps: k - 1, with k = vocab when top-k is off (k <= 0)."""
+    return (vocab if top_k <= 0 else min(int(top_k), vocab)) - 1
+
+
+def top_p_bound(top_p: float) -> float:
+    """The top-p threshold the math uses: p, or +inf where top-p is off (p outside (0, 1))."""
+    return top_p if 0.0 < top_p < 1.0 else float("inf")
 
 
 def _ties_overflow(values: torch.Tensor, threshold: torch.Tensor) -> bool:

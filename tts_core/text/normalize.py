@@ -22,6 +22,8 @@ _PROT = "[\ue000-\uf8ff]"
 _TOK = r"A-Za-z0-9./+:\-"  # characters of "Latin-ish" tokens (versions, paths, words)
 
 _ZERO_WIDTH = re.compile("[\u200b-\u200d\u2060\ufeff]")
+_ASCII_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")  # all but \t and \n
+_ASCII_LETTER = re.compile("[A-Za-z]")
 _MD_LINK = re.compile(r"\[([^\[\]\n]+?)\]\((https?://[^)\s]+)\)")
 _MD_PREFIXES = tuple(re.compile(p) for p in (r"^#{1,6}\s+", r"^>\s+", r"^[-*+]\s+", r"^\d+[.)]\s+"))
 _ARROW = re.compile(r"\s*(?:<[-=]+>|[-=]+>|<[-=]+|[→←↔⇒⇐⇔⟶⟵⟷⟹⟸⟺↦↤↪↩])\s*")
@@ -33,7 +35,9 @@ _PROTECTORS = (
     re.compile(r"(?<![A-Za-z0-9_/])[ru]/[A-Za-z0-9_]+"),  # reddit r/ u/
     re.compile(r"(?<![A-Za-z0-9_&])#[^\s#，。！？；：、,!?;]+"),  # #hashtag
     re.compile(r"(?<![A-Za-z0-9_.])\.[A-Za-z0-9][A-Za-z0-9_.-]*"),  # .env, .gitignore
-    re.compile(rf"(?<![{_TOK}_])[{_TOK}_]+"),  # candidate file/version token, checked in _protect
+    # Candidate file/version token, checked in _protect: a maximal run holding a . / + : or - (a run
+    # without one is never protected: matching every plain word cost ~15 % of the cleanup).
+    re.compile(rf"(?<![{_TOK}_])[{_TOK}_]*[./+:\-][{_TOK}_]*"),
 )
 _TRAILING_JUNK = ".,;:!?'\"-_/+"
 _URL_TRAILING = ".,;:!?'\""
@@ -71,6 +75,8 @@ def normalize_text(text: str, *, read_numbers: bool = True, language: str | None
 
 def _base_cleanup(text: str) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u3000", " ")
+    if text.isascii():  # the only "C*" characters of ASCII are its controls
+        return _ASCII_CONTROLS.sub("", text)
     text = _ZERO_WIDTH.sub("", text)
     # Drop every "C*" character (controls, format, surrogates, private use, unassigned).
     return "".join(ch for ch in text if ch in "\n\t" or not unicodedata.category(ch).startswith("C"))
@@ -202,6 +208,8 @@ def detect_language(text: str, voice_language: str | None = None) -> str:
     Kana anywhere -> "ja"; else any U+3400-U+9FFF ideograph -> "zh"; else hangul -> "ko"; else
     any ASCII letter -> "en"; else the voice's language if given, else "zh" (upstream default).
     """
+    if text.isascii():  # the common case, without a loop over the characters
+        return "en" if _ASCII_LETTER.search(text) else voice_language or "zh"
     has_han = has_hangul = has_ascii_letter = False
     for ch in text:
         if "\u3040" <= ch <= "\u30ff":

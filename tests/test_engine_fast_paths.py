@@ -1,0 +1,156 @@
+"""The GPU engine's cheaper paths give the same results as the plain ones (checked on the CPU with
+the tiny checkpoints): ring attention as GEMMs, batched codec row resets, the prefill unit compiled
+for any prompt length, and admission writes staged for the next step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from runner_helpers import drive
+from safetensors.torch import load_file
+
+from tts_core.config import SamplingParams
+from tts_core.engine.graphs import explicit_codec_attention
+from tts_core.engine.runner import Runner
+from tts_core.engine.sampler import param_row
+from tts_core.model import lm_step
+from tts_core.model.codec_layers import ring_attention
+from tts_core.model.codec_loading import load_codec
+from tts_core.model.lm_loading import load_lm
+from tts_core.model.sampling import FilterParams
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def models(parity_dir):
+    return load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+
+
+@pytest.fixture(scope="module")
+def vectors(parity_dir):
+    return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
+
+
+def test_ring_attention_as_gemms_equals_the_fused_kernel():
+    g = torch.Generator().manual_seed(0)
+    q, keys, values = (torch.randn(3, 4, n, 16, generator=g) for n in (5, 40, 40))
+    allowed = torch.rand(3, 1, 5, 40, generator=g) > 0.3
+    allowed[..., 0] = True  # every query sees at least one key, as in a stream
+    mask = torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))
+    fused = ring_attention(q, keys, values, mask)
+    assert torch.equal(fused, F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))
+    torch.testing.assert_close(ring_attention(q, keys, values, mask, explicit=True), fused, rtol=1e-5, atol=1e-6)
+
+
+def test_explicit_codec_attention_rule():
+    assert explicit_codec_attention(256, 1)  # one frame: always (faster at every batch measured)
+    assert explicit_codec_attention(16, 4) and not explicit_codec_attention(32, 4)
+    assert not explicit_codec_attention(2, 4, max_rows=0)
+
+
+def test_codec_decode_with_gemm_attention_matches_fused(models):
+    _, codec = models
+    states = [codec.new_decode_state(2), codec.new_decode_state(2)]
+    active = torch.tensor([True, False])
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        codes = torch.randint(0, 1024, (2, 16, 2), generator=g)
+        fused = codec.decode_frames_static(codes, states[0], active)
+        gemm = codec.decode_frames_static(codes, states[1], active, explicit_attention=True)
+        torch.testing.assert_close(gemm, fused, rtol=1e-4, atol=1e-5)
+        assert not gemm[1].any()  # the inactive row gets silence and keeps its state
+
+
+def test_codec_reset_rows_equals_reset(models):
+    _, codec = models
+    states = [codec.new_decode_state(4), codec.new_decode_state(4)]
+    codes = torch.randint(0, 1024, (4, 16, 2), generator=torch.Generator().manual_seed(0))
+    for state in states:
+        codec.decode_step(codes, state)
+    states[0].reset([1, 3])
+    states[1].reset_rows(torch.tensor([3, 1]))
+    for a, b in zip(states[0].stages, states[1].stages):
+        for x, y in zip((a.positions, a.offsets, *a.keys, *a.values), (b.positions, b.offsets, *b.keys, *b.values)):
+            assert torch.equal(x, y)
+    assert int(states[1].stages[0].offsets[0]) > 0 and int(states[1].stages[0].offsets[1]) == 0
+
+
+@torch.inference_mode()
+def test_prefill_unit_compiles_once_for_any_prompt_length(models):
+    """The traced prefill (aot_eager: tracing only, so quick on a CPU) gives the plain prefill's
+    states and keys for prompts of several lengths and counts, on caches of two sizes."""
+    lm, _ = models
+    units = lm_step.StepUnits.compiled("aot_eager")
+    rng = np.random.default_rng(0)
+    for slots_total, length in ((3, 80), (5, 200)):
+        plain, traced = lm.new_cache(slots_total, length), lm.new_cache(slots_total, length)
+        for count, rows in ((1, 23), (2, 41), (3, 17)):
+            prompts = np.zeros((count, rows, lm.config.row_width), np.int64)
+            prompts[..., 0] = rng.integers(10, 500, (count, rows))
+            prompts[..., 1:] = rng.integers(0, 1024, (count, rows, lm.config.n_vq))
+            slots = list(range(slots_total - count, slots_total))
+            outputs = []
+            for cache, forward in ((plain, lm_step.prefill_stack), (traced, units.prefill)):
+                cache.reset_all()
+                outputs.append(lm.prefill_many(torch.from_numpy(prompts), [rows] * count, cache, slots, forward=forward))
+            torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(traced.k[0][slots, :, :rows], plain.k[0][slots, :, :rows], rtol=1e-5, atol=1e-5)
+
+
+def test_admission_writes_are_staged_until_the_next_step(models, vectors):
+    """Streams admitted together and one admitted later, on the static path, give the codes each
+    gets alone (sampling rows and lengths are written in one batch before a step)."""
+    runner = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True)
+    prompt = vectors["A_voice_clone_en.input_ids"].numpy()
+    sampling = SamplingParams(audio_repetition_penalty=1.3)
+    alone, _ = drive(runner, [prompt], [5], [0], sampling)
+    runner.begin_stream(1, SamplingParams.greedy(), 9)
+    assert 1 in runner.stepper._staged_params  # nothing written to the device yet
+    runner.release(1)
+    together, _ = drive(runner, [prompt, prompt], [5, 5], [0, 3], sampling)  # slot 0 again: fresh history
+    for codes in together:
+        np.testing.assert_array_equal(codes, alone[0])
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams.greedy(),
+                                    SamplingParams(audio_top_k=0, audio_top_p=1.0, text_top_k=5, text_top_p=0.3),
+                                    SamplingParams(audio_top_k=4000, audio_temperature=1.7, audio_repetition_penalty=2.0)])
+def test_param_row_is_what_filter_params_build(params):
+    """The admission-time row (plain floats) holds, once in the float32 table, what the tensor
+    builder gives."""
+    audio = FilterParams.build([params.audio_temperature], [params.audio_top_k], [params.audio_top_p], vocab=1024)
+    text = FilterParams.build([params.text_temperature], [params.text_top_k], [params.text_top_p], vocab=2)
+    expected = torch.tensor([float(params.do_sample), float(audio.temperature), float(audio.kth_index),
+                             float(audio.top_p), params.audio_repetition_penalty, float(text.temperature),
+                             float(text.kth_index), float(text.top_p)], dtype=torch.float32)
+    assert torch.equal(torch.tensor(param_row(params, 1024), dtype=torch.float32), expected)
+
+
+def _greedy_codes(runner, prompt, slots, prefix_rows, frames=8):
+    for slot in slots:
+        runner.begin_stream(slot, SamplingParams.greedy(), 0)
+        runner.start_segment(slot, prompt, None, prefix_rows=prefix_rows)
+    codes = [runner.step(slots)[1] for _ in range(frames)]
+    for slot in slots:
+        runner.release(slot)
+    return np.stack(codes)  # [F, B, 16]
+
+
+def test_prompts_after_a_cached_prefix_match_whole_prefills(models, vectors):
+    """Static path: a burst of prompts of one voice copies the voice's prefix KV (computed by
+    `warm_prefix` in the spare row, or kept from an earlier prefill) and runs only the rows after
+    it; the codes are the ones whole prefills give."""
+    prompt = vectors["A_voice_clone_en.input_ids"].numpy()
+    whole = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True, prefix_cache_size=0)
+    expected = _greedy_codes(whole, prompt, [0, 2, 3], prefix_rows=30)
+    warmed = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True)
+    assert warmed.warm_prefix(prompt[:30]) and not warmed.warm_prefix(prompt[:30])
+    np.testing.assert_array_equal(_greedy_codes(warmed, prompt, [0, 2, 3], prefix_rows=30), expected)
+    assert warmed.prefix_cache.hits == 3
+    kept = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True)
+    _greedy_codes(kept, prompt, [1], prefix_rows=30)  # alone: a whole prefill, its prefix kept
+    np.testing.assert_array_equal(_greedy_codes(kept, prompt, [0, 2, 3], prefix_rows=30), expected)
+    assert kept.prefix_cache.hits == 3
