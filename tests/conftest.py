@@ -57,3 +57,20 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(parity_dir: Path):
+    """The tiny parity checkpoints: (LM, codec), loaded once per module."""
+    from tts_core.model.codec_loading import load_codec
+    from tts_core.model.lm_loading import load_lm
+
+    return load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm_vectors(parity_dir: Path):
+    """The tiny LM's recorded reference vectors (prompts, hidden states, greedy codes)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))

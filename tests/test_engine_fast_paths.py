@@ -1,6 +1,7 @@
 """The GPU engine's cheaper paths give the same results as the plain ones (checked on the CPU with
-the tiny checkpoints): ring attention as GEMMs, batched codec row resets, the prefill unit compiled
-for any prompt length, and admission writes staged for the next step."""
+the tiny checkpoints): ring attention as GEMMs, the prefill unit compiled for any prompt length,
+admission writes staged for the next step, and prompt bursts after a cached voice prefix. (Batched
+codec row resets: tests/test_static_engine.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from runner_helpers import drive
-from safetensors.torch import load_file
 
 from tts_core.config import SamplingParams
 from tts_core.engine.graphs import explicit_codec_attention
@@ -17,21 +17,9 @@ from tts_core.engine.runner import Runner
 from tts_core.engine.sampler import param_row
 from tts_core.model import lm_step
 from tts_core.model.codec_layers import ring_attention
-from tts_core.model.codec_loading import load_codec
-from tts_core.model.lm_loading import load_lm
 from tts_core.model.sampling import FilterParams
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(scope="module")
-def models(parity_dir):
-    return load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
-
-
-@pytest.fixture(scope="module")
-def vectors(parity_dir):
-    return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
 
 
 def test_ring_attention_as_gemms_equals_the_fused_kernel():
@@ -51,8 +39,8 @@ def test_explicit_codec_attention_rule():
     assert not explicit_codec_attention(2, 4, max_rows=0)
 
 
-def test_codec_decode_with_gemm_attention_matches_fused(models):
-    _, codec = models
+def test_codec_decode_with_gemm_attention_matches_fused(tiny_models):
+    _, codec = tiny_models
     states = [codec.new_decode_state(2), codec.new_decode_state(2)]
     active = torch.tensor([True, False])
     g = torch.Generator().manual_seed(1)
@@ -64,25 +52,11 @@ def test_codec_decode_with_gemm_attention_matches_fused(models):
         assert not gemm[1].any()  # the inactive row gets silence and keeps its state
 
 
-def test_codec_reset_rows_equals_reset(models):
-    _, codec = models
-    states = [codec.new_decode_state(4), codec.new_decode_state(4)]
-    codes = torch.randint(0, 1024, (4, 16, 2), generator=torch.Generator().manual_seed(0))
-    for state in states:
-        codec.decode_step(codes, state)
-    states[0].reset([1, 3])
-    states[1].reset_rows(torch.tensor([3, 1]))
-    for a, b in zip(states[0].stages, states[1].stages):
-        for x, y in zip((a.positions, a.offsets, *a.keys, *a.values), (b.positions, b.offsets, *b.keys, *b.values)):
-            assert torch.equal(x, y)
-    assert int(states[1].stages[0].offsets[0]) > 0 and int(states[1].stages[0].offsets[1]) == 0
-
-
 @torch.inference_mode()
-def test_prefill_unit_compiles_once_for_any_prompt_length(models):
+def test_prefill_unit_compiles_once_for_any_prompt_length(tiny_models):
     """The traced prefill (aot_eager: tracing only, so quick on a CPU) gives the plain prefill's
     states and keys for prompts of several lengths and counts, on caches of two sizes."""
-    lm, _ = models
+    lm, _ = tiny_models
     units = lm_step.StepUnits.compiled("aot_eager")
     rng = np.random.default_rng(0)
     for slots_total, length in ((3, 80), (5, 200)):
@@ -100,11 +74,11 @@ def test_prefill_unit_compiles_once_for_any_prompt_length(models):
             torch.testing.assert_close(traced.k[0][slots, :, :rows], plain.k[0][slots, :, :rows], rtol=1e-5, atol=1e-5)
 
 
-def test_admission_writes_are_staged_until_the_next_step(models, vectors):
+def test_admission_writes_are_staged_until_the_next_step(tiny_models, tiny_lm_vectors):
     """Streams admitted together and one admitted later, on the static path, give the codes each
     gets alone (sampling rows and lengths are written in one batch before a step)."""
-    runner = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True)
-    prompt = vectors["A_voice_clone_en.input_ids"].numpy()
+    runner = Runner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU, static=True)
+    prompt = tiny_lm_vectors["A_voice_clone_en.input_ids"].numpy()
     sampling = SamplingParams(audio_repetition_penalty=1.3)
     alone, _ = drive(runner, [prompt], [5], [0], sampling)
     runner.begin_stream(1, SamplingParams.greedy(), 9)
@@ -139,18 +113,18 @@ def _greedy_codes(runner, prompt, slots, prefix_rows, frames=8):
     return np.stack(codes)  # [F, B, 16]
 
 
-def test_prompts_after_a_cached_prefix_match_whole_prefills(models, vectors):
+def test_prompts_after_a_cached_prefix_match_whole_prefills(tiny_models, tiny_lm_vectors):
     """Static path: a burst of prompts of one voice copies the voice's prefix KV (computed by
     `warm_prefix` in the spare row, or kept from an earlier prefill) and runs only the rows after
     it; the codes are the ones whole prefills give."""
-    prompt = vectors["A_voice_clone_en.input_ids"].numpy()
-    whole = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True, prefix_cache_size=0)
+    prompt = tiny_lm_vectors["A_voice_clone_en.input_ids"].numpy()
+    whole = Runner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU, static=True, prefix_cache_size=0)
     expected = _greedy_codes(whole, prompt, [0, 2, 3], prefix_rows=30)
-    warmed = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True)
+    warmed = Runner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU, static=True)
     assert warmed.warm_prefix(prompt[:30]) and not warmed.warm_prefix(prompt[:30])
     np.testing.assert_array_equal(_greedy_codes(warmed, prompt, [0, 2, 3], prefix_rows=30), expected)
     assert warmed.prefix_cache.hits == 3
-    kept = Runner(*models, num_slots=4, max_context_rows=600, device=CPU, static=True)
+    kept = Runner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU, static=True)
     _greedy_codes(kept, prompt, [1], prefix_rows=30)  # alone: a whole prefill, its prefix kept
     np.testing.assert_array_equal(_greedy_codes(kept, prompt, [0, 2, 3], prefix_rows=30), expected)
     assert kept.prefix_cache.hits == 3

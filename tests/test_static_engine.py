@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from runner_helpers import drive
-from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
@@ -32,8 +31,6 @@ from tts_core.engine.types import Segment, StreamJob
 from tts_core.errors import QueueFullError
 from tts_core.loader import resolve_devices
 from tts_core.model import lm_step
-from tts_core.model.codec_loading import load_codec
-from tts_core.model.lm_loading import load_lm
 
 CASES = ["A_voice_clone_en", "B_voice_clone_zh", "C_continuation_prompted", "D_continuation_text_only"]
 CPU = torch.device("cpu")
@@ -43,13 +40,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def models(parity_dir):
-    return load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+def models(tiny_models):
+    return tiny_models
 
 
 @pytest.fixture(scope="module")
-def vectors(parity_dir):
-    return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
+def vectors(tiny_lm_vectors):
+    return tiny_lm_vectors
 
 
 # ---- pure helpers ---------------------------------------------------------------------------------
@@ -323,14 +320,18 @@ def test_resolve_devices_on_cpu():
         resolve_devices("cpu", "cpu,cpu")
 
 
-def test_codec_reset_row_equals_reset_of_that_row(models):
+@pytest.mark.parametrize("rows, forget", [
+    ([1], lambda state: state.reset_row(1)),  # slice fills, one row
+    ([1, 3], lambda state: state.reset_rows(torch.tensor([3, 1]))),  # index fills, the rows admitted together
+])
+def test_codec_row_resets_equal_reset_of_those_rows(models, rows, forget):
     _, codec = models
-    states = [codec.new_decode_state(3), codec.new_decode_state(3)]
-    codes = torch.randint(0, 1024, (3, 16, 2), generator=torch.Generator().manual_seed(0))
+    states = [codec.new_decode_state(4), codec.new_decode_state(4)]
+    codes = torch.randint(0, 1024, (4, 16, 2), generator=torch.Generator().manual_seed(0))
     for state in states:
         codec.decode_step(codes, state)
-    states[0].reset([1])
-    states[1].reset_row(1)
+    states[0].reset(rows)
+    forget(states[1])
     for a, b in zip(states[0].stages, states[1].stages):
         for x, y in zip((a.positions, a.offsets, *a.keys, *a.values), (b.positions, b.offsets, *b.keys, *b.values)):
             assert torch.equal(x, y)
