@@ -19,7 +19,7 @@ What is timed
   reference's TTFP here is a lower bound of what its app shows.
 - ours: `tts_core.bench.run_level` through the real engine (scheduler, LM steps, streaming codec),
   1 stream; `ours` pays the full prefill like the reference, `ours_voice_cache` reuses the voice's
-  prompt-prefix KV as our server does for a voice used before (CPU path).
+  prompt-prefix KV as our server does for a voice used before (on CUDA only bursts of several prompts copy it).
 TTFP = call -> first audio chunk; RTF = (call -> last audio chunk) / audio seconds.
 
 The reference directory (never committed; keep it outside the repo or in a git-ignored folder)
