@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tts_core import stretch as S  # noqa: E402
+from tts_core.bench.audio_measures import join_distances, low_band_dips  # noqa: E402
 
 SR = 48_000
 
@@ -50,46 +51,6 @@ def _speech(data: Path) -> np.ndarray:
         parts.append(soxr.resample(audio[:, :1], rate, SR)[:, 0])
     mono = np.concatenate(parts)[: 12 * SR]
     return np.ascontiguousarray(np.stack([mono, mono]), dtype=np.float32)
-
-
-def _mel_db(pcm: np.ndarray, n: int = 2048, hop: int = 480) -> np.ndarray:
-    frames = np.lib.stride_tricks.sliding_window_view(pcm[0], n)[::hop] * np.hanning(n)
-    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
-    freqs = np.fft.rfftfreq(n, 1 / SR)
-    mel = np.linspace(2595 * np.log10(1 + 50 / 700), 2595 * np.log10(1 + 16_000 / 700), 42)
-    hz = 700 * (10 ** (mel / 2595) - 1)
-    bands = np.stack([power[:, (freqs >= hz[i]) & (freqs < hz[i + 2])].sum(1) for i in range(40)], 1)
-    level = 10 * np.log10(bands + 1e-10)
-    return np.maximum(level, level.max() - 80)
-
-
-def _near_far(ours: np.ndarray, whole: np.ndarray, joins: list[int]) -> tuple[float, float]:
-    m = min(ours.shape[1], whole.shape[1])
-    a, b = _mel_db(ours[:, :m]), _mel_db(whole[:, :m])
-    distance = np.sqrt(np.mean((a - b) ** 2, axis=1))
-    active = b.max(1) > b.max() - 40
-    centers = np.arange(len(distance)) * 480 + 1024
-    near = np.zeros(len(distance), bool)
-    for join in joins:
-        near |= np.abs(centers - join) < 1024
-    return float(distance[near & active].mean()), float(distance[~near & active].mean())
-
-
-def _dips(pcm: np.ndarray, joins: list[int], width: int = 480) -> float:
-    spectrum = np.fft.rfft(pcm[0])
-    freqs = np.fft.rfftfreq(pcm.shape[1], 1 / SR)
-    spectrum[(freqs < 60) | (freqs > 400)] = 0
-    low = np.fft.irfft(spectrum, pcm.shape[1])
-    out = []
-    for j in joins:
-        if j - 3 * width < 0 or j + 3 * width > len(low):
-            continue
-        middle = np.sqrt(np.mean(low[j - width // 2 : j + width // 2] ** 2))
-        sides = np.r_[low[j - 5 * width // 2 : j - 3 * width // 2], low[j + 3 * width // 2 : j + 5 * width // 2]]
-        side = np.sqrt(np.mean(sides**2))
-        if side > 1e-3:
-            out.append(20 * np.log10(middle / side + 1e-9))
-    return float(np.mean(out))
 
 
 def _hard_cut(pcm: np.ndarray, speed: float) -> np.ndarray:
@@ -124,16 +85,16 @@ def measure_stretch(data: Path) -> list[dict]:
         chunked_diff = float(np.abs(np.concatenate(parts, axis=1) - ours).max())
         joins = [round(S.block_edge(k) / speed) for k in range(1, 200) if S.block_edge(k) < speech.shape[1]]
         naive = _hard_cut(speech, speed)
-        near, far = _near_far(ours, whole, joins)
-        naive_near, naive_far = _near_far(naive, whole, joins)
+        near, far = (float(d.mean()) for d in join_distances(ours, whole, joins, SR))
+        naive_near, naive_far = (float(d.mean()) for d in join_distances(naive, whole, joins, SR))
         output_s = ours.shape[1] / SR
         rows.append({
             "speed": speed, "joins": len(joins),
             "mel_db_near_joins": round(near, 2), "mel_db_elsewhere": round(far, 2),
             "hard_cut_mel_db_near_joins": round(naive_near, 2), "hard_cut_mel_db_elsewhere": round(naive_far, 2),
-            "f0_band_db_at_joins": round(_dips(ours, joins), 2),
-            "whole_clip_f0_band_db_same_places": round(_dips(whole[:, : ours.shape[1]], joins), 2),
-            "hard_cut_f0_band_db_at_joins": round(_dips(naive, joins), 2),
+            "f0_band_db_at_joins": round(float(low_band_dips(ours, joins, SR).mean()), 2),
+            "whole_clip_f0_band_db_same_places": round(float(low_band_dips(whole[:, : ours.shape[1]], joins, SR).mean()), 2),
+            "hard_cut_f0_band_db_at_joins": round(float(low_band_dips(naive, joins, SR).mean()), 2),
             "length_ok": ours.shape[1] == round(speech.shape[1] / speed),
             "chunked_vs_whole_max_abs_diff": chunked_diff,
             "cpu_rtf_ours": round(ours_cpu / output_s, 3), "cpu_rtf_whole_clip": round(whole_cpu / output_s, 3),

@@ -16,6 +16,7 @@ import pytest
 import soundfile as sf
 import soxr
 
+from tts_core.bench.audio_measures import join_distances, low_band_dips
 from tts_core.errors import InvalidRequestError
 from tts_core.stretch import MAX_SPEED, MIN_SPEED, Stretcher, block_edge, check_speed, stretch
 
@@ -46,13 +47,9 @@ def _peak_hz(pcm: np.ndarray) -> float:
 
 
 @pytest.fixture(scope="module")
-def speech() -> np.ndarray:
-    """Six seconds of real speech (a preset clip), 48 kHz stereo."""
-    root = Path(__file__).resolve().parents[1] / ".." / "shared" / "moss_tts_nano_data" / "presets"
-    path = root / "en_2.wav"
-    if not path.is_file():
-        pytest.skip(f"preset clips not found at {root}")
-    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+def speech(data_dir: Path) -> np.ndarray:
+    """Six seconds of real speech (a preset clip of the shared data), 48 kHz stereo."""
+    audio, rate = sf.read(data_dir / "presets" / "en_2.wav", dtype="float32", always_2d=True)
     mono = soxr.resample(audio[:, :1], rate, SR)[: 6 * SR, 0]
     return np.ascontiguousarray(np.stack([mono, mono]), dtype=np.float32)
 
@@ -112,37 +109,6 @@ def test_an_event_lands_where_the_timeline_says(speed: float) -> None:
     assert abs(heard - round(at / speed)) < 0.02 * SR, (heard, round(at / speed))
 
 
-def _mel_db(pcm: np.ndarray, n: int = 2048, hop: int = 480) -> np.ndarray:
-    """Levels of 40 mel bands (50 Hz-16 kHz) per 10 ms frame, floored 80 dB under the peak."""
-    frames = np.lib.stride_tricks.sliding_window_view(pcm[0], n)[::hop] * np.hanning(n)
-    power = np.abs(np.fft.rfft(frames, axis=1)) ** 2
-    freqs = np.fft.rfftfreq(n, 1 / SR)
-    mel = np.linspace(2595 * np.log10(1 + 50 / 700), 2595 * np.log10(1 + 16_000 / 700), 42)
-    hz = 700 * (10 ** (mel / 2595) - 1)
-    bands = np.stack([power[:, (freqs >= hz[i]) & (freqs < hz[i + 2])].sum(1) for i in range(40)], 1)
-    level = 10 * np.log10(bands + 1e-10)
-    return np.maximum(level, level.max() - 80)
-
-
-def _low_band_dips(pcm: np.ndarray, joins: list[int], width: int = 480) -> np.ndarray:
-    """Per join: the 60-400 Hz level (the voice's fundamental) in the 10 ms around it, in dB
-    relative to the 10 ms windows 20 ms either side. Two renders crossfaded out of phase dip here."""
-    spectrum = np.fft.rfft(pcm[0])
-    freqs = np.fft.rfftfreq(pcm.shape[1], 1 / SR)
-    spectrum[(freqs < 60) | (freqs > 400)] = 0
-    low = np.fft.irfft(spectrum, pcm.shape[1])
-    out = []
-    for j in joins:
-        if j - 3 * width < 0 or j + 3 * width > len(low):
-            continue
-        middle = np.sqrt(np.mean(low[j - width // 2 : j + width // 2] ** 2))
-        sides = np.r_[low[j - 5 * width // 2 : j - 3 * width // 2], low[j + 3 * width // 2 : j + 5 * width // 2]]
-        side = np.sqrt(np.mean(sides**2))
-        if side > 1e-3:
-            out.append(20 * np.log10(middle / side + 1e-9))
-    return np.array(out)
-
-
 @pytest.mark.parametrize("speed", [0.5, 0.8, 1.25, 2.0, 4.0])
 def test_block_joins_are_no_worse_than_the_rest(speech: np.ndarray, speed: float) -> None:
     """Against Rubber Band stretching the whole clip at once, on real speech: band levels near the
@@ -153,17 +119,11 @@ def test_block_joins_are_no_worse_than_the_rest(speech: np.ndarray, speed: float
 
     ours = stretch(speech, speed)
     whole = time_stretch(speech, SR, speed)[:, : ours.shape[1]]
-    a, b = _mel_db(ours[:, : whole.shape[1]]), _mel_db(whole)
-    distance = np.sqrt(np.mean((a - b) ** 2, axis=1))
-    active = b.max(1) > b.max() - 40
-    centers = np.arange(len(distance)) * 480 + 1024
     joins = [round(block_edge(k) / speed) for k in range(1, 64) if block_edge(k) < speech.shape[1]]
-    near = np.zeros(len(distance), bool)
-    for join in joins:
-        near |= np.abs(centers - join) < 1024
-    assert near.any() and (~near).any()
-    assert distance[near & active].mean() < distance[~near & active].mean() + 1.0
-    assert _low_band_dips(ours, joins).mean() > _low_band_dips(whole, joins).mean() - 2.0
+    near, far = join_distances(ours, whole, joins, SR)
+    assert len(near) and len(far)
+    assert near.mean() < far.mean() + 1.0
+    assert low_band_dips(ours, joins, SR).mean() > low_band_dips(whole, joins, SR).mean() - 2.0
     steps = np.abs(np.diff(ours[0]))
     at_joins = max(steps[max(0, j - 240) : j + 240].max() for j in joins if j < len(steps))
     assert at_joins <= np.percentile(steps, 99.99) + 1e-3
