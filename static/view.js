@@ -183,18 +183,23 @@ export function renderBoard(results, actions) {
     play.disabled = !(r.frames > 0) || r.state === 'connecting' || r.state === 'buffering' || r.state === 'playing';
     tools.append(play);
     if (r.requestId && r.frames > 0 && !r.pushed) {   // the server keeps what it streamed, not pushed audio
-      for (const fmt of FORMATS) {
-        const a = document.createElement('a');
-        a.className = 'button';
-        a.textContent = fmt.toUpperCase();
-        a.href = resultUrl(actions.base, r.requestId, fmt, r.stem);
-        a.setAttribute('aria-label', `Download ${r.label} as ${fmt.toUpperCase()}`);
-        tools.append(a);
-      }
+      tools.append(...downloadLinks(actions.base, r.requestId, r.stem, r.label));
     }
     li.append(head, figures, tools);
     return li;
   }));
+}
+
+// One link per download format of a result the server keeps.
+function downloadLinks(base, requestId, stem, label) {
+  return FORMATS.map((fmt) => {
+    const a = document.createElement('a');
+    a.className = 'button';
+    a.textContent = fmt.toUpperCase();
+    a.href = resultUrl(base, requestId, fmt, stem);
+    a.setAttribute('aria-label', `Download ${label} as ${fmt.toUpperCase()}`);
+    return a;
+  });
 }
 
 // ---- history ------------------------------------------------------------------------------------
@@ -217,14 +222,7 @@ export function renderHistory(entries, actions) {
     const tools = document.createElement('span');
     tools.className = 'card-tools';
     tools.append(button('▶ Replay', `Replay: ${e.label}, ${text.textContent}`, () => actions.replay(e)));
-    for (const fmt of FORMATS) {
-      const a = document.createElement('a');
-      a.className = 'button';
-      a.textContent = fmt.toUpperCase();
-      a.href = resultUrl(actions.base, e.requestId, fmt, e.stem);
-      a.setAttribute('aria-label', `Download ${e.label} as ${fmt.toUpperCase()}`);
-      tools.append(a);
-    }
+    tools.append(...downloadLinks(actions.base, e.requestId, e.stem, e.label));
     li.append(text, meta, tools);
     return li;
   }));
