@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tts_core.bench.machine import machine_info  # noqa: E402
+from tts_core.bench.machine import machine_info_without_cuda  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
 
 GRAPHS_LINE = "engine now runs the compiled+graphs step"
@@ -268,11 +268,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_scenario(name, app_args, cache, args))
             print(json.dumps(results[-1]), file=sys.stderr)
 
-    import torch  # after the runs: the machine description only (never initialises CUDA)
-
-    machine = machine_info([])
-    machine["gpus"] = _gpu_names()
-    machine["cuda"] = torch.version.cuda if machine["gpus"] else None
+    machine = machine_info_without_cuda()  # after the runs; never initialises CUDA
     args.lm = args.codec = None  # local paths stay out of the record
     args.app_arg = [public_arg(a) for a in args.app_arg]
     what = "the engine alone (no web server)" if args.engine_only else "python app.py"
@@ -310,15 +306,6 @@ def public_arg(arg: str) -> str:
         return arg
     name, equals, _ = arg.rpartition("=")
     return f"{name}=<path>" if equals else "<path>"
-
-
-def _gpu_names() -> list[str]:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tts_core.bench.machine import machine_info  # noqa: E402
+from tts_core.bench.machine import machine_info_without_cuda  # noqa: E402
 from tts_core.bench.models import build_random_models, make_prompt  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
@@ -70,15 +70,6 @@ def cuda_processes() -> list[int] | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return [int(line) for line in out.split() if line.strip().isdigit()]
-
-
-def gpu_names() -> list[str]:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def summary(runs: list[dict], key: str) -> dict | None:
@@ -124,9 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "workers": len(worker_pids),
     }
     stream.close_workers()
-    machine = machine_info([])
-    machine["gpus"] = gpu_names()
-    machine["cuda"] = torch.version.cuda if machine["gpus"] else None
+    machine = machine_info_without_cuda()
     record = new_record("zerogpu", args, machine, {"frames": args.frames, "prompt_rows": 200,
                                                    "weights": "full-size, random", "sampling": "default",
                                                    "step": "eager (no compile, no graphs)"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from pathlib import Path
 
 import torch
@@ -38,3 +39,21 @@ def machine_info(devices: list[torch.device]) -> dict:
         "python": platform.python_version(),
         "os": platform.platform(terse=True),
     }
+
+
+def machine_info_without_cuda() -> dict:
+    """`machine_info` for a process that must not initialise CUDA (the GPUs run in other processes):
+    the GPU names come from nvidia-smi instead of torch."""
+    machine = machine_info([])
+    machine["gpus"] = _nvidia_smi_names()
+    machine["cuda"] = torch.version.cuda if machine["gpus"] else None
+    return machine
+
+
+def _nvidia_smi_names() -> list[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
