@@ -18,7 +18,7 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
-from server_helpers import ServerThread
+from server_helpers import ServerThread, tiny_synthesizer_factory
 
 from tts_core.config import EngineConfig
 from tts_core.web.app import create_app
@@ -42,18 +42,9 @@ def settings_for(**overrides) -> ServerSettings:
 
 @pytest.fixture(scope="module")
 def oa_service(data_dir: Path, tmp_path_factory) -> SynthesizerService:
-    from tts_core.synthesizer import Synthesizer
-
-    parity = data_dir / "parity"
-
-    def factory(report):
-        return Synthesizer.from_pretrained(
-            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
-            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-            voices_dir=str(data_dir / "presets"), cache_dir=tmp_path_factory.mktemp("voice_cache"),
-            engine_config=EngineConfig(max_active_streams=1, max_queue=1, max_text_chars=MAX_TEXT_CHARS),
-            allow_download=False, warmup=False, report=report,
-        )
+    factory = tiny_synthesizer_factory(
+        data_dir, tmp_path_factory.mktemp("voice_cache"),
+        EngineConfig(max_active_streams=1, max_queue=1, max_text_chars=MAX_TEXT_CHARS))
 
     svc = SynthesizerService(factory)
     svc.start(background=False)

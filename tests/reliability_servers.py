@@ -19,7 +19,7 @@ import httpx
 import psutil
 import uvicorn
 from reliability_common import INPROC_MAX_TEXT, PROC_MAX_ACTIVE, PROC_MAX_QUEUE, REPO_ROOT
-from server_helpers import ServerThread, app_process, wait_for_idle
+from server_helpers import ServerThread, app_process, tiny_synthesizer_factory, wait_for_idle
 
 from tts_core.web.connections import ConnectionLimits, uvicorn_config
 
@@ -27,21 +27,10 @@ from tts_core.web.connections import ConnectionLimits, uvicorn_config
 def tiny_service(data_dir: Path, cache_dir: Path, *, max_active: int = 2, max_queue: int = 4):
     """A loaded SynthesizerService over the tiny parity checkpoints (loaded in this thread)."""
     from tts_core.config import EngineConfig
-    from tts_core.synthesizer import Synthesizer
     from tts_core.web.service import SynthesizerService
 
-    parity = data_dir / "parity"
-
-    def factory(report):
-        return Synthesizer.from_pretrained(
-            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
-            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-            voices_dir=str(data_dir / "presets"), cache_dir=cache_dir,
-            engine_config=EngineConfig(max_active_streams=max_active, max_queue=max_queue,
-                                       max_text_chars=INPROC_MAX_TEXT),
-            allow_download=False, warmup=False, report=report,
-        )
-
+    factory = tiny_synthesizer_factory(data_dir, cache_dir, EngineConfig(
+        max_active_streams=max_active, max_queue=max_queue, max_text_chars=INPROC_MAX_TEXT))
     service = SynthesizerService(factory)
     service.start(background=False)
     assert service.wait(0), f"tiny model failed to load: {service.error}"

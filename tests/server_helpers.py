@@ -16,6 +16,25 @@ import pytest
 import uvicorn
 
 
+def tiny_synthesizer_factory(data_dir: Path, cache_dir: Path, engine_config=None, *, warmup: bool = False):
+    """A `SynthesizerService` factory over the tiny parity checkpoints: CPU, the shared data's
+    tokenizer and preset clips, voice codes cached in `cache_dir`, no downloads."""
+
+    def factory(report):
+        from tts_core.synthesizer import Synthesizer
+
+        parity = data_dir / "parity"
+        extra = {} if engine_config is None else {"engine_config": engine_config}
+        return Synthesizer.from_pretrained(
+            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
+            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
+            voices_dir=str(data_dir / "presets"), cache_dir=cache_dir, allow_download=False, warmup=warmup,
+            report=report, **extra,
+        )
+
+    return factory
+
+
 class ServerThread:
     """uvicorn serving `app` on a free port of 127.0.0.1 in a daemon thread."""
 

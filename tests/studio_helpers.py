@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from contract_stream import Pacer, install_contract_stream
-from server_helpers import ServerThread
+from server_helpers import ServerThread, tiny_synthesizer_factory
 
 AXE = Path(__file__).resolve().parent / "assets" / "axe.min.js"
 DONE_STATES = "['finished', 'stopped', 'error']"
@@ -29,20 +29,11 @@ class Studio:
 
 @pytest.fixture(scope="session")
 def studio(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
-    from tts_core.synthesizer import Synthesizer
     from tts_core.web.app import create_app
     from tts_core.web.service import SynthesizerService
     from tts_core.web.settings import ServerSettings
 
-    parity = data_dir / "parity"
-
-    def factory(report):
-        return Synthesizer.from_pretrained(
-            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
-            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-            voices_dir=str(data_dir / "presets"), cache_dir=tmp_path_factory.mktemp("voice_cache"),
-            allow_download=False, report=report,
-        )
+    factory = tiny_synthesizer_factory(data_dir, tmp_path_factory.mktemp("voice_cache"), warmup=True)
 
     service = SynthesizerService(factory)
     service.start(background=False)

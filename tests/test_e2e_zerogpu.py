@@ -21,6 +21,7 @@ from e2e_helpers import (
     free_port,
 )
 from server_helpers import app_process, wait_until_ready
+from studio_helpers import player_frame
 
 pytest_plugins = ["e2e_helpers"]
 pytestmark = pytest.mark.e2e
@@ -54,12 +55,7 @@ def open_page(context, server):
     page.wait_for_selector("#model-status:has-text('Ready')", timeout=30_000)
     page.wait_for_function("document.querySelector('#voice-select input')?.value", timeout=10_000)
     page.wait_for_function("window.mossZeroGPU !== undefined", timeout=10_000)
-    page.wait_for_selector("#moss-player")
-    deadline = time.monotonic() + 10
-    while (frame := page.frame(url=re.compile(r"/player/player\.html"))) is None:
-        assert time.monotonic() < deadline, "player iframe did not load"
-        time.sleep(0.05)
-    frame.wait_for_load_state()
+    frame = player_frame(page)
     frame.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
     return page, frame, fetched
 

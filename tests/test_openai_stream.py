@@ -17,7 +17,7 @@ import numpy as np
 import openai
 import pytest
 import soxr
-from server_helpers import ServerThread
+from server_helpers import ServerThread, tiny_synthesizer_factory
 from stream_decoding import StreamingDecoder, decode_progressively, parse_sse, sse_audio
 
 from tts_core.config import EngineConfig
@@ -35,17 +35,9 @@ CAPTIONED = "One sentence. Two more words. And three."
 
 @pytest.fixture(scope="module")
 def base_url(data_dir, tmp_path_factory) -> str:
-    from tts_core.synthesizer import Synthesizer
-
-    parity = data_dir / "parity"
-
-    def factory(report):
-        return Synthesizer.from_pretrained(
-            str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
-            tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-            voices_dir=str(data_dir / "presets"), cache_dir=tmp_path_factory.mktemp("cache"),
-            engine_config=EngineConfig(max_active_streams=2, max_queue=4, voice_clone_max_text_tokens=4),
-            allow_download=False, warmup=False, report=report)
+    factory = tiny_synthesizer_factory(
+        data_dir, tmp_path_factory.mktemp("cache"),
+        EngineConfig(max_active_streams=2, max_queue=4, voice_clone_max_text_tokens=4))
 
     service = SynthesizerService(factory)
     service.start(background=False)
