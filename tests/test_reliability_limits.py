@@ -5,7 +5,6 @@ corpus, local files never read through `ref_audio`, and the settings' own checks
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import pytest
@@ -50,13 +49,13 @@ def test_lone_surrogates_are_not_server_errors(inproc_client, clip_wav) -> None:
 
 
 def test_content_length_over_limit_is_refused_before_reading(inproc) -> None:
-    """The declared size alone earns a 413: the server answers without waiting for the body."""
+    """The declared size alone earns a 413: the server answers without waiting for the body (one
+    byte of it is sent; a server waiting for the rest would answer 408 at its idle deadline)."""
     limit = inproc.settings.body_limit_bytes
     head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {limit + 1}\r\n\r\n")
-    started = time.monotonic()
     status, reply = raw_http(port_of(inproc), head, [b"{"])
-    assert status == 413 and time.monotonic() - started < 5
+    assert status == 413
     assert json.loads(reply.partition(b"\r\n\r\n")[2])["error"]["code"] == "request_too_large"
 
 

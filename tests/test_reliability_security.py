@@ -4,8 +4,6 @@ process, remote audio allowed for one local file server) and `python app.py` (`a
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -44,11 +42,10 @@ def test_remote_audio_refuses_non_public_addresses(inproc, inproc_client, file_s
     ]
     hits = len(file_server.hits)
     for url in refused:
-        started = time.monotonic()
         r = inproc_client.post("/v1/audio/speech", json={"input": "Hi.", "ref_audio": url})
         assert r.status_code == 400, (url, r.status_code, r.text)
-        assert error_of(r)["code"] in ("remote_audio_refused", "ref_audio_fetch"), (url, r.text)
-        assert time.monotonic() - started < 3, url
+        # Refused by the address check, which runs before any connection is made.
+        assert error_of(r)["code"] == "remote_audio_refused", (url, r.text)
     for url in ("ftp://127.0.0.1/a.wav", "gopher://127.0.0.1:70/", "dict://127.0.0.1:11211/"):
         r = inproc_client.post("/v1/audio/speech", json={"input": "Hi.", "ref_audio": url})
         assert r.status_code == 400 and error_of(r)["code"] == "unsupported_url", url
@@ -56,7 +53,7 @@ def test_remote_audio_refuses_non_public_addresses(inproc, inproc_client, file_s
 
 
 @pytest.mark.timeout(90)
-def test_remote_audio_exempt_host_limits(inproc_client, file_server) -> None:
+def test_remote_audio_exempt_host_limits(inproc, inproc_client, file_server) -> None:
     """The exempt local server: a clip is fetched and cloned; redirects are re-checked; size,
     time and status limits hold."""
     base = file_server.url
@@ -75,10 +72,10 @@ def test_remote_audio_exempt_host_limits(inproc_client, file_server) -> None:
                                ("/missing", 400, "ref_audio_fetch")):
         r = inproc_client.post("/v1/audio/speech", json={"input": "Hi.", "ref_audio": base + path})
         assert r.status_code == status and error_of(r)["code"] == code, (path, r.text)
-    started = time.monotonic()
     r = inproc_client.post("/v1/audio/speech", json={"input": "Hi.", "ref_audio": f"{base}/slow"})
-    assert r.status_code == 400 and error_of(r)["code"] == "ref_audio_fetch" and "longer than" in r.text
-    assert time.monotonic() - started < 10
+    assert r.status_code == 400 and error_of(r)["code"] == "ref_audio_fetch", r.text
+    # Cut by the configured total download time (a server without that bound would hang here).
+    assert f"longer than {inproc.settings.remote_audio_timeout_s:g} s" in error_of(r)["message"], r.text
 
 
 def test_public_address_rules() -> None:
