@@ -157,7 +157,6 @@ class StaticStepper:
         self.state = StepState.allocate(lm, cache, hidden)
         self.lengths_buckets = length_buckets(cache.max_len)
         self.pass_frames = [n for n in CODEC_PASS_FRAMES if n <= codec_state.max_frames_per_pass]
-        self.explicit_codec_rows = EXPLICIT_CODEC_ATTENTION_ROWS
         most = max(self.pass_frames)
         # codes of up to `most` frames [F, K] flattened | active flag
         self.codec_in = torch.zeros(rows, most * self.n_vq + 1, dtype=torch.long, device=dev)
@@ -273,7 +272,7 @@ class StaticStepper:
         codes = codec_in[:, : n * self.n_vq].view(b, n, self.n_vq).transpose(1, 2)  # [B, K, n]
         state = self.codec_state if b == self.codec_state.batch_size else self.codec_state.narrow(0, b)
         pcm = self.codec.decode_frames_static(codes, state, codec_in[:, -1] > 0,
-                                              explicit_codec_attention(b, n, self.explicit_codec_rows))  # [B, 2, 3840 n]
+                                              explicit_codec_attention(b, n))  # [B, 2, 3840 n]
         self.pcm_out[:b, :, : n * self.samples_per_frame].copy_(pcm)
 
     def _run(self, kind: str, bucket: int, size: int) -> None:
