@@ -70,8 +70,10 @@ class Runner:
             rows += 1  # a spare row no stream uses: graphed prefills are captured there
             cache_len = -(-(max_context_rows + 1) // 16) * 16
         self.batch_invariant = batch_invariant
-        # Prompt-prefix KV reuse: per prompt on the eager path, per batch of prompts on the static one.
-        self.prefix_cache = PrefixCache(prefix_cache_size) if prefix_cache_size > 0 else None
+        # Prompt-prefix KV reuse: per prompt on the eager path, per batch of prompts on the static one
+        # (not with batch_invariant: its prefills stay whole, one per stream).
+        reuse = prefix_cache_size > 0 and not (is_static and batch_invariant)
+        self.prefix_cache = PrefixCache(prefix_cache_size) if reuse else None
         self.prefills: BatchPrefiller | None = None  # static path: prompts prefilled before the next step
         # CUDA: codec work runs on its own stream, so a pipelined decode overlaps the next LM step;
         # the event orders it after this thread's last change to codec state (reset, priming).
@@ -191,7 +193,7 @@ class Runner:
 
     def _prefill_with_prefix(self, rows: np.ndarray, rows_t: torch.Tensor, slot: int,
                              prefix_rows: int) -> torch.Tensor:
-        if self.prefix_cache is None or self.stepper is not None or not 0 < prefix_rows < rows.shape[0]:
+        if self.prefix_cache is None or not 0 < prefix_rows < rows.shape[0]:
             return self.lm.prefill(rows_t, self.cache, slot)
         key = prefix_key(rows, prefix_rows)
         if not self.prefix_cache.restore(key, self.cache, slot):
@@ -210,7 +212,7 @@ class Runner:
         voice; False when there is no prefix cache or it already holds it."""
         if self.prefills is not None:
             return self.prefills.warm(rows)
-        if self.prefix_cache is None or self.stepper is not None:
+        if self.prefix_cache is None:
             return False
         key = prefix_key(rows, len(rows))
         if key in self.prefix_cache:
