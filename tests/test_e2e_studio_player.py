@@ -260,5 +260,4 @@ def test_my_voices_tab_shows_the_servers_saved_voices(browser_context, studio, d
     page.get_by_role("tab", name="Preset voice").click()
     page.get_by_role("tab", name="My voices").click()
     page.click("#saved-voice-select input")
-    # The list arrives by a server event; the open dropdown shows it when it lands.
-    page.get_by_role("option", name=re.compile("Later voice")).wait_for(state="visible", timeout=30_000)
+    page.get_by_role("option", name=re.compile("Later voice")).wait_for(state="visible", timeout=10_000)
