@@ -80,7 +80,32 @@ def engine_title(record: dict) -> str:
     title = f"`--quantize {quantize}`" if quantize else f"{setup['lm_dtype']} LM, {setup['codec_dtype']} codec"
     if setup.get("voice", "").startswith("cold"):
         title += ", a new voice for every request (`--cold-voice`)"
+    if setup.get("fused_kernels") is False and setup["device"].startswith("cuda"):
+        title += ", fused kernels off (`TTS_NO_FUSED_KERNELS=1`)"
     return title
+
+
+def fused_comparison(chosen: list[tuple[str, dict]]) -> str:
+    """Fused kernels on against off (TTS_NO_FUSED_KERNELS=1), per concurrency level both records ran."""
+    def first(fused: bool):
+        return next(((s, r) for s, r in chosen if r["setup"].get("fused_kernels") is fused
+                     and not r["setup"].get("quantize") and not r["setup"].get("voice", "").startswith("cold")), None)
+
+    on, off = first(True), first(False)
+    if on is None or off is None:
+        return ""
+    rows_on, rows_off = (next(iter(r["modes"].values())) for _, r in (on, off))
+    by_level = {r["streams"]: r for r in rows_off}
+    parts = [f"{r['streams']} stream{'s' if r['streams'] > 1 else ''}: RTF p50 "
+             f"{_rtf(by_level[r['streams']]['rtf_p50']['median'])} → {_rtf(r['rtf_p50']['median'])}, "
+             f"× real time {_times(by_level[r['streams']]['x_realtime']['median'])} → "
+             f"{_times(r['x_realtime']['median'])}"
+             for r in rows_on if r["streams"] in by_level]
+    comp_on, comp_off = (next(iter(r.get("components", {}).values()), None) for _, r in (on, off))
+    if comp_on and comp_off:
+        parts.insert(0, f"LM frame (batch 1) {_ms(comp_off['lm_frame_ms'])} → {_ms(comp_on['lm_frame_ms'])} ms")
+    return (f"\nFused kernels off → on (`{off[0]}` → `{on[0]}`, run back to back on one machine): "
+            + "; ".join(parts) + ".\n")
 
 
 def render_engine(source: str, record: dict) -> str:
@@ -128,7 +153,8 @@ def _engine_order(item: tuple[str, dict]) -> tuple:
     setup = record["setup"]
     levels = len(next(iter(record["modes"].values()), []))
     # The full sweep of concurrency levels first, then single-level records (other setups).
-    return (bool(setup.get("quantize")), setup.get("voice", "").startswith("cold"), -levels, source)
+    return (bool(setup.get("quantize")), setup.get("voice", "").startswith("cold"),
+            setup.get("fused_kernels") is False, -levels, source)
 
 
 def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
@@ -139,7 +165,8 @@ def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
             return ("GPU figures pending: no CUDA benchmark record in `bench/results/` yet. On a GPU machine: "
                     f"`{GPU_COMMAND}`, then `python scripts/render_figures.py`.")
         return "CPU figures pending: no CPU benchmark record in `bench/results/` yet."
-    return "\n".join(render_engine(s, r) for s, r in sorted(chosen, key=_engine_order)).rstrip("\n")
+    tables = "\n".join(render_engine(s, r) for s, r in sorted(chosen, key=_engine_order))
+    return (tables + fused_comparison(chosen)).rstrip("\n")
 
 
 # ---- Spaces hardware -----------------------------------------------------------------------------

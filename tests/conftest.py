@@ -7,6 +7,14 @@ from pathlib import Path
 
 import pytest
 
+# Without a GPU, Triton kernels (model/fused_ops.py) run in Triton's interpreter on CPU tensors;
+# it is chosen when a kernel is defined, so before any tts_core model module is imported.
+if "TRITON_INTERPRET" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
 from tts_core.env import env_flag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -15,6 +15,7 @@ import torch
 
 from ..config import SamplingParams
 from ..fidelity import compare_models
+from ..model.fused_ops import fused_enabled
 from ..model.quant import quantize_codec, quantize_lm
 from .extras import time_components
 from .machine import machine_info
@@ -160,7 +161,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  "lm_dtype": str(lm_dtype).removeprefix("torch."), "codec_dtype": codec_dtype,
                  "quantize": args.quantize, "prompt_rows": args.prompt_rows, "frames": frames,
                  "repeats": args.repeats, "sampling": "greedy" if args.greedy else "default",
-                 "context_rows": context_rows,
+                 "context_rows": context_rows, "fused_kernels": fused_enabled(device),
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
         record["modes"] = {}

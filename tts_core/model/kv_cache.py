@@ -14,6 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import fused_ops
+
 
 class KVCache:
     """Static per-slot cache of the global transformer.
@@ -164,6 +166,8 @@ class StaticDecodeAttender:
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         batch = q.shape[0]
         keys, values = self.cache.k[layer][:batch], self.cache.v[layer][:batch]  # [B, nh, L, D] views
+        if fused_ops.fused_enabled(q.device) and fused_ops.decode_attention_fits(q, keys, self.key_mask):
+            return fused_ops.decode_attention(q, k, v, keys, values, self.write_pos, self.key_mask, self.length)
         # Written in the full-length view: rows that do not advance write to the last (scratch) column.
         keys[self.rows, :, self.write_pos] = k[:, :, 0]  # [B, nh, D]
         values[self.rows, :, self.write_pos] = v[:, :, 0]
@@ -208,7 +212,10 @@ class LocalKVCache:
 def attend_local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                  index: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
     """Local attention at one position: store k, v [B, nh, 1, D] at `index` [1], then attend q over
-    positions 0..index (a mask over the fixed P positions, so the shapes never change)."""
+    positions 0..index (a mask over the fixed P positions, so the shapes never change).
+    On CUDA one fused kernel does all of it (`fused_ops.local_attention`)."""
+    if fused_ops.fused_enabled(q.device) and fused_ops.local_attention_fits(q, keys):
+        return fused_ops.local_attention(q, k, v, keys, values, index)
     keys.index_copy_(2, index, k)
     values.index_copy_(2, index, v)
     visible = (key_pos <= index)[None]  # [1, P]: one query row

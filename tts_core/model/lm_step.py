@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import fused_ops
 from .kv_cache import LocalKVCache, attend_local
 from .layers import Attender, DecoderStack, attention_backends, block_finish, block_qkv
 from .sampling import SamplingBatch, decide_continue, pick_codes
@@ -57,7 +58,12 @@ def pick(head: nn.Module, table: torch.Tensor, local: torch.Tensor, seen: torch.
     penalty + greedy/sampled pick. Returns code [B], its embedding [B, H] (the next local input)
     and the raw logits [B, V_k]."""
     logits = head(local)
-    code = pick_codes(logits.float(), seen, uniforms, sampling)
+    if fused_ops.fused_enabled(logits.device):  # one kernel for the whole pick (see fused_ops)
+        audio = sampling.audio
+        code = fused_ops.pick_code(logits, seen, uniforms, sampling.do_sample, audio.temperature, audio.kth_index,
+                                   audio.top_p, sampling.audio_repetition_penalty)
+    else:
+        code = pick_codes(logits.float(), seen, uniforms, sampling)
     return code, F.embedding(code, table), logits
 
 

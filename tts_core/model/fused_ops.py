@@ -1,0 +1,265 @@
+"""Fused GPU kernels (Triton) for the two small, launch-bound parts of a frame step.
+
+An H200 profile of one batch-1 frame (606 kernels, 1.74 ms of GPU time) put two items on top:
+- each codebook's pick (repetition penalty, temperature, top-k, top-p, the draw, and the greedy
+  alternative) took about 24 us over six kernels, 17 us of it a full radix sort of 1,024 scores;
+- each local-transformer attention (at most 17 keys) took about 15 us over five kernels: two
+  cache writes, a mask, an arange and a general attention kernel sized for long sequences.
+Here each becomes one kernel with one program per row (pick) or per (row, head) (attention).
+The global decode attention (one query over up to 2,048 cached keys per row) was 17 us per layer
+for one stream, because a general kernel runs one program per (row, head), 12 in all, plus two
+cache-write kernels; here it is split over chunks of keys and combined (two kernels).
+
+Same math as `sampling.pick_codes` and `kv_cache.attend_local`, not the same rounding: sums run in
+another order, so codes equal the plain path's except where a draw lands within a rounding step
+of a boundary. Every CUDA path (eager, compiled, graphed) uses these kernels, so they agree with
+each other bit for bit; the CPU keeps the plain path (parity with the reference runs there).
+Each row is computed alone, so batch invariance holds.
+
+Ties: scores are ordered by value, then by ascending id (a total order, so the draw is fully
+defined); top-k keeps every score equal to the k-th, as the plain path does.
+
+Off with TTS_NO_FUSED_KERNELS=1, or where Triton is not installed. Tests on a machine without a
+GPU run the kernels in Triton's interpreter (TRITON_INTERPRET=1, CPU tensors).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from ..env import env_flag
+
+try:  # Triton ships with CUDA builds of torch; a CPU install may lack it
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the install
+    triton = None
+    tl = None
+
+NO_FUSED_ENV = "TTS_NO_FUSED_KERNELS"
+
+
+def interpreted() -> bool:
+    """Triton runs kernels in its CPU interpreter (tests without a GPU)."""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def fused_enabled(device: torch.device) -> bool:
+    """The fused kernels serve this device: CUDA with Triton present, unless TTS_NO_FUSED_KERNELS=1."""
+    return triton is not None and device.type == "cuda" and not env_flag(NO_FUSED_ENV)
+
+
+def available() -> bool:
+    """The kernels can run at all here (a GPU, or the interpreter on CPU tensors)."""
+    return triton is not None
+
+
+if triton is not None:
+
+    @triton.jit
+    def _orderable(bits):
+        """int32 bit patterns of float32 -> ints that sort as the floats do (and back: an involution)."""
+        return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+    @triton.jit
+    def _pick_kernel(logits_ptr, logits_stride, seen_ptr, seen_stride, u_ptr, u_stride,
+                     do_ptr, do_stride, temp_ptr, temp_stride, kth_ptr, kth_stride, topp_ptr, topp_stride,
+                     pen_ptr, pen_stride, out_ptr, V, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        offs = tl.arange(0, BLOCK)
+        valid = offs < V
+        x = tl.load(logits_ptr + row * logits_stride + offs, mask=valid, other=0.0).to(tl.float32)
+        seen = tl.load(seen_ptr + row * seen_stride + offs, mask=valid, other=0).to(tl.int32)
+        rp = tl.load(pen_ptr + row * pen_stride)
+        # Correctly rounded division (Triton's default is approximate), as torch divides.
+        x = tl.where(seen != 0, tl.where(x < 0, x * rp, tl.math.div_rn(x, rp + tl.zeros_like(x))), x)
+        x = tl.where(valid, x, float("-inf"))
+        greedy = tl.argmax(x, 0, tie_break_left=True)
+
+        # Sort once, descending by value then ascending by id: both live in one int64 key.
+        scores = tl.math.div_rn(x, tl.load(temp_ptr + row * temp_stride) + tl.zeros_like(x))
+        key = _orderable(scores.to(tl.int32, bitcast=True)).to(tl.int64)
+        packed = tl.sort((key << 32) | (BLOCK - 1 - offs).to(tl.int64), descending=True)
+        ids = BLOCK - 1 - (packed & 0xFFFFFFFF).to(tl.int32)
+        values = _orderable((packed >> 32).to(tl.int32)).to(tl.float32, bitcast=True)
+
+        kth = tl.minimum(tl.load(kth_ptr + row * kth_stride), V - 1).to(tl.int32)
+        threshold = tl.sum(tl.where(offs == kth, values, 0.0), 0)
+        in_top_k = valid & (values >= threshold)  # a prefix of the order
+        weights = tl.where(in_top_k, tl.exp(values - tl.max(values, 0)), 0.0)
+        cdf = tl.cumsum(weights / tl.sum(weights, 0), 0)
+        # top-p keeps entry 0 and every entry i >= 1 whose cdf[i - 1] <= p.
+        top_p = tl.load(topp_ptr + row * topp_stride)
+        num_p = tl.sum(((offs < V - 1) & (cdf <= top_p)).to(tl.int32), 0) + 1
+        num_kept = tl.minimum(tl.sum(in_top_k.to(tl.int32), 0), num_p)
+        total = tl.sum(tl.where(offs == num_kept - 1, cdf, 0.0), 0)
+        target = tl.load(u_ptr + row * u_stride) * total
+        position = tl.minimum(tl.sum((valid & (cdf < target)).to(tl.int32), 0), num_kept - 1)
+        drawn = tl.sum(tl.where(offs == position, ids, 0), 0)
+        sample = tl.load(do_ptr + row * do_stride).to(tl.int32) != 0
+        tl.store(out_ptr + row, tl.where(sample, drawn, greedy.to(tl.int32)).to(tl.int64))
+
+    @triton.jit
+    def _local_attention_kernel(q_ptr, k_ptr, v_ptr, keys_ptr, values_ptr, out_ptr, index_ptr,
+                                q_sb, q_sh, k_sb, k_sh, v_sb, v_sh, c_sb, c_sh, c_sp, o_sb, o_sh, scale,
+                                NH: tl.constexpr, D: tl.constexpr, BLOCK_P: tl.constexpr):
+        pid = tl.program_id(0)
+        b = pid // NH
+        h = pid % NH
+        d = tl.arange(0, D)
+        p = tl.arange(0, BLOCK_P)
+        index = tl.load(index_ptr)
+        q = tl.load(q_ptr + b * q_sb + h * q_sh + d).to(tl.float32)
+        k_new = tl.load(k_ptr + b * k_sb + h * k_sh + d)
+        v_new = tl.load(v_ptr + b * v_sb + h * v_sh + d)
+        cache = b * c_sb + h * c_sh
+        # Earlier positions from the cache; this one from registers (no read-after-write in the cache).
+        past = (p < index)[:, None]
+        keys = tl.load(keys_ptr + cache + p[:, None] * c_sp + d[None, :], mask=past, other=0.0).to(tl.float32)
+        vals = tl.load(values_ptr + cache + p[:, None] * c_sp + d[None, :], mask=past, other=0.0).to(tl.float32)
+        is_new = (p == index)[:, None]
+        keys = tl.where(is_new, k_new.to(tl.float32)[None, :], keys)
+        vals = tl.where(is_new, v_new.to(tl.float32)[None, :], vals)
+        s = tl.where(p <= index, tl.sum(keys * q[None, :], 1) * scale, float("-inf"))
+        w = tl.exp(s - tl.max(s, 0))
+        out = tl.sum(w[:, None] * vals, 0) / tl.sum(w, 0)
+        tl.store(out_ptr + b * o_sb + h * o_sh + d, out.to(out_ptr.dtype.element_ty))
+        tl.store(keys_ptr + cache + index * c_sp + d, k_new)
+        tl.store(values_ptr + cache + index * c_sp + d, v_new)
+
+
+    @triton.jit
+    def _decode_partial_kernel(q_ptr, k_ptr, v_ptr, keys_ptr, values_ptr, mask_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
+                               q_sb, q_sh, k_sb, k_sh, v_sb, v_sh, c_sb, c_sh, c_sp, mask_sb, length, scale,
+                               NH: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr):
+        bh = tl.program_id(0)
+        split = tl.program_id(1)
+        b = bh // NH
+        h = bh % NH
+        d = tl.arange(0, D)
+        cols = split * CHUNK + tl.arange(0, CHUNK)
+        write = tl.load(pos_ptr + b)
+        q = tl.load(q_ptr + b * q_sb + h * q_sh + d).to(tl.float32)
+        k_new = tl.load(k_ptr + b * k_sb + h * k_sh + d)
+        v_new = tl.load(v_ptr + b * v_sb + h * v_sh + d)
+        cache = b * c_sb + h * c_sh
+        in_range = cols < length
+        keys = tl.load(keys_ptr + cache + cols[:, None] * c_sp + d[None, :], mask=in_range[:, None], other=0.0)
+        vals = tl.load(values_ptr + cache + cols[:, None] * c_sp + d[None, :], mask=in_range[:, None], other=0.0)
+        # The new key/value from registers: the cache write below may not be visible to this program.
+        is_new = (cols == write)[:, None]
+        keys = tl.where(is_new, k_new.to(tl.float32)[None, :], keys.to(tl.float32))
+        vals = tl.where(is_new, v_new.to(tl.float32)[None, :], vals.to(tl.float32))
+        mask = tl.load(mask_ptr + b * mask_sb + cols, mask=in_range, other=float("-inf")).to(tl.float32)
+        s = tl.sum(keys * q[None, :], 1) * scale + mask
+        m = tl.max(s, 0)
+        w = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))  # a chunk wholly hidden adds nothing
+        part = bh * SPLITS + split
+        tl.store(m_ptr + part, m)
+        tl.store(l_ptr + part, tl.sum(w, 0))
+        tl.store(acc_ptr + part * D + d, tl.sum(w[:, None] * vals, 0))
+        if split == 0:
+            tl.store(keys_ptr + cache + write * c_sp + d, k_new)
+            tl.store(values_ptr + cache + write * c_sp + d, v_new)
+
+    @triton.jit
+    def _decode_combine_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, o_sb, o_sh,
+                               NH: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr):
+        bh = tl.program_id(0)
+        parts = bh * SPLITS + tl.arange(0, SPLITS)
+        d = tl.arange(0, D)
+        m = tl.load(m_ptr + parts)
+        weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - tl.max(m, 0)))
+        total = tl.sum(tl.load(l_ptr + parts) * weight, 0)
+        acc = tl.sum(tl.load(acc_ptr + parts[:, None] * D + d[None, :]) * weight[:, None], 0)
+        out = acc / total
+        tl.store(out_ptr + (bh // NH) * o_sb + (bh % NH) * o_sh + d, out.to(out_ptr.dtype.element_ty))
+
+
+def _col(t: torch.Tensor) -> torch.Tensor:
+    """A per-row parameter ([B] or [B, 1]) as a [B]-strided tensor Triton can index by row."""
+    return t if t.ndim == 1 else t[:, 0]
+
+
+def pick_code(logits: torch.Tensor, seen: torch.Tensor, uniforms: torch.Tensor, do_sample: torch.Tensor,
+              temperature: torch.Tensor, kth_index: torch.Tensor, top_p: torch.Tensor,
+              penalty: torch.Tensor) -> torch.Tensor:
+    """`sampling.pick_codes` in one kernel: codes [B] (int64) from logits [B, V].
+
+    seen: [B, >= V] bool history; uniforms, do_sample, penalty: [B]; temperature, kth_index, top_p:
+    [B] or [B, 1] (the `FilterParams` fields). Any row strides; the last dims must be contiguous.
+    """
+    batch, vocab = logits.shape
+    out = torch.empty(batch, dtype=torch.int64, device=logits.device)
+    temperature, kth_index, top_p = _col(temperature), _col(kth_index), _col(top_p)
+    _pick_kernel[(batch,)](
+        logits, logits.stride(0), seen, seen.stride(0), uniforms, uniforms.stride(0),
+        do_sample, do_sample.stride(0), temperature, temperature.stride(0), kth_index, kth_index.stride(0),
+        top_p, top_p.stride(0), penalty, penalty.stride(0), out, vocab,
+        BLOCK=triton.next_power_of_2(vocab), num_warps=4,
+    )
+    return out
+
+
+def local_attention_fits(q: torch.Tensor, keys: torch.Tensor) -> bool:
+    """The kernel's layout needs: one query, a power-of-two head size, contiguous caches."""
+    dim = q.shape[-1]
+    return q.shape[2] == 1 and dim & (dim - 1) == 0 and keys.is_contiguous()
+
+
+def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                    index: torch.Tensor) -> torch.Tensor:
+    """`kv_cache.attend_local` in one kernel: stores k, v [B, nh, 1, D] at position `index` [1] of
+    keys/values [B, nh, P, D] and returns q's attention over positions 0..index, [B, nh, 1, D]."""
+    batch, heads, _, dim = q.shape
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    out = torch.empty(batch, heads, 1, dim, dtype=q.dtype, device=q.device)
+    _local_attention_kernel[(batch * heads,)](
+        q, k, v, keys, values, out, index,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        keys.stride(0), keys.stride(1), keys.stride(2), out.stride(0), out.stride(1), 1.0 / math.sqrt(dim),
+        NH=heads, D=dim, BLOCK_P=triton.next_power_of_2(keys.shape[2]), num_warps=1,
+    )
+    return out
+
+
+DECODE_CHUNK = 64  # keys per program of the global decode attention
+
+
+def decode_attention_fits(q: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor) -> bool:
+    """The kernel's layout needs: one query per row, a power-of-two head size, contiguous key rows,
+    an additive mask [B, 1, 1, length] with contiguous columns."""
+    dim = q.shape[-1]
+    return (q.shape[2] == 1 and dim & (dim - 1) == 0 and keys.stride(-1) == 1
+            and key_mask.ndim == 4 and key_mask.stride(-1) == 1)
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                     write_pos: torch.Tensor, key_mask: torch.Tensor, length: int) -> torch.Tensor:
+    """`kv_cache.StaticDecodeAttender.attend` in two kernels (split over the keys, then combined):
+    stores k, v [B, nh, 1, D] at column `write_pos` [B] of keys/values [B, nh, L, D] and returns q's
+    attention over columns [0, length) under the additive `key_mask` [B, 1, 1, length].
+
+    A general attention kernel gives one program per (row, head): 12 programs for one stream, each
+    walking every key. Splitting the keys into chunks of DECODE_CHUNK fills the GPU instead.
+    """
+    batch, heads, _, dim = q.shape
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    splits = triton.next_power_of_2(-(-length // DECODE_CHUNK))
+    parts = batch * heads * splits
+    m = torch.empty(parts, dtype=torch.float32, device=q.device)
+    total = torch.empty(parts, dtype=torch.float32, device=q.device)
+    acc = torch.empty(parts, dim, dtype=torch.float32, device=q.device)
+    _decode_partial_kernel[(batch * heads, splits)](
+        q, k, v, keys, values, key_mask, write_pos, m, total, acc,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        keys.stride(0), keys.stride(1), keys.stride(2), key_mask.stride(0), length, 1.0 / math.sqrt(dim),
+        NH=heads, D=dim, CHUNK=DECODE_CHUNK, SPLITS=splits, num_warps=4,
+    )
+    out = torch.empty(batch, heads, 1, dim, dtype=q.dtype, device=q.device)
+    _decode_combine_kernel[(batch * heads,)](m, total, acc, out, out.stride(0), out.stride(1),
+                                             NH=heads, D=dim, SPLITS=splits, num_warps=1)
+    return out
