@@ -147,13 +147,15 @@ if triton is not None:
         v_new = tl.load(v_ptr + b * v_sb + h * v_sh + d)
         cache = b * c_sb + h * c_sh
         in_range = cols < length
-        keys = tl.load(keys_ptr + cache + cols[:, None] * c_sp + d[None, :], mask=in_range[:, None], other=0.0)
-        vals = tl.load(values_ptr + cache + cols[:, None] * c_sp + d[None, :], mask=in_range[:, None], other=0.0)
+        mask = tl.load(mask_ptr + b * mask_sb + cols, mask=in_range, other=float("-inf")).to(tl.float32)
+        # Keys the mask hides are never read: rows shorter than the length bucket cost what they use.
+        used = (in_range & (mask > float("-inf")))[:, None]
+        keys = tl.load(keys_ptr + cache + cols[:, None] * c_sp + d[None, :], mask=used, other=0.0)
+        vals = tl.load(values_ptr + cache + cols[:, None] * c_sp + d[None, :], mask=used, other=0.0)
         # The new key/value from registers: the cache write below may not be visible to this program.
         is_new = (cols == write)[:, None]
         keys = tl.where(is_new, k_new.to(tl.float32)[None, :], keys.to(tl.float32))
         vals = tl.where(is_new, v_new.to(tl.float32)[None, :], vals.to(tl.float32))
-        mask = tl.load(mask_ptr + b * mask_sb + cols, mask=in_range, other=float("-inf")).to(tl.float32)
         s = tl.sum(keys * q[None, :], 1) * scale + mask
         m = tl.max(s, 0)
         w = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))  # a chunk wholly hidden adds nothing
