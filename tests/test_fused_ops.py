@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import platform
 
+import numpy as np
 import pytest
 import torch
 
@@ -169,3 +170,61 @@ def test_cpu_steps_keep_the_plain_path(monkeypatch):
     assert not fused_ops.fused_enabled(torch.device("cpu"))
     monkeypatch.setenv(fused_ops.NO_FUSED_ENV, "1")
     assert not fused_ops.fused_enabled(torch.device("cuda"))
+
+
+# ---- start-up: the kernels are built before serving, and turned off where they cannot be -------------
+
+
+def _static_runner(models, num_slots=2):
+    from tts_core.engine.runner import Runner
+
+    lm, codec = models
+    return Runner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"), static=True)
+
+
+def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vectors):
+    """The warm-up steps run with every row masked: a stream's KV, hidden state, length and
+    repetition history are untouched (checked here on the plain ops)."""
+    from runner_helpers import drive
+
+    runner = _static_runner(tiny_models)
+    prompt = tiny_lm_vectors["A_voice_clone_en.input_ids"].numpy()
+    runner.begin_stream(0, SamplingParams(), 7)
+    runner.start_segment(0, prompt, None)
+    runner.step([0])
+    state = runner.stepper.state
+    scratch = state.scratch_col
+    before = [t.clone() for t in (state.hidden, state.lengths, state.seen)]
+    before_kv = [t[:, :, :scratch].clone() for t in state.cache.k + state.cache.v]
+    runner.stepper.warm_kernels()
+    after_kv = [t[:, :, :scratch] for t in state.cache.k + state.cache.v]
+    assert all(torch.equal(a, b) for a, b in zip(before, (state.hidden, state.lengths, state.seen)))
+    assert all(torch.equal(a, b) for a, b in zip(before_kv, after_kv))
+    runner.release(0)
+    # And a stream run afterwards gets the codes of a runner that never warmed up.
+    args = ([prompt], [3], [1], SamplingParams())
+    assert all(np.array_equal(a, b) for a, b in zip(drive(runner, *args, frames=4)[0],
+                                                     drive(_static_runner(tiny_models), *args, frames=4)[0]))
+
+
+def test_kernels_that_fail_to_build_are_turned_off_at_start_up(tiny_models, tiny_lm_vectors, monkeypatch):
+    """A GPU where a kernel cannot be built (simulated: the pick raises) starts on the plain ops and
+    serves the same codes; the reason is kept for the logs."""
+    from runner_helpers import drive
+
+    prompt = tiny_lm_vectors["B_voice_clone_zh.input_ids"].numpy()
+    args = ([prompt], [5], [0], SamplingParams())
+    want, _ = drive(_static_runner(tiny_models), *args, frames=4)
+
+    def broken_pick(*_args):
+        raise RuntimeError("simulated build failure")
+
+    monkeypatch.setattr(fused_ops, "_disabled", None)
+    # The kernels as if on a GPU: the CPU runner takes the fused path (attention runs in the interpreter).
+    monkeypatch.setattr(fused_ops, "fused_enabled", lambda device: fused_ops._disabled is None)
+    monkeypatch.setattr(fused_ops, "check_device", lambda device: fused_ops.fused_enabled(device))
+    monkeypatch.setattr(fused_ops, "pick_code", broken_pick)
+    runner = _static_runner(tiny_models)
+    assert "simulated build failure" in fused_ops.disabled_reason()
+    got, _ = drive(runner, *args, frames=4)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))

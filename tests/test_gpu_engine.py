@@ -21,7 +21,7 @@ from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
 from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob, StreamStatus
-from tts_core.model import lm_step
+from tts_core.model import fused_ops, lm_step
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_config import LMConfig
 from tts_core.model.lm_loading import load_lm
@@ -84,6 +84,13 @@ def test_compile_on_by_default_and_off_by_env(full_models, monkeypatch):
     monkeypatch.setenv("TTS_NO_COMPILE", "1")
     runner = _runner(models, 2)
     assert runner.stepper.compile_mode == "off" and runner.stepper.units is lm_step.EAGER
+
+
+def test_fused_kernels_build_and_serve_on_this_gpu(full_models):
+    """The start-up warm-up built every fused kernel (nothing turned them off), and the step uses them."""
+    runner = _runner(full_models(torch.bfloat16), 2)
+    assert fused_ops.disabled_reason() is None and fused_ops.fused_enabled(CUDA)
+    assert runner.uses_graphs
 
 
 def test_compiled_step_equals_per_op_step_fp32(full_models, prompts):

@@ -32,7 +32,7 @@ import torch
 
 from ..config import SamplingParams
 from ..env import env_flag
-from ..model import lm_step
+from ..model import fused_ops, lm_step
 from .prefill_graphs import PrefillGraphs
 from .sampler import param_row
 from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm_step
@@ -180,6 +180,8 @@ class StaticStepper:
         self._target_graphs = bool(use_graphs) and dev.type == "cuda"
         self._compiled: lm_step.StepUnits | None = None
         self._compile_done = threading.Event()
+        if fused_ops.check_device(dev):
+            self.warm_kernels()
         if not defer:
             if self._target_mode != "off":
                 self._compiled = self._compile_units()
@@ -283,6 +285,21 @@ class StaticStepper:
             run_lm_step(self.lm, self.state, bucket, size, self.units)
         else:
             self._codec_step(bucket, size)
+
+    @torch.inference_mode()
+    def warm_kernels(self) -> None:
+        """Run the LM step once per length bucket with every row masked (no state changes, as in
+        `capture`), so that Triton builds each variant of the fused kernels (`model/fused_ops.py`)
+        now rather than in a listener's first chunk; kernels that cannot be built or run here are
+        turned off for the process, and the plain ops serve."""
+        self.state.step_in.zero_()
+        try:
+            for length in self.lengths_buckets:
+                run_lm_step(self.lm, self.state, self.buckets[0], length, self.units)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        except Exception as exc:  # a kernel problem must not take the engine down
+            fused_ops.disable(f"they failed to build or run here ({type(exc).__name__}: {exc})")
 
     # ---- capture ------------------------------------------------------------------------------
 

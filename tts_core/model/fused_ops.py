@@ -25,6 +25,7 @@ GPU run the kernels in Triton's interpreter (TRITON_INTERPRET=1, CPU tensors).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 
@@ -39,7 +40,13 @@ except ImportError:  # pragma: no cover - depends on the install
     triton = None
     tl = None
 
+logger = logging.getLogger(__name__)
+
 NO_FUSED_ENV = "TTS_NO_FUSED_KERNELS"
+# Triton builds for Volta (7.0) and newer NVIDIA GPUs.
+MIN_CAPABILITY = (7, 0)
+
+_disabled: str | None = None  # why the kernels were turned off for this process (see `disable`)
 
 
 def interpreted() -> bool:
@@ -48,8 +55,33 @@ def interpreted() -> bool:
 
 
 def fused_enabled(device: torch.device) -> bool:
-    """The fused kernels serve this device: CUDA with Triton present, unless TTS_NO_FUSED_KERNELS=1."""
-    return triton is not None and device.type == "cuda" and not env_flag(NO_FUSED_ENV)
+    """The fused kernels serve this device: CUDA with Triton present, unless TTS_NO_FUSED_KERNELS=1
+    or they were turned off for this process (`disable`)."""
+    return triton is not None and _disabled is None and device.type == "cuda" and not env_flag(NO_FUSED_ENV)
+
+
+def disable(reason: str) -> None:
+    """Turn the kernels off for this process: every path then runs the plain ops (same math).
+    Call before anything is compiled or captured (the choice is read while tracing)."""
+    global _disabled
+    if _disabled is None:
+        logger.warning("fused GPU kernels off: %s; the plain ops run instead", reason)
+    _disabled = reason
+
+
+def disabled_reason() -> str | None:
+    return _disabled
+
+
+def check_device(device: torch.device) -> bool:
+    """At start-up, outside any tracing: turn the kernels off on a GPU Triton cannot build for.
+    Returns whether they serve `device`."""
+    if fused_enabled(device):
+        capability = torch.cuda.get_device_capability(device)
+        if capability < MIN_CAPABILITY:
+            disable(f"compute capability {capability[0]}.{capability[1]} is below the "
+                    f"{MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} Triton needs")
+    return fused_enabled(device)
 
 
 def available() -> bool:
