@@ -14,6 +14,7 @@ from tts_core.text import (
     check_text,
     detect_language,
     is_speakable,
+    normalize,
     normalize_text,
     pause_after_chunk_s,
     split_text,
@@ -265,6 +266,20 @@ mixed_text = st.text(
     st.sampled_from([*"abc XYZ 123 中文字。，！？；;:.,!?\"'”）】」\n-—…_/@#[]{}《》→", "\u200b", "\x00"]),
     max_size=200,
 )
+
+
+# ASCII pieces, arrows, dashes, brackets and spaced punctuation included, joined.
+ascii_text = st.lists(st.one_of(st.characters(max_codepoint=127),
+                                st.sampled_from(["->", "<=>", "--", "[", "]", "{", "}", " ,", " .", "  "])),
+                      max_size=80).map("".join)
+
+
+@FUZZ
+@given(ascii_text)
+def test_ascii_fast_paths_equal_the_full_rules(text: str) -> None:
+    """ASCII text skips the CJK / full-width rules: they could not have matched."""
+    assert normalize._normalize_spaces(text) == normalize._normalize_spaces_all(text)
+    assert normalize._structural_punctuation(text) == normalize._structural_punctuation_all(text)
 
 
 @FUZZ

@@ -146,9 +146,14 @@ def _latin_then_cjk(match: re.Match[str]) -> str:
 
 
 def _normalize_spaces(text: str) -> str:
-    text = re.sub(r"\s+", " ", text)
     if text.isascii():  # no CJK, no full-width marks, no protected span: only these rules can match
+        text = re.sub(r"\s+", " ", text)
         return re.sub(" {2,}", " ", re.sub(r" +([,.;!?])", r"\1", text)).strip()
+    return _normalize_spaces_all(text)
+
+
+def _normalize_spaces_all(text: str) -> str:
+    text = re.sub(r"\s+", " ", text)
     text = re.sub(rf"({_CJK}) (?={_CJK})", r"\1", text)
     text = re.sub(rf"({_CJK}) (?=[0-9])", r"\1", text)
     text = re.sub(rf"([0-9]) (?={_CJK})", r"\1", text)
@@ -163,10 +168,16 @@ def _normalize_spaces(text: str) -> str:
 
 
 def _structural_punctuation(text: str) -> str:
+    if text.isascii():  # the CJK bracket and title-mark rules cannot match
+        text = re.sub(r"\[\s*([^\[\]]+?)\s*\]", r'"\1"', text)
+        text = re.sub(r"\{\s*([^{}]+?)\s*\}", r'"\1"', text)
+        return re.sub(r"\s*[—–―-]{2,}\s*", "。", _ARROW.sub("，", text))
+    return _structural_punctuation_all(text)
+
+
+def _structural_punctuation_all(text: str) -> str:
     text = re.sub(r"\[\s*([^\[\]]+?)\s*\]", r'"\1"', text)
     text = re.sub(r"\{\s*([^{}]+?)\s*\}", r'"\1"', text)
-    if text.isascii():  # the CJK bracket and title-mark rules cannot match
-        return re.sub(r"\s*[—–―-]{2,}\s*", "。", _ARROW.sub("，", text))
     for _ in range(3):  # innermost first, so nested CJK brackets also become quotes
         text, count = re.subn(r"[【〖『「]\s*([^【〖『「】〗』」]+?)\s*[】〗』」]", r'"\1"', text)
         if not count:
