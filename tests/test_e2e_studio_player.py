@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ import pytest
 import soundfile
 
 pytest.register_assert_rewrite("studio_helpers")
+from e2e_helpers import playwright_sync_api  # noqa: E402
 from studio_helpers import (  # noqa: E402
     axe_serious,
     low_contrast,
@@ -253,3 +255,21 @@ def test_my_voices_tab_shows_the_servers_saved_voices(browser_context, studio, d
         page.click("#generate-btn")
     assert info.value.request.post_data_json["voice"] == voice_id
     assert wait_done(frame)["state"] == "finished"
+    # Saved after the page loaded: there when the tab is opened again, without a reload.
+    later = httpx.post(studio.url + "v1/audio/voices", data={"name": "Later voice"},
+                       files={"audio_sample": ("7.wav", clip, "audio/wav")}, timeout=120)
+    assert later.status_code < 300, later.text
+    page.get_by_role("tab", name="Preset voice").click()
+    page.get_by_role("tab", name="My voices").click()
+    # The new list comes by a server event. If it lands while the dropdown is open, Gradio filters it
+    # by the text in the box (the chosen "Test voice"), so reopen the dropdown until it shows.
+    later_option = page.get_by_role("option", name=re.compile("Later voice"))
+    deadline = time.monotonic() + 60  # a hang guard, not a speed check
+    while True:
+        page.click("#saved-voice-select input")
+        try:
+            later_option.wait_for(state="visible", timeout=2_000)
+            break
+        except playwright_sync_api().TimeoutError:
+            assert time.monotonic() < deadline, "the My voices list never showed the voice saved after load"
+            page.keyboard.press("Escape")

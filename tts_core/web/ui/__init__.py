@@ -61,6 +61,7 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
                      outputs=[w.text, w.voice, w.language, w.clip], queue=False, **_HIDDEN)
     w.preset_tab.select(lambda: "preset", outputs=w.source, **_HIDDEN)
     w.saved_tab.select(lambda: "saved", outputs=w.source, **_HIDDEN)
+    w.saved_tab.select(handlers.saved_picker, inputs=w.saved_voice, outputs=w.saved_voice, **_HIDDEN)
     w.clone_tab.select(lambda: "clone", outputs=w.source, **_HIDDEN)
     w.ref_audio.change(handlers.describe_upload, inputs=w.ref_audio, outputs=w.ref_info, **_HIDDEN)
 

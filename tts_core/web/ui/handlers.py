@@ -133,6 +133,15 @@ class PageHandlers:
             return None
         return list(self.saved_voices())
 
+    def saved_picker(self, current: str | None):
+        """The "My voices" dropdown as the library is now, so a voice saved through the API after the
+        page loaded is there when the tab is opened; keeps the chosen voice while it still exists."""
+        saved = self.saved()
+        if saved is None:
+            return gr.skip()
+        kept = current if any(v["id"] == current for v in saved) else None
+        return gr.Dropdown(choices=saved_choices(saved), value=kept)
+
     def refresh(self) -> tuple:
         """Status line; on the first 'ready' also fill the voice pickers and stop polling.
 
