@@ -72,3 +72,10 @@ export class FrameParser {
 
   get pendingBytes() { return this.rest ? this.rest.length : 0; }
 }
+
+/** Mono float32 -> interleaved stereo (both channels the same). */
+export function upmix(mono) {
+  const out = new Float32Array(mono.length * 2);
+  for (let i = 0; i < mono.length; i++) { out[2 * i] = mono[i]; out[2 * i + 1] = mono[i]; }
+  return out;
+}

@@ -13,8 +13,9 @@ import { AudioOut } from './audio.js';
 import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
+import { upmix } from './framing.js';
 import { fetchSource, PushSource } from './source.js';
-import { clearRunStats, createStats } from './stats.js';
+import { clearRunStats, copyWorkletStats, createStats, updateFigures } from './stats.js';
 import * as view from './view.js';
 
 const params = new URLSearchParams(location.search);
@@ -63,13 +64,7 @@ function onWorkletMessage(m) {
 }
 
 function applyWorkletStats(run, s) {
-  Object.assign(stats, {
-    framesRendered: s.framesRendered, underruns: s.underruns, underrunFrames: s.underrunFrames,
-    bufferedFrames: s.buffered, bufferedMs: s.bufferedMs, rms: s.rms, rmsL: s.rmsL, rmsR: s.rmsR,
-    rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
-    outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
-    underrunsAt: s.underrunsAt, workletState: s.state, startBufferedFrames: s.startBufferedFrames, plan: s.plan,
-  });
+  copyWorkletStats(stats, s);
   stats.outputLatency = audio.ctx.outputLatency ?? null;
   run.result.figures.underruns = s.underruns;
   const waiting = s.state === 'prebuffering' || s.state === 'starved';
@@ -153,7 +148,7 @@ async function playItem(item, result, index, count, t0, source = null) {
         stats.bytesReceived += m.data.byteLength;
         pushFrames(run, channels === 2 ? m.data : upmix(m.data), rate);
         stats.elapsedMs = performance.now() - run.sentAt;
-        figures(result);
+        updateFigures(stats, result);
         render();
       } else if (m.type === 'event') {
         onEvent(result, m.event);
@@ -165,7 +160,7 @@ async function playItem(item, result, index, count, t0, source = null) {
     return failed(run, err);
   }
   stats.elapsedMs = performance.now() - run.sentAt;
-  figures(result);
+  updateFigures(stats, result);
   audio.post({ type: 'end' });
   if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
   const how = await run.outcome;
@@ -188,14 +183,6 @@ async function playItem(item, result, index, count, t0, source = null) {
   return true;
 }
 
-function figures(result) {
-  if (stats.audioSeconds > 0) {
-    stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
-    stats.xRealtime = 1 / stats.rtf;
-  }
-  Object.assign(result.figures, { rtf: stats.rtf, audioS: stats.audioSeconds, ttfpMs: stats.ttfpMs });
-}
-
 function onEvent(result, event) {
   if (!event || event.type !== 'speech.segment') return;
   result.segments = [...result.segments, { index: event.index, text: event.text, start: event.start, end: event.end }];
@@ -215,12 +202,6 @@ function pushFrames(run, stereo, rate, keepIt = true) {
   if (keepIt) { run.result.chunks.push(stereo.slice()); run.result.frames += frames; }   // the original is transferred
   audio.post({ type: 'pcm', data: stereo }, [stereo.buffer]);
   stats.chunksPosted += 1;
-}
-
-function upmix(mono) {
-  const out = new Float32Array(mono.length * 2);
-  for (let i = 0; i < mono.length; i++) { out[2 * i] = mono[i]; out[2 * i + 1] = mono[i]; }
-  return out;
 }
 
 function failed(run, err) {

@@ -21,3 +21,23 @@ export function clearRunStats(stats, runId, label, index, count) {
     ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
   });
 }
+
+/** The worklet's figures `s` (its 'stats' messages) onto the page's. */
+export function copyWorkletStats(stats, s) {
+  Object.assign(stats, {
+    framesRendered: s.framesRendered, underruns: s.underruns, underrunFrames: s.underrunFrames,
+    bufferedFrames: s.buffered, bufferedMs: s.bufferedMs, rms: s.rms, rmsL: s.rmsL, rmsR: s.rmsR,
+    rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
+    outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
+    underrunsAt: s.underrunsAt, workletState: s.state, startBufferedFrames: s.startBufferedFrames, plan: s.plan,
+  });
+}
+
+/** RTF and x real time so far, also kept on the run's result. */
+export function updateFigures(stats, result) {
+  if (stats.audioSeconds > 0) {
+    stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
+    stats.xRealtime = 1 / stats.rtf;
+  }
+  Object.assign(result.figures, { rtf: stats.rtf, audioS: stats.audioSeconds, ttfpMs: stats.ttfpMs });
+}
