@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 
 import torch
 
@@ -47,11 +46,6 @@ NO_FUSED_ENV = "TTS_NO_FUSED_KERNELS"
 MIN_CAPABILITY = (7, 0)
 
 _disabled: str | None = None  # why the kernels were turned off for this process (see `disable`)
-
-
-def interpreted() -> bool:
-    """Triton runs kernels in its CPU interpreter (tests without a GPU)."""
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 def fused_enabled(device: torch.device) -> bool:
@@ -238,10 +232,20 @@ def pick_code(logits: torch.Tensor, seen: torch.Tensor, uniforms: torch.Tensor, 
     return out
 
 
+def _one_query(q: torch.Tensor) -> bool:
+    """What both attention kernels need of q [B, nh, S, D]: one query per row, a power-of-two D."""
+    dim = q.shape[-1]
+    return q.shape[2] == 1 and dim & (dim - 1) == 0
+
+
+def _last_dim_contiguous(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The kernels index the last dim with stride 1 (q, k, v come as transposed views: they have it)."""
+    return tuple(t if t.stride(-1) == 1 else t.contiguous() for t in tensors)
+
+
 def local_attention_fits(q: torch.Tensor, keys: torch.Tensor) -> bool:
     """The kernel's layout needs: one query, a power-of-two head size, contiguous caches."""
-    dim = q.shape[-1]
-    return q.shape[2] == 1 and dim & (dim - 1) == 0 and keys.is_contiguous()
+    return _one_query(q) and keys.is_contiguous()
 
 
 def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -249,7 +253,7 @@ def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: tor
     """`kv_cache.attend_local` in one kernel: stores k, v [B, nh, 1, D] at position `index` [1] of
     keys/values [B, nh, P, D] and returns q's attention over positions 0..index, [B, nh, 1, D]."""
     batch, heads, _, dim = q.shape
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    q, k, v = _last_dim_contiguous(q, k, v)
     out = torch.empty(batch, heads, 1, dim, dtype=q.dtype, device=q.device)
     _local_attention_kernel[(batch * heads,)](
         q, k, v, keys, values, out, index,
@@ -266,9 +270,7 @@ DECODE_CHUNK = 64  # keys per program of the global decode attention
 def decode_attention_fits(q: torch.Tensor, keys: torch.Tensor, key_mask: torch.Tensor) -> bool:
     """The kernel's layout needs: one query per row, a power-of-two head size, contiguous key rows,
     an additive mask [B, 1, 1, length] with contiguous columns."""
-    dim = q.shape[-1]
-    return (q.shape[2] == 1 and dim & (dim - 1) == 0 and keys.stride(-1) == 1
-            and key_mask.ndim == 4 and key_mask.stride(-1) == 1)
+    return _one_query(q) and keys.stride(-1) == 1 and key_mask.ndim == 4 and key_mask.stride(-1) == 1
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
@@ -281,7 +283,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: to
     walking every key. Splitting the keys into chunks of DECODE_CHUNK fills the GPU instead.
     """
     batch, heads, _, dim = q.shape
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    q, k, v = _last_dim_contiguous(q, k, v)
     splits = triton.next_power_of_2(-(-length // DECODE_CHUNK))
     parts = batch * heads * splits
     m = torch.empty(parts, dtype=torch.float32, device=q.device)

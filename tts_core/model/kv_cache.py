@@ -161,16 +161,18 @@ class StaticDecodeAttender:
         self.write_pos = write_pos
         self.key_mask = key_mask
         self.length = cache.max_len if length is None else length
-        self.rows = torch.arange(write_pos.shape[0], device=write_pos.device)
+        self._rows: torch.Tensor | None = None  # row ids for the plain path's writes (the fused one needs none)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         batch = q.shape[0]
         keys, values = self.cache.k[layer][:batch], self.cache.v[layer][:batch]  # [B, nh, L, D] views
         if fused_ops.fused_enabled(q.device) and fused_ops.decode_attention_fits(q, keys, self.key_mask):
             return fused_ops.decode_attention(q, k, v, keys, values, self.write_pos, self.key_mask, self.length)
+        if self._rows is None:
+            self._rows = torch.arange(batch, device=self.write_pos.device)
         # Written in the full-length view: rows that do not advance write to the last (scratch) column.
-        keys[self.rows, :, self.write_pos] = k[:, :, 0]  # [B, nh, D]
-        values[self.rows, :, self.write_pos] = v[:, :, 0]
+        keys[self._rows, :, self.write_pos] = k[:, :, 0]  # [B, nh, D]
+        values[self._rows, :, self.write_pos] = v[:, :, 0]
         return F.scaled_dot_product_attention(q, keys[:, :, : self.length], values[:, :, : self.length],
                                               attn_mask=self.key_mask)
 
