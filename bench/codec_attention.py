@@ -1,7 +1,8 @@
-"""Codec streaming pass per batch size: the ring attention as the fused SDPA kernel against two GEMMs
-around a softmax (`codec_layers.ring_attention`), each pass captured as a CUDA graph and replayed.
-The rings are filled first (160 frames, 12.8 s), so every window is full as in a long stream.
-Writes a JSON record (kind "codec_attention"); `engine/graphs.py` picks per (rows, frames) from it.
+"""Codec streaming pass per batch size: the ring attention as PyTorch's fused SDPA kernel, as two GEMMs
+around a softmax (`codec_layers.ring_attention`) and as the Triton ring kernel (`model/ring_kernel.py`),
+each pass captured as a CUDA graph and replayed. The rings are filled first (160 frames, 12.8 s), so
+every window is full as in a long stream (the ring kernel's skipping of empty slots never helps here).
+Writes a JSON record (kind "codec_attention"); `engine/codec_passes.py` picks per (rows, frames) from it.
 
     python bench/codec_attention.py --json bench/results/codec-attention-h200.json   # on a GPU
 """
@@ -23,9 +24,12 @@ from tts_core.bench.machine import machine_info  # noqa: E402
 from tts_core.bench.models import build_random_models  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
 
+# Record labels per `codec_layers.ATTENTION_MODES` entry ("fused" is PyTorch's SDPA kernel).
+MODES = (("fused_ms", "sdpa"), ("gemm_ms", "gemm"), ("ring_kernel_ms", "ring_kernel"))
+
 
 @torch.inference_mode()
-def time_pass(codec, rows: int, frames: int, explicit: bool, repeats: int, device: torch.device) -> float:
+def time_pass(codec, rows: int, frames: int, attention: str, repeats: int, device: torch.device) -> float:
     """Median ms of one graphed `decode_frames_static` pass of `frames` frames over `rows` full rings."""
     state = codec.new_decode_state(rows, device)
     generator = torch.Generator(device=device).manual_seed(0)
@@ -38,11 +42,11 @@ def time_pass(codec, rows: int, frames: int, explicit: bool, repeats: int, devic
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(2):
-            codec.decode_frames_static(codes, state, active, explicit_attention=explicit)
+            codec.decode_frames_static(codes, state, active, attention=attention)
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        codec.decode_frames_static(codes, state, active, explicit_attention=explicit)
+        codec.decode_frames_static(codes, state, active, attention=attention)
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -77,8 +81,10 @@ def main() -> int:
     for rows in (int(r) for r in args.rows.split(",")):
         for frames in (int(f) for f in args.frames.split(",")):
             row = {"rows": rows, "frames": frames}
-            for label, explicit in (("fused_ms", False), ("gemm_ms", True)):
-                row[label] = round(time_pass(codec, rows, frames, explicit, args.repeats, device), 3)
+            for label, attention in MODES:
+                if attention == "ring_kernel" and args.codec_dtype != "fp32":
+                    continue  # the ring kernel is fp32 only
+                row[label] = round(time_pass(codec, rows, frames, attention, args.repeats, device), 3)
             print(row, flush=True)
             results.append(row)
         torch.cuda.empty_cache()

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from runner_helpers import drive
 
 from tts_core.config import SamplingParams
-from tts_core.engine.graphs import explicit_codec_attention
+from tts_core.engine.codec_passes import codec_attention
 from tts_core.engine.runner import Runner
 from tts_core.engine.sampler import param_row
 from tts_core.model import lm_step
@@ -33,10 +33,13 @@ def test_ring_attention_as_gemms_equals_the_fused_kernel():
     torch.testing.assert_close(ring_attention(q, keys, values, mask, explicit=True), fused, rtol=1e-5, atol=1e-6)
 
 
-def test_explicit_codec_attention_rule():
-    assert explicit_codec_attention(256, 1)  # one frame: always (faster at every batch measured)
-    assert explicit_codec_attention(16, 4) and not explicit_codec_attention(32, 4)
-    assert not explicit_codec_attention(2, 4, max_rows=0)
+def test_codec_attention_rule():
+    """The choice the H200 record supports (see engine/codec_passes.py)."""
+    assert codec_attention(256, 1, kernel=True) == codec_attention(16, 4, kernel=True) == "ring_kernel"
+    assert codec_attention(8, 4, kernel=True) == codec_attention(1, 1, kernel=True) == "gemm"
+    # Without the kernel (no Triton, or not an fp32 codec):
+    assert codec_attention(256, 1, kernel=False) == codec_attention(16, 4, kernel=False) == "gemm"
+    assert codec_attention(32, 4, kernel=False) == "sdpa"
 
 
 def test_codec_decode_with_gemm_attention_matches_fused(tiny_models):
@@ -47,7 +50,7 @@ def test_codec_decode_with_gemm_attention_matches_fused(tiny_models):
     for _ in range(3):
         codes = torch.randint(0, 1024, (2, 16, 2), generator=g)
         fused = codec.decode_frames_static(codes, states[0], active)
-        gemm = codec.decode_frames_static(codes, states[1], active, explicit_attention=True)
+        gemm = codec.decode_frames_static(codes, states[1], active, attention="gemm")
         torch.testing.assert_close(gemm, fused, rtol=1e-4, atol=1e-5)
         assert not gemm[1].any()  # the inactive row gets silence and keeps its state
 

@@ -16,7 +16,7 @@ import torch
 
 from tts_core.config import SamplingParams
 from tts_core.engine.sampler import packed_batch, param_row
-from tts_core.model import fused_ops
+from tts_core.model import fused_ops, ring_kernel
 from tts_core.model.kv_cache import KVCache, StaticDecodeAttender, attend_local
 from tts_core.model.sampling import apply_repetition_penalty, pick_codes
 
@@ -208,7 +208,7 @@ def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vector
 
 
 def test_kernels_that_fail_to_build_are_turned_off_at_start_up(tiny_models, tiny_lm_vectors, monkeypatch):
-    """A GPU where a kernel cannot be built (simulated: the pick raises) starts on the plain ops and
+    """A GPU where the kernels cannot be built (simulated: they raise) starts on the plain ops and
     serves the same codes; the reason is kept for the logs."""
     from runner_helpers import drive
 
@@ -216,15 +216,41 @@ def test_kernels_that_fail_to_build_are_turned_off_at_start_up(tiny_models, tiny
     args = ([prompt], [5], [0], SamplingParams())
     want, _ = drive(_static_runner(tiny_models), *args, frames=4)
 
-    def broken_pick(*_args):
+    def broken(*_args):
         raise RuntimeError("simulated build failure")
 
     monkeypatch.setattr(fused_ops, "_disabled", None)
-    # The kernels as if on a GPU: the CPU runner takes the fused path (attention runs in the interpreter).
+    # The kernels as if on a GPU: the CPU runner takes the fused path, where every kernel raises
+    # (whichever the step reaches first; on a GPU host, CPU tensors could not run them anyway).
     monkeypatch.setattr(fused_ops, "fused_enabled", lambda device: fused_ops._disabled is None)
     monkeypatch.setattr(fused_ops, "check_device", lambda device: fused_ops.fused_enabled(device))
-    monkeypatch.setattr(fused_ops, "pick_code", broken_pick)
+    for name in ("pick_code", "local_attention", "decode_attention"):
+        monkeypatch.setattr(fused_ops, name, broken)
+    monkeypatch.setattr(ring_kernel, "ring_attention", broken)
     runner = _static_runner(tiny_models)
     assert "simulated build failure" in fused_ops.disabled_reason()
     got, _ = drive(runner, *args, frames=4)
     assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+def test_a_ring_kernel_that_fails_at_start_up_turns_the_kernels_off(tiny_models, monkeypatch):
+    """The warm-up runs a codec pass of each size too: a codec ring kernel that cannot be built is
+    found there, before any listener's chunk, and the plain attention serves instead."""
+    from tts_core.engine import graphs
+
+    def broken(*_args):
+        raise RuntimeError("simulated ring kernel failure")
+
+    monkeypatch.setattr(fused_ops, "_disabled", None)
+    monkeypatch.setattr(fused_ops, "fused_enabled", lambda device: fused_ops._disabled is None)
+    monkeypatch.setattr(fused_ops, "check_device", lambda device: fused_ops.fused_enabled(device))
+    monkeypatch.setattr(ring_kernel, "ring_attention", broken)
+    # The tiny runner's buckets are below the kernel's rows: ask for it at every size. (The LM part of
+    # the warm-up is skipped: the test above covers it, and interpreted it would take minutes.)
+    monkeypatch.setattr(graphs, "codec_attention", lambda rows, frames, kernel: "ring_kernel" if kernel else "gemm")
+    monkeypatch.setattr(graphs, "run_lm_step", lambda *_args: None)
+    runner = _static_runner(tiny_models)
+    assert "simulated ring kernel failure" in fused_ops.disabled_reason()
+    runner.begin_stream(0, SamplingParams(), 0)
+    pcm = runner.decode([0], np.zeros((1, 2, 16), np.int64))  # served by the plain attention
+    assert len(pcm) == 1 and pcm[0].shape == (2, 2 * 3840)

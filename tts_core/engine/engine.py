@@ -300,7 +300,7 @@ class Engine:
                 self._pipeline.submit(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
 
     def _decode_group(self, lives: list[_Live], codes: np.ndarray, last: list[bool]) -> None:
-        pcm = self.runner.decode([live.slot for live in lives], codes)  # [B, 2, n*3840]
+        pcm = self.runner.decode([live.slot for live in lives], codes)  # per stream [2, n*3840]
         for i, live in enumerate(lives):
             self._emit(live, pcm[i], codes[i], is_last=last[i])
 

@@ -4,8 +4,8 @@ A step for bucket B works on rows 0..B-1 of the runner's state (KV cache, hidden
 rings, sampling tables): a batch is padded to the smallest bucket that holds its highest slot, and
 the rows it does not step are masked (they keep their state; the runner gives its state spare rows
 so every bucket fits). All per-step host data goes in through one small copy into a static input
-buffer, and comes back through one copy out of a static output buffer, so the captured work never
-sees a host value:
+buffer and comes back through one copy out of a static output buffer (audio through a pinned one,
+`host_copy.py`), so the captured work never sees a host value:
 
 - LM step (`static_step.run_lm_step`): the model's own per-frame step, its units torch.compile'd
   on CUDA; the global decode attends over the smallest length bucket (a power of two) holding
@@ -17,9 +17,8 @@ Start-up: with `defer=True` the stepper starts on the plain (eager, uncompiled) 
 engine thread calls `upgrade` between steps to switch over and capture the graphs (seconds, once).
 
 Per-stream uniforms are drawn on the host from each stream's own generator, so codes never depend
-on which streams share the batch. With graphs off (`enforce_eager`, TTS_NO_CUDA_GRAPH=1, or a CPU
-device) the very same functions run eagerly. This module only captures and replays: the math is
-the model's.
+on which streams share the batch. With graphs off (`enforce_eager`, TTS_NO_CUDA_GRAPH=1, a CPU) the
+same functions run eagerly. This module only captures and replays: the math is the model's.
 """
 
 from __future__ import annotations
@@ -33,6 +32,8 @@ import torch
 from ..config import SamplingParams
 from ..env import env_flag
 from ..model import fused_ops, lm_step
+from .codec_passes import CODEC_PASS_FRAMES, codec_attention, split_passes
+from .host_copy import HostPcm
 from .prefill_graphs import PrefillGraphs
 from .sampler import param_row
 from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm_step
@@ -41,18 +42,7 @@ logger = logging.getLogger(__name__)
 
 NO_GRAPH_ENV = "TTS_NO_CUDA_GRAPH"
 NO_COMPILE_ENV = "TTS_NO_COMPILE"
-CODEC_PASS_FRAMES = (1, 2, 4)  # codec graphs per bucket: frames decoded by one pass (one replay)
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
-# Codec passes of one frame, and passes of any length for buckets up to this many rows, run the
-# ring attention as GEMMs instead of the fused kernel (`codec_layers.ring_attention`). Measured on an
-# H200 (bench/results/codec-attention-h200.json): 1-frame passes gain at every batch size (1 row:
-# 3.3 -> 2.2 ms; 256 rows: 13.9 -> 10.8 ms), 4-frame passes up to 16 rows and lose from 32 on.
-EXPLICIT_CODEC_ATTENTION_ROWS = 16
-
-
-def explicit_codec_attention(rows: int, frames: int, max_rows: int = EXPLICIT_CODEC_ATTENTION_ROWS) -> bool:
-    """Whether a codec pass of `frames` frames over `rows` rows runs the ring attention as GEMMs."""
-    return frames == 1 or rows <= max_rows
 
 
 def bucket_sizes(num_slots: int) -> list[int]:
@@ -92,17 +82,6 @@ def compile_mode(device: torch.device, requested: str | None = None) -> str:
             raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
         return requested
     return "inductor" if device.type == "cuda" and not env_flag(NO_COMPILE_ENV) else "off"
-
-
-def split_passes(num_frames: int, sizes: list[int]) -> list[int]:
-    """Frames per codec pass for `num_frames` frames, largest passes first (e.g. 7 -> [4, 2, 1])."""
-    passes = []
-    for size in sorted(sizes, reverse=True):
-        while num_frames >= size:
-            passes.append(size)
-            num_frames -= size
-    assert num_frames == 0, f"pass sizes {sizes} must include 1"
-    return passes
 
 
 def padded_step_input(slots: list[int], uniforms: np.ndarray, has_room: np.ndarray, bucket: int) -> np.ndarray:
@@ -162,6 +141,7 @@ class StaticStepper:
         self.codec_in = torch.zeros(rows, most * self.n_vq + 1, dtype=torch.long, device=dev)
         self.samples_per_frame = codec.config.downsample_rate
         self.pcm_out = torch.zeros(rows, 2, most * self.samples_per_frame, device=dev)
+        self._host_pcm = HostPcm()
         pin = dev.type == "cuda"
         self.host_step_in = torch.zeros(rows, 1 + self.n_vq + 1, pin_memory=pin)
         self.host_codec_in = torch.zeros(MAX_PASSES_PER_COPY, rows, most * self.n_vq + 1, dtype=torch.long,
@@ -273,8 +253,9 @@ class StaticStepper:
         codec_in = self.codec_in[:b]
         codes = codec_in[:, : n * self.n_vq].view(b, n, self.n_vq).transpose(1, 2)  # [B, K, n]
         state = self.codec_state if b == self.codec_state.batch_size else self.codec_state.narrow(0, b)
+        kernel = fused_ops.fused_enabled(self.device) and self.codec.compute_dtype == torch.float32
         pcm = self.codec.decode_frames_static(codes, state, codec_in[:, -1] > 0,
-                                              explicit_codec_attention(b, n))  # [B, 2, 3840 n]
+                                              codec_attention(b, n, kernel))  # [B, 2, 3840 n]
         self.pcm_out[:b, :, : n * self.samples_per_frame].copy_(pcm)
 
     def _run(self, kind: str, bucket: int, size: int) -> None:
@@ -288,14 +269,18 @@ class StaticStepper:
 
     @torch.inference_mode()
     def warm_kernels(self) -> None:
-        """Run the LM step once per length bucket with every row masked (no state changes, as in
-        `capture`), so that Triton builds each variant of the fused kernels (`model/fused_ops.py`)
-        now rather than in a listener's first chunk; kernels that cannot be built or run here are
-        turned off for the process, and the plain ops serve."""
+        """Run the LM step once per length bucket, and a codec pass of each size over the largest
+        bucket, with every row masked (no state changes, as in `capture`), so that Triton builds each
+        variant of the fused kernels (`model/fused_ops.py`, `model/ring_kernel.py`) now rather than in
+        a listener's first chunk; kernels that cannot be built or run here are turned off for the
+        process, and the plain ops serve."""
         self.state.step_in.zero_()
+        self.codec_in.zero_()
         try:
             for length in self.lengths_buckets:
                 run_lm_step(self.lm, self.state, self.buckets[0], length, self.units)
+            for frames in self.pass_frames:
+                self._codec_step(self.buckets[-1], frames)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         except Exception as exc:  # a kernel problem must not take the engine down
@@ -370,9 +355,9 @@ class StaticStepper:
         return self.state.step_out[:bucket].cpu().numpy()
 
     @torch.inference_mode()
-    def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> np.ndarray:
-        """Decode codes [B, m, K] of `slots` (rows of this bucket) -> pcm [B, 2, 3840 m], in passes of
-        `split_passes(m)` frames (one replay each; rows not in `slots` are masked)."""
+    def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> list[np.ndarray]:
+        """Decode codes [B, m, K] of `slots` (rows of this bucket) -> B pcm arrays [2, 3840 m], in passes
+        of `split_passes(m)` frames (one replay each; rows not in `slots` are masked)."""
         index = torch.as_tensor(slots, dtype=torch.long)
         device_index = index.to(self.device)
         codes_t = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))  # [B, m, K]
@@ -395,6 +380,6 @@ class StaticStepper:
                 self._run("codec", bucket, frames)
                 pcm = self.pcm_out[:bucket, :, : frames * self.samples_per_frame]
                 outputs.append(pcm.index_select(0, device_index))
-            pieces.append(torch.cat(outputs, dim=-1).cpu())  # one sync per group of passes
+            pieces.append(torch.cat(outputs, dim=-1))
             start = offset
-        return torch.cat(pieces, dim=-1).numpy()
+        return self._host_pcm.fetch(torch.cat(pieces, dim=-1))

@@ -19,6 +19,7 @@ import torch
 
 from ..config import SamplingParams
 from .graphs import StaticStepper, bucket_sizes, graphs_enabled, padded_step_input, pick_bucket
+from .host_copy import HostPcm
 from .prefill import BatchPrefiller
 from .prefix_cache import PrefixCache, prefix_key
 from .sampler import StreamSampler, batch_for_frame
@@ -81,6 +82,7 @@ class Runner:
         # short beside the LM steps it overlaps.
         self._codec_stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._codec_state_event: torch.cuda.Event | None = None
+        self._host_pcm = HostPcm()  # the eager path's audio to the host (the static path has its own)
         self._codec_resets: set[int] = set()  # static path: rows to clear in one batch before the next step
         self.lengths = [0] * num_slots  # rows in each slot's KV cache (host mirror)
         self.samplers: list[StreamSampler | None] = [None] * num_slots
@@ -281,8 +283,9 @@ class Runner:
         return is_continue, out[:, 1:].astype(np.int64)
 
     @torch.inference_mode()
-    def decode(self, slots: Sequence[int], codes: np.ndarray) -> np.ndarray:
-        """Streaming codec decode of n new frames per slot: codes [B, n, 16] -> pcm float32 [B, 2, 3840n].
+    def decode(self, slots: Sequence[int], codes: np.ndarray) -> list[np.ndarray]:
+        """Streaming codec decode of n new frames per slot: codes [B, n, 16] -> one pcm float32 array
+        [2, 3840n] per slot (on CUDA each its own memory, see `host_copy.HostPcm`).
 
         Static path: passes of 4/2/1 frames over the bucket's rows (one graph replay each), slots not
         decoding masked. Eager path: the smallest contiguous band of slots that holds them (a view of the state, so no
@@ -296,7 +299,7 @@ class Runner:
             return self._decode_eager(slots, codes)
 
     @torch.inference_mode()
-    def _decode_eager(self, slots: Sequence[int], codes: np.ndarray) -> np.ndarray:
+    def _decode_eager(self, slots: Sequence[int], codes: np.ndarray) -> list[np.ndarray]:
         order = sorted(slots)
         low, high = order[0], order[-1] + 1
         num_frames = codes.shape[1]
@@ -310,5 +313,5 @@ class Runner:
         full = (low, high) == (0, self.codec_state.batch_size)
         band = self.codec_state if full else self.codec_state.narrow(low, high)
         pcm = self.codec.decode_step(band_codes, band, active)  # [band, 2, 3840n]
-        return pcm[index].float().cpu().numpy()
+        return self._host_pcm.fetch(pcm[index])
 

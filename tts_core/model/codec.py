@@ -302,11 +302,11 @@ class MossAudioCodec(nn.Module):
 
     @torch.inference_mode()
     def decode_frames_static(
-        self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor, explicit_attention: bool = False
+        self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor, attention: str = "sdpa"
     ) -> torch.Tensor:
         """One `decode_step` pass with no host syncs or checks (CUDA-graph capture): codes [B, 16, n]
         long with n <= state.max_frames_per_pass, active [B] bool, both on the device -> [B, 2, 3840 n].
-        `explicit_attention`: the ring attention as GEMMs (`codec_layers.ring_attention`).
+        `attention`: how the ring attention runs, one of `codec_layers.ATTENTION_MODES`.
 
         Inactive rows keep their state and get zeros. Codes of active rows must be valid (they are
         not range-checked here).
@@ -322,7 +322,7 @@ class MossAudioCodec(nn.Module):
                 if isinstance(stage, Patch):
                     h = unpatchify(h, stage.patch_size)
                 else:
-                    h = stage.step(h, next(caches), active, explicit_attention=explicit_attention)
+                    h = stage.step(h, next(caches), active, attention=attention)
         audio = self._deinterleave(h)  # [B, 2, 3840 n]
         return torch.where(active[:, None, None], audio, torch.zeros((), device=audio.device))
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import ring_kernel
 from .codec_config import TransformerSpec
 
 # Offline attention runs over blocks of queries, each against keys [q0 - W + 1, q1) only: memory stays
@@ -21,6 +22,12 @@ from .codec_config import TransformerSpec
 # result equals the reference's full N x N mask up to rounding. 256 wastes the least work on masked keys
 # (measured on CPU: 10 s offline decode 1.17 s vs 1.43 s with 1024).
 QUERY_BLOCK = 256
+
+
+# How a streaming pass computes its ring attention: PyTorch's fused SDPA kernel under an additive mask,
+# two GEMMs around a softmax under the same mask, or the Triton kernel of `ring_kernel.py` (fp32 on
+# CUDA), which reads visibility from the ring's positions and needs no mask.
+ATTENTION_MODES = ("sdpa", "gemm", "ring_kernel")
 
 
 def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
@@ -154,17 +161,21 @@ class TransformerLayer(nn.Module):
         cache_k: torch.Tensor,
         cache_v: torch.Tensor,
         write: _RingWrite,
-        mask: torch.Tensor,
+        visible: torch.Tensor | RingPositions,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        explicit_attention: bool = False,
+        attention: str = "sdpa",
     ) -> torch.Tensor:
-        """`mask` [B, 1, n, K] covers the first K ring slots (K <= capacity: see `step`'s trim)."""
+        """`visible`: for "sdpa"/"gemm" an additive mask [B, 1, n, K] over the first K ring slots
+        (K <= capacity: see `step`'s trim); for "ring_kernel" the positions it is computed from."""
         q, k, v = self.self_attn.qkv(self.norm1(h), cos, sin)
         write.store(cache_k, k)
         write.store(cache_v, v)
-        keys = mask.shape[-1]
-        attn = ring_attention(q, cache_k[:, :, :keys], cache_v[:, :, :keys], mask, explicit_attention)
+        if isinstance(visible, RingPositions):
+            attn = ring_kernel.ring_attention(q, cache_k, cache_v, visible.keys, visible.queries, visible.window)
+        else:
+            keys = visible.shape[-1]
+            attn = ring_attention(q, cache_k[:, :, :keys], cache_v[:, :, :keys], visible, attention == "gemm")
         return self._finish(h, attn)
 
 
@@ -172,6 +183,15 @@ class Transformer(nn.Module):
     def __init__(self, spec: TransformerSpec):
         super().__init__()
         self.layers = nn.ModuleList(TransformerLayer(spec) for _ in range(spec.num_layers))
+
+
+@dataclass(frozen=True, slots=True)
+class RingPositions:
+    """What `ring_kernel.ring_attention` computes visibility from, shared by a stage's layers."""
+
+    keys: torch.Tensor  # [B, capacity] long: position held by each ring slot (-1: empty)
+    queries: torch.Tensor  # [B, n] long: positions of this step's new tokens
+    window: int
 
 
 @dataclass(slots=True)
@@ -264,13 +284,15 @@ class ProjectedTransformer(nn.Module):
         return self.output_proj(h)
 
     def step(self, x: torch.Tensor, cache: StageCache, active: torch.Tensor | None,
-             trim: bool = False, explicit_attention: bool = False) -> torch.Tensor:
+             trim: bool = False, attention: str = "sdpa") -> torch.Tensor:
         """Streaming pass over n new tokens x [B, n, C_in] per row, at each row's own offset.
 
         `trim` (host-synchronising; for the CPU path): attend over the ring slots filled so far
         instead of all of them. Until a ring wraps, row r has filled slots [0, offset_r + n), and
         the empty ones are masked anyway, so early in a stream (most of a short utterance) the
         attention costs what was said so far rather than the whole window.
+        `attention`: one of ATTENTION_MODES; "ring_kernel" falls back to "sdpa" where the kernel
+        does not fit (not fp32, or no Triton).
         """
         batch, n, _ = x.shape
         if n > cache.capacity - cache.window + 1:
@@ -282,20 +304,28 @@ class ProjectedTransformer(nn.Module):
         if active is not None:  # rows that do not advance write back what their slots already hold
             stored = torch.where(active[:, None], positions, cache.positions.gather(1, slots))
         cache.positions.scatter_(1, slots, stored)
-        keys = cache.capacity
-        if trim:
-            keys = min(keys, int(cache.offsets.max()) + n)
-        held = cache.positions[:, :keys]
-        delta = positions[:, :, None] - held[:, None, :]  # [B, n, keys]
-        allowed = (held[:, None, :] >= 0) & (delta >= 0) & (delta < cache.window)
-        # Additive float mask built once per stage: SDPA would otherwise convert a bool mask per layer.
-        mask = torch.zeros(allowed.shape, device=x.device).masked_fill_(~allowed, float("-inf"))
-        mask = mask.unsqueeze(1)  # [B, 1, n, keys]
+        if attention == "ring_kernel" and ring_kernel.ring_attention_fits(cache.keys[0], cache.values[0]):
+            visible = RingPositions(cache.positions, positions, cache.window)
+        else:
+            visible = self._ring_mask(cache, positions, trim)
         cos, sin = rope_tables(positions, spec.head_dim, spec.max_period)  # [B, 1, n, D/2]
         index = slots[:, None, :, None].expand(batch, spec.num_heads, n, spec.head_dim)
         write = _RingWrite(index, None if active is None else active[:, None, None, None])
         h = self.input_proj(x)
         for layer, cache_k, cache_v in zip(self.transformer.layers, cache.keys, cache.values):
-            h = layer.forward_step(h, cache_k, cache_v, write, mask, cos, sin, explicit_attention)
+            h = layer.forward_step(h, cache_k, cache_v, write, visible, cos, sin, attention)
         cache.offsets += n if active is None else n * active.long()
         return self.output_proj(h)
+
+    @staticmethod
+    def _ring_mask(cache: StageCache, positions: torch.Tensor, trim: bool) -> torch.Tensor:
+        """Additive mask [B, 1, n, keys] of which ring slots each new token sees (built once per
+        stage: SDPA would otherwise convert a bool mask per layer)."""
+        keys = cache.capacity
+        if trim:
+            keys = min(keys, int(cache.offsets.max()) + positions.shape[1])
+        held = cache.positions[:, :keys]
+        delta = positions[:, :, None] - held[:, None, :]  # [B, n, keys]
+        allowed = (held[:, None, :] >= 0) & (delta >= 0) & (delta < cache.window)
+        mask = torch.zeros(allowed.shape, device=positions.device).masked_fill_(~allowed, float("-inf"))
+        return mask.unsqueeze(1)
