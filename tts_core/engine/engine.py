@@ -14,7 +14,6 @@ import threading
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from ..config import EngineConfig
 from ..devices import available_cpus
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, AudioChunk, Timings
+from .live import LiveStream
 from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
 from .runner import Runner
@@ -40,30 +40,6 @@ QUIET_S = 1.0
 MAX_DEFER_S = 300.0
 
 
-@dataclass(slots=True)
-class _Live:
-    """Engine-side state of one running stream."""
-
-    handle: StreamHandle
-    slot: int
-    segment_index: int = 0
-    frames_in_segment: int = 0
-    segment_done: bool = False
-    pending: list[np.ndarray] = field(default_factory=list)
-    seq: int = 0
-    emitted_samples: int = 0
-    handed_samples: int = 0  # audio given to the codec or emitted (ahead of `emitted_samples` when pipelined)
-    first_audio_at: float | None = None
-
-    @property
-    def job(self) -> StreamJob:
-        return self.handle.job
-
-    @property
-    def is_final_segment(self) -> bool:
-        return self.segment_index == len(self.job.segments) - 1
-
-
 class Engine:
     """Continuous-batching engine around a `Runner`.
 
@@ -79,8 +55,9 @@ class Engine:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._handles: dict[str, StreamHandle] = {}
-        self._live: dict[str, _Live] = {}
+        self._live: dict[str, LiveStream] = {}
         self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
+        self._cancels: set[str] = set()  # request ids cancelled since the last iteration
         self._stopping = False
         pipelined = config.pipeline_codec
         if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
@@ -119,6 +96,7 @@ class Engine:
     def cancel(self, handle: StreamHandle) -> None:
         handle.cancelled.set()
         with self._wake:
+            self._cancels.add(handle.job.request_id)
             self._wake.notify()
 
     def stats(self) -> dict:
@@ -154,7 +132,8 @@ class Engine:
             with self._wake:
                 while not self._stopping and not self._has_work():
                     self._wake.wait(timeout=0.5)  # also polls for a compiled step becoming ready
-                    self._drop_cancelled_waiting()
+                    if self._cancels and not self._live:  # (with streams running, `_iterate` does it)
+                        self._take_cancels()
                 if self._stopping:
                     break
                 idle = not self._live and not self._scheduler.num_waiting
@@ -212,25 +191,34 @@ class Engine:
             return
         logger.info("engine now runs the %s step%s", self.runner.step_kind, "" if self._live else " (idle)")
 
-    def _drop_cancelled_waiting(self) -> None:
-        for request_id, handle in list(self._handles.items()):
-            if handle.cancelled.is_set() and request_id not in self._live:
-                self._scheduler.finish(request_id, cancelled=True)
-                self._handles.pop(request_id, None)
-                handle.status = StreamStatus.CANCELLED
-                handle.outbox.put(_END)
+    def _take_cancels(self) -> list[LiveStream]:
+        """(Lock held.) End the cancelled streams still waiting; return the running ones, which the
+        caller retires. Only the cancelled ids are visited, not every stream."""
+        running = []
+        for request_id in self._cancels:
+            live = self._live.get(request_id)
+            if live is not None:
+                running.append(live)
+                continue
+            handle = self._handles.pop(request_id, None)
+            if handle is None:  # it had finished already
+                continue
+            self._scheduler.finish(request_id, cancelled=True)
+            handle.status = StreamStatus.CANCELLED
+            handle.outbox.put(_END)
+        self._cancels.clear()
+        return running
 
     def _iterate(self) -> None:
         self._last_busy = time.monotonic()
         with self._lock:
-            self._drop_cancelled_waiting()
-            cancelled = [live for live in self._live.values() if live.handle.cancelled.is_set()]
+            cancelled = self._take_cancels()
             admitted = self._scheduler.admit()
         for live in cancelled:
             self._retire(live, StreamStatus.CANCELLED)
         for request_id, slot in admitted:
             handle = self._handles[request_id]
-            live = _Live(handle=handle, slot=slot)
+            live = LiveStream(handle=handle, slot=slot)
             handle.status = StreamStatus.RUNNING
             self._live[request_id] = live
             try:
@@ -248,7 +236,7 @@ class Engine:
         if self._pipeline is not None:
             self._pipeline.drain()
 
-    def _start_segment(self, live: _Live) -> None:
+    def _start_segment(self, live: LiveStream) -> None:
         self._sync()  # the segment resets (or primes) the slot's codec state
         segment = live.job.segments[live.segment_index]
         self.runner.start_segment(live.slot, segment.rows, segment.prime_codes, segment.prefix_rows)
@@ -265,33 +253,32 @@ class Engine:
             if not is_continue[i]:
                 live.segment_done = True
                 continue
-            live.pending.append(codes[i])
+            live.add_frame(codes[i])
             live.frames_in_segment += 1
             if live.frames_in_segment >= segment.max_frames or self.runner.context_left(live.slot) <= 0:
                 live.segment_done = True
 
     def _decode_and_publish(self) -> None:
         now = time.monotonic()
-        groups: dict[int, list[_Live]] = defaultdict(list)
+        groups: dict[int, list[LiveStream]] = defaultdict(list)
         for live in self._live.values():
-            if not live.pending:
+            if not live.num_pending:
                 continue
             if live.segment_done:
-                count = len(live.pending)  # flush the tail of the segment
+                count = live.num_pending  # flush the tail of the segment
             else:
                 lead = playback_lead_s(live.handed_samples / SAMPLE_RATE_HZ, live.first_audio_at, now)
                 budget = frame_budget(lead)
-                if len(live.pending) < budget:
+                if live.num_pending < budget:
                     continue
                 count = budget
             groups[count].append(live)
         for count, lives in groups.items():
-            codes = np.stack([np.stack(live.pending[:count]) for live in lives])  # [B, n, 16]
+            codes = np.stack([live.take_frames(count) for live in lives])  # [B, n, 16]
             last = []
             for live in lives:
-                del live.pending[:count]
                 live.handed_samples += count * SAMPLES_PER_FRAME
-                last.append(live.segment_done and not live.pending and live.is_final_segment)
+                last.append(live.segment_done and not live.num_pending and live.is_final_segment)
             first = self._first_chunk_alone and any(live.first_audio_at is None for live in lives)
             if self._pipeline is None or any(last) or first:
                 self._sync()  # a stream's last chunk retires it here, after its earlier chunks
@@ -299,14 +286,14 @@ class Engine:
             else:
                 self._pipeline.submit(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
 
-    def _decode_group(self, lives: list[_Live], codes: np.ndarray, last: list[bool]) -> None:
+    def _decode_group(self, lives: list[LiveStream], codes: np.ndarray, last: list[bool]) -> None:
         pcm = self.runner.decode([live.slot for live in lives], codes)  # per stream [2, n*3840]
         for i, live in enumerate(lives):
             self._emit(live, pcm[i], codes[i], is_last=last[i])
 
     def _advance_segments(self) -> None:
         for live in list(self._live.values()):
-            if not live.segment_done or live.pending:
+            if not live.segment_done or live.num_pending:
                 continue
             self._sync()  # what follows is emitted after the segment's last decoded chunk
             if live.is_final_segment:
@@ -325,7 +312,7 @@ class Engine:
                 logger.exception("could not start segment %d of %s", live.segment_index, live.job.request_id)
                 self._fail(live, exc)
 
-    def _emit(self, live: _Live, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool,
+    def _emit(self, live: LiveStream, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool,
               is_pause: bool = False) -> None:
         now = time.monotonic()
         if live.first_audio_at is None and pcm.shape[1] > 0:
@@ -341,13 +328,13 @@ class Engine:
         chunk = AudioChunk(seq=live.seq, pcm=pcm, codes=codes, is_last=is_last, timings=timings,
                            is_pause=is_pause, notice=live.job.notice if live.seq == 0 else None,
                            request_id=live.job.request_id, segment=live.segment_index,
-                           segment_text=segment.text, estimated_audio_s=live.job.estimated_audio_s)
+                           segment_text=segment.text, estimated_audio_s=live.estimated_audio_s)
         live.seq += 1
         live.handle.outbox.put(chunk)
         if is_last:
             self._retire(live, StreamStatus.FINISHED)
 
-    def _retire(self, live: _Live, status: StreamStatus) -> None:
+    def _retire(self, live: LiveStream, status: StreamStatus) -> None:
         request_id = live.job.request_id
         if self._live.pop(request_id, None) is None:
             return
@@ -367,7 +354,7 @@ class Engine:
         except Exception:  # the iteration that submitted it fails its streams; here we only wait
             logger.exception("pipelined codec work failed")
 
-    def _fail(self, live: _Live, exc: BaseException) -> None:
+    def _fail(self, live: LiveStream, exc: BaseException) -> None:
         self._drain_quietly()  # chunks decoded before the failure go out first
         live.handle.outbox.put(exc)
         self._retire(live, StreamStatus.FAILED)
