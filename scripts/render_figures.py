@@ -80,18 +80,30 @@ def engine_title(record: dict) -> str:
     title = f"`--quantize {quantize}`" if quantize else f"{setup['lm_dtype']} LM, {setup['codec_dtype']} codec"
     if setup.get("voice", "").startswith("cold"):
         title += ", a new voice for every request (`--cold-voice`)"
-    if setup.get("fused_kernels") is False and setup["device"].startswith("cuda"):
-        title += ", fused kernels off (`TTS_NO_FUSED_KERNELS=1`)"
+    for key, (name, env) in SWITCHES.items():
+        if setup.get(key) is False and setup["device"].startswith("cuda"):
+            title += f", {name} off (`{env}=1`)"
     return title
 
 
-def fused_comparison(chosen: list[tuple[str, dict]]) -> str:
-    """Fused kernels on against off (TTS_NO_FUSED_KERNELS=1), per concurrency level both records ran."""
-    def first(fused: bool):
-        return next(((s, r) for s, r in chosen if r["setup"].get("fused_kernels") is fused
-                     and not r["setup"].get("quantize") and not r["setup"].get("voice", "").startswith("cold")), None)
+# GPU engine features a bench can run without (record setup key -> name, environment switch): a
+# record with one off is shown beside the main one as "off -> on".
+SWITCHES = {"fused_kernels": ("fused kernels", "TTS_NO_FUSED_KERNELS"),
+            "step_ahead": ("step-ahead", "TTS_NO_STEP_AHEAD")}
 
-    on, off = first(True), first(False)
+
+def _is_main(setup: dict) -> bool:
+    return (not setup.get("quantize") and not setup.get("voice", "").startswith("cold")
+            and all(setup.get(key) is not False for key in SWITCHES))
+
+
+def switch_comparison(chosen: list[tuple[str, dict]], key: str) -> str:
+    """A feature on against off (its environment switch), per concurrency level both records ran:
+    the main record against the one with only that feature off."""
+    name, _ = SWITCHES[key]
+    on = next(((s, r) for s, r in chosen if r["setup"].get(key) is True and _is_main(r["setup"])), None)
+    off = next(((s, r) for s, r in chosen if r["setup"].get(key) is False
+                and _is_main({**r["setup"], key: True})), None)
     if on is None or off is None:
         return ""
     rows_on, rows_off = (next(iter(r["modes"].values())) for _, r in (on, off))
@@ -104,8 +116,8 @@ def fused_comparison(chosen: list[tuple[str, dict]]) -> str:
     comp_on, comp_off = (next(iter(r.get("components", {}).values()), None) for _, r in (on, off))
     if comp_on and comp_off:
         parts.insert(0, f"LM frame (batch 1) {_ms(comp_off['lm_frame_ms'])} → {_ms(comp_on['lm_frame_ms'])} ms")
-    return (f"\nFused kernels off → on (`{off[0]}` → `{on[0]}`, run back to back on one machine): "
-            + "; ".join(parts) + ".\n")
+    return (f"\n{name[0].upper() + name[1:]} off → on (`{off[0]}` → `{on[0]}`, run back to back on one "
+            "machine): " + "; ".join(parts) + ".\n")
 
 
 def render_engine(source: str, record: dict) -> str:
@@ -154,7 +166,7 @@ def _engine_order(item: tuple[str, dict]) -> tuple:
     levels = len(next(iter(record["modes"].values()), []))
     # The full sweep of concurrency levels first, then single-level records (other setups).
     return (bool(setup.get("quantize")), setup.get("voice", "").startswith("cold"),
-            setup.get("fused_kernels") is False, -levels, source)
+            [setup.get(key) is False for key in SWITCHES], -levels, source)
 
 
 def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
@@ -166,7 +178,7 @@ def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
                     f"`{GPU_COMMAND}`, then `python scripts/render_figures.py`.")
         return "CPU figures pending: no CPU benchmark record in `bench/results/` yet."
     tables = "\n".join(render_engine(s, r) for s, r in sorted(chosen, key=_engine_order))
-    return (tables + fused_comparison(chosen)).rstrip("\n")
+    return (tables + "".join(switch_comparison(chosen, key) for key in SWITCHES)).rstrip("\n")
 
 
 # ---- Spaces hardware -----------------------------------------------------------------------------

@@ -235,6 +235,28 @@ def test_codec_on_its_own_stream_changes_nothing(full_models, prompts):
         np.testing.assert_array_equal(got, want)
 
 
+def test_step_ahead_changes_no_codes_under_graphs(full_models, prompts, monkeypatch):
+    """Graphed engines with and without step-ahead (a step launched before the one before is read):
+    streams of two segments with caps of different lengths give the same codes. Batch-invariant
+    runners, so the arrival timing (which differs between the two) cannot change a stream's codes."""
+    models = full_models(torch.bfloat16)
+
+    def jobs():
+        return [StreamJob(request_id=f"ahead-{i}-{time.monotonic_ns()}", sampling=SamplingParams(), seed=400 + i,
+                          submitted_at=time.monotonic(),
+                          segments=(Segment(rows=prompts[i], max_frames=9 + 5 * i, pause_after_s=0.05),
+                                    Segment(rows=prompts[i + 3], max_frames=12)))
+                for i in range(3)]
+
+    ahead, runner = _engine_run(models, jobs(), runner={"batch_invariant": True})
+    assert runner.stepper.use_graphs
+    monkeypatch.setenv("TTS_NO_STEP_AHEAD", "1")
+    synchronous, _ = _engine_run(models, jobs(), runner={"batch_invariant": True})
+    for i, (got, want) in enumerate(zip(ahead, synchronous)):
+        assert len(got) == 9 + 5 * i + 12
+        np.testing.assert_array_equal(got, want)
+
+
 def test_deferred_compile_switches_to_graphs_without_changing_codes(full_models, prompts):
     models = full_models(torch.float32)
     runner = _runner(models, 4, defer=True)

@@ -15,16 +15,10 @@ import torch
 from runner_helpers import drive
 
 from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.buckets import bucket_sizes, length_buckets, padded_step_input, pick_bucket
 from tts_core.engine.codec_passes import split_passes
 from tts_core.engine.engine import Engine
-from tts_core.engine.graphs import (
-    NO_GRAPH_ENV,
-    bucket_sizes,
-    graphs_enabled,
-    length_buckets,
-    padded_step_input,
-    pick_bucket,
-)
+from tts_core.engine.graphs import NO_GRAPH_ENV, graphs_enabled
 from tts_core.engine.pool import EnginePool, engine_load, route_order
 from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob

@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 
 from ..config import SamplingParams
+from ..engine.stepping import NO_STEP_AHEAD_ENV
+from ..env import env_flag
 from ..fidelity import compare_models
 from ..model.fused_ops import fused_enabled
 from ..model.quant import quantize_codec, quantize_lm
@@ -162,6 +164,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  "quantize": args.quantize, "prompt_rows": args.prompt_rows, "frames": frames,
                  "repeats": args.repeats, "sampling": "greedy" if args.greedy else "default",
                  "context_rows": context_rows, "fused_kernels": fused_enabled(device),
+                 "step_ahead": is_cuda and not env_flag(NO_STEP_AHEAD_ENV),
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
         record["modes"] = {}

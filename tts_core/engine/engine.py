@@ -4,7 +4,8 @@ Each running stream gets one frame per iteration (a batched LM step over all run
 its frames are decoded by the codec in chunks whose size follows `pacing.frame_budget`, and the
 chunks go to the stream's own queue. Cancelled or finished streams leave the batch at once.
 On a multi-core CPU the codec decodes run on a second thread (`pipeline.CodecPipeline`) while the
-LM makes the next frame.
+LM makes the next frame; on a GPU the next LM step is also launched before the last one is read
+(`stepping.StepDriver`), so the device works while this thread books, decodes and emits.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .pipeline import CodecPipeline
 from .runner import Runner
 from .scheduler import Scheduler
 from .static_step import CompileCancelled
+from .stepping import StepDriver
 from .types import StreamHandle, StreamJob, StreamStatus
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,7 @@ class Engine:
         self._live: dict[str, LiveStream] = {}
         self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
+        self._steps = StepDriver(runner, self._live)  # the LM steps, one ahead where possible
         self._stopping = False
         pipelined = config.pipeline_codec
         if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
@@ -151,6 +154,7 @@ class Engine:
                 self._iterate()
             except Exception as exc:  # a bug must not kill the server: fail the running streams
                 logger.exception("engine iteration failed")
+                self._steps.forget()
                 for live in list(self._live.values()):
                     self._fail(live, exc)
         for live in list(self._live.values()):
@@ -183,6 +187,7 @@ class Engine:
         return self._is_idle() or now - self._upgrade_ready_since >= MAX_DEFER_S
 
     def _upgrade(self) -> None:
+        self._settle_quietly()
         self._sync()
         try:
             self.runner.upgrade()
@@ -216,6 +221,8 @@ class Engine:
             admitted = self._scheduler.admit()
         for live in cancelled:
             self._retire(live, StreamStatus.CANCELLED)
+        if admitted:
+            self._steps.admitted()
         for request_id, slot in admitted:
             handle = self._handles[request_id]
             live = LiveStream(handle=handle, slot=slot)
@@ -227,7 +234,7 @@ class Engine:
             except Exception as exc:
                 logger.exception("could not start stream %s", request_id)
                 self._fail(live, exc)
-        self._generate()
+        self._steps.generate()
         self._decode_and_publish()
         self._advance_segments()
 
@@ -237,26 +244,13 @@ class Engine:
             self._pipeline.drain()
 
     def _start_segment(self, live: LiveStream) -> None:
+        if self._steps.covers(live):
+            self._steps.settle()  # the step in flight still works on the slot's previous segment
         self._sync()  # the segment resets (or primes) the slot's codec state
         segment = live.job.segments[live.segment_index]
         self.runner.start_segment(live.slot, segment.rows, segment.prime_codes, segment.prefix_rows)
         live.frames_in_segment = 0
         live.segment_done = False
-
-    def _generate(self) -> None:
-        running = [live for live in self._live.values() if not live.segment_done]
-        if not running:
-            return
-        is_continue, codes = self.runner.step([live.slot for live in running])
-        for i, live in enumerate(running):
-            segment = live.job.segments[live.segment_index]
-            if not is_continue[i]:
-                live.segment_done = True
-                continue
-            live.add_frame(codes[i])
-            live.frames_in_segment += 1
-            if live.frames_in_segment >= segment.max_frames or self.runner.context_left(live.slot) <= 0:
-                live.segment_done = True
 
     def _decode_and_publish(self) -> None:
         now = time.monotonic()
@@ -336,8 +330,10 @@ class Engine:
 
     def _retire(self, live: LiveStream, status: StreamStatus) -> None:
         request_id = live.job.request_id
-        if self._live.pop(request_id, None) is None:
+        if request_id not in self._live:
             return
+        self._settle_quietly()  # before the slot is released (the step in flight may cover it)
+        self._live.pop(request_id, None)
         self._drain_quietly()  # no decode of this slot may still be running
         self.runner.release(live.slot)
         with self._lock:
@@ -345,6 +341,12 @@ class Engine:
             self._handles.pop(request_id, None)
         live.handle.status = status
         live.handle.outbox.put(_END)
+
+    def _settle_quietly(self) -> None:
+        try:
+            self._steps.settle()
+        except Exception:  # the iteration that launched it fails its streams; here we only wait
+            logger.exception("the LM step in flight failed")
 
     def _drain_quietly(self) -> None:
         if self._pipeline is None:

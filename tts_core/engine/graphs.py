@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ import torch
 from ..config import SamplingParams
 from ..env import env_flag
 from ..model import fused_ops, lm_step
+from .buckets import length_buckets, pick_bucket
 from .codec_passes import CODEC_PASS_FRAMES, codec_attention, split_passes
 from .host_copy import HostPcm
 from .prefill_graphs import PrefillGraphs
@@ -45,22 +47,12 @@ NO_COMPILE_ENV = "TTS_NO_COMPILE"
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
 
 
-def bucket_sizes(num_slots: int) -> list[int]:
-    """Batch-size buckets 1, 2, 4, ... up to the first power of two >= num_slots."""
-    if num_slots < 1:
-        raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-    sizes = [1]
-    while sizes[-1] < num_slots:
-        sizes.append(2 * sizes[-1])
-    return sizes
+@dataclass(frozen=True, slots=True)
+class StepLaunch:
+    """A launched LM step: where its output lands on the host, and the event that says it has."""
 
-
-def pick_bucket(num_rows: int, buckets: list[int]) -> int:
-    """Smallest bucket holding `num_rows` rows (buckets ascending)."""
-    for size in buckets:
-        if size >= num_rows:
-            return size
-    raise ValueError(f"{num_rows} rows exceed the largest bucket {buckets[-1]}")
+    out: torch.Tensor  # pinned [bucket, 1 + K] long
+    done: torch.cuda.Event | None  # None off CUDA (the step ran synchronously)
 
 
 def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
@@ -82,28 +74,6 @@ def compile_mode(device: torch.device, requested: str | None = None) -> str:
             raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
         return requested
     return "inductor" if device.type == "cuda" and not env_flag(NO_COMPILE_ENV) else "off"
-
-
-def padded_step_input(slots: list[int], uniforms: np.ndarray, has_room: np.ndarray, bucket: int) -> np.ndarray:
-    """Host rows of one LM step for a bucket: [bucket, 1 + n_vq + 1] float32 = uniforms | step flag.
-
-    Row s holds slot s; rows not stepped stay zero (flag 0: their state is left alone).
-    """
-    width = uniforms.shape[1] + 1
-    rows = np.zeros((bucket, width), np.float32)
-    rows[slots, :-1] = uniforms
-    rows[slots, -1] = has_room
-    return rows
-
-
-def length_buckets(max_len: int, smallest: int = 128) -> list[int]:
-    """Attention lengths captured per batch bucket: powers of two from `smallest`, then `max_len`."""
-    sizes = []
-    size = smallest
-    while size < max_len:
-        sizes.append(size)
-        size *= 2
-    return [*sizes, max_len]
 
 
 class StaticStepper:
@@ -143,7 +113,11 @@ class StaticStepper:
         self.pcm_out = torch.zeros(rows, 2, most * self.samples_per_frame, device=dev)
         self._host_pcm = HostPcm()
         pin = dev.type == "cuda"
-        self.host_step_in = torch.zeros(rows, 1 + self.n_vq + 1, pin_memory=pin)
+        # Two of each, used in turn: a step may be launched while the one before is still running
+        # (`launch`), so its input must not overwrite the buffer that step's copy may still read.
+        self.host_step_in = torch.zeros(2, rows, 1 + self.n_vq + 1, pin_memory=pin)
+        self.host_step_out = torch.zeros(2, rows, 1 + self.n_vq, dtype=torch.long, pin_memory=pin)
+        self._turn = 0
         self.host_codec_in = torch.zeros(MAX_PASSES_PER_COPY, rows, most * self.n_vq + 1, dtype=torch.long,
                                          pin_memory=pin)
         # Keep what the graphs read alive even if the model later replaces its own copies.
@@ -341,18 +315,33 @@ class StaticStepper:
         return pick_bucket(needed, self.lengths_buckets)
 
     @torch.inference_mode()
-    def step(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> np.ndarray:
-        """One LM step; rows = `padded_step_input(...)` [bucket, 1 + K + 1]; `needed`: the largest
-        KV length among the stepped rows + 1 (default: the whole cache).
-
-        Returns int64 [bucket, 1 + K]: continue flag, then the frame's codes.
-        """
+    def launch(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> StepLaunch:
+        """Queue one LM step without waiting for it; rows = `padded_step_input(...)` [bucket, 1 + K + 1];
+        `needed`: the largest KV length among the stepped rows + 1 (default: the whole cache). At most
+        two launches may be uncollected at once (the host buffers alternate)."""
         length = self.length_bucket(needed) if needed is not None else self.lengths_buckets[-1]
-        host = self.host_step_in[:bucket]
+        turn, self._turn = self._turn, 1 - self._turn
+        host = self.host_step_in[turn, :bucket]
         host.copy_(torch.from_numpy(rows))
         self.state.step_in[:bucket].copy_(host, non_blocking=True)
         self._run("lm", bucket, length)
-        return self.state.step_out[:bucket].cpu().numpy()
+        out = self.host_step_out[turn, :bucket]
+        out.copy_(self.state.step_out[:bucket], non_blocking=True)
+        done = None
+        if self.device.type == "cuda":
+            done = torch.cuda.Event()
+            done.record()
+        return StepLaunch(out, done)
+
+    def collect(self, launch: StepLaunch) -> np.ndarray:
+        """Wait for a launched step: int64 [bucket, 1 + K], continue flag then the frame's codes."""
+        if launch.done is not None:
+            launch.done.synchronize()  # releases the GIL while it waits
+        return launch.out.numpy().copy()
+
+    def step(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> np.ndarray:
+        """`launch` and `collect` one step."""
+        return self.collect(self.launch(bucket, rows, needed))
 
     @torch.inference_mode()
     def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> list[np.ndarray]:

@@ -9,7 +9,7 @@ import numpy as np
 from .types import StreamHandle, StreamJob
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity: the engine asks whether a step covers this stream
 class LiveStream:
     """Engine-side state of one running stream. What every chunk repeats (the job, its audio
     estimate) is read once here: at 256 streams the per-chunk bookkeeping is a fair share of the

@@ -12,19 +12,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..config import SamplingParams
-from .graphs import StaticStepper, bucket_sizes, graphs_enabled, padded_step_input, pick_bucket
+from .buckets import bucket_sizes, padded_step_input, pick_bucket
+from .graphs import StaticStepper, StepLaunch, graphs_enabled
 from .host_copy import HostPcm
 from .prefill import BatchPrefiller
 from .prefix_cache import PrefixCache, prefix_key
 from .sampler import StreamSampler, batch_for_frame
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StepTicket:
+    """One launched LM step (`Runner.launch`), until `Runner.collect` reads it."""
+
+    slots: list[int]
+    samplers: list[StreamSampler]
+    uniforms: np.ndarray | None  # [B, 1 + K] drawn for it (static path)
+    has_room: np.ndarray | None  # [B] whether each row may add a KV row (static path)
+    launch: StepLaunch | tuple[np.ndarray, np.ndarray]  # the queued step, or the eager path's results
 
 
 class Runner:
@@ -85,6 +99,7 @@ class Runner:
         self._host_pcm = HostPcm()  # the eager path's audio to the host (the static path has its own)
         self._codec_resets: set[int] = set()  # static path: rows to clear in one batch before the next step
         self.lengths = [0] * num_slots  # rows in each slot's KV cache (host mirror)
+        self._launched: deque[StepTicket] = deque()  # static path: launched steps not yet collected
         self.samplers: list[StreamSampler | None] = [None] * num_slots
         self.codec_state = codec.new_decode_state(rows, device=device)
         # What the LM step's units read is made as inference tensors, like everything the steps
@@ -248,11 +263,64 @@ class Runner:
 
         Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
         """
-        if self.stepper is not None:
-            return self._step_static(list(slots))
+        return self.collect(self.launch(slots))
+
+    @property
+    def can_step_ahead(self) -> bool:
+        """`launch` returns before the step has run (static path), so the engine may launch the
+        next step before it collects this one."""
+        return self.stepper is not None
+
+    @torch.inference_mode()
+    def launch(self, slots: Sequence[int]) -> StepTicket:
+        """Start one frame for each slot (`step`'s work); on the static path it is queued on the
+        device and `collect` waits for it. One more launch may follow before this one is collected:
+        it counts this one's frames as made (room and attention length)."""
+        slots = list(slots)
         samplers = [self.samplers[s] for s in slots]
+        if self.stepper is None:
+            return StepTicket(slots, samplers, None, None, self._step_eager(slots, samplers))
+        self._apply_slot_resets()
+        self.flush_prefills()
+        bucket = pick_bucket(max(slots) + 1, self.buckets)
+        uniforms = torch.stack([sampler.draw_uniforms() for sampler in samplers]).numpy()  # [B, 1 + K]
+        ahead = {}
+        for ticket in self._launched:  # a launched step not yet collected may add a row to these slots
+            ahead.update((slot, int(room)) for slot, room in zip(ticket.slots, ticket.has_room))
+        has_room = np.array([self.context_left(s) - ahead.get(s, 0) > 0 for s in slots], np.float32)
+        needed = max(self.lengths[s] + ahead.get(s, 0) for s in slots) + 1  # columns the global decode must see
+        launch = self.stepper.launch(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)
+        ticket = StepTicket(slots, samplers, uniforms, has_room, launch)
+        self._launched.append(ticket)
+        return ticket
+
+    def collect(self, ticket: StepTicket, keep: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The results of a launched step (launches are collected in order): is_continue bool [B] and
+        codes int64 [B, 16]. `keep[i]` False drops row i's frame: nothing of it is booked, and its
+        uniforms go back to its stream, whose next launched step draws them again (the engine drops
+        the step a stream was launched into after its segment had ended, see `Engine._generate`)."""
+        if self.stepper is None:
+            return ticket.launch
+        assert self._launched and self._launched[0] is ticket, "launched steps are collected in order"
+        out = self.stepper.collect(ticket.launch)[ticket.slots]
+        self._launched.popleft()
+        is_continue = out[:, 0].astype(bool)
+        for i, slot in enumerate(ticket.slots):
+            if keep is not None and not keep[i]:
+                ticket.samplers[i].put_back(ticket.uniforms[i])
+            elif is_continue[i] and ticket.has_room[i]:
+                self.lengths[slot] += 1
+                self.cache.advance([slot], 1)
+                ticket.samplers[i].num_frames += 1  # its repetition history lives on the device
+        return is_continue, out[:, 1:].astype(np.int64)
+
+    def drop_launched(self) -> None:
+        """Forget launched steps after a failure (their results will never be read)."""
+        self._launched.clear()
+
+    def _step_eager(self, slots: list[int], samplers: list[StreamSampler]) -> tuple[np.ndarray, np.ndarray]:
         batch = batch_for_frame(samplers, device=self.device)
-        slot_index = torch.as_tensor(list(slots), dtype=torch.long, device=self.device)
+        slot_index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
         is_continue, codes = self.lm.generate_frame(self.hidden[slot_index], batch, local=self.local)
         is_continue_host = is_continue.cpu().numpy()
         codes_host = codes.cpu().numpy().astype(np.int64)
@@ -262,25 +330,9 @@ class Runner:
             go_slots = slot_index[go_index]
             self.hidden[go_slots] = self.lm.decode(codes[go_index], self.cache, go_slots)
             for i in going:
-                self.samplers[slots[i]].observe(codes_host[i])
+                samplers[i].observe(codes_host[i])
                 self.lengths[slots[i]] += 1
         return is_continue_host.astype(bool), codes_host
-
-    def _step_static(self, slots: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        self._apply_slot_resets()
-        self.flush_prefills()
-        bucket = pick_bucket(max(slots) + 1, self.buckets)
-        uniforms = torch.stack([self.samplers[s].draw_uniforms() for s in slots]).numpy()  # [B, 1 + K]
-        has_room = np.array([self.context_left(s) > 0 for s in slots], np.float32)
-        needed = max(self.lengths[s] for s in slots) + 1  # columns the global decode must see
-        out = self.stepper.step(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)[slots]
-        is_continue = out[:, 0].astype(bool)
-        for i, slot in enumerate(slots):
-            if is_continue[i] and has_room[i]:
-                self.lengths[slot] += 1
-                self.cache.advance([slot], 1)
-                self.samplers[slot].num_frames += 1  # its repetition history lives on the device
-        return is_continue, out[:, 1:].astype(np.int64)
 
     @torch.inference_mode()
     def decode(self, slots: Sequence[int], codes: np.ndarray) -> list[np.ndarray]:

@@ -8,6 +8,7 @@ streams share the batch.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ class StreamSampler:
         self.generator = torch.Generator(device="cpu")
         self.seen = torch.zeros(n_vq, codebook_size, dtype=torch.bool)  # [K, V]
         self.num_frames = 0
+        self._returned: deque[torch.Tensor] = deque()  # draws of dropped steps, handed out again first
         self.reset()
 
     def reset(self) -> None:
@@ -41,10 +43,18 @@ class StreamSampler:
         self.generator.manual_seed(self.seed)
         self.seen.zero_()
         self.num_frames = 0
+        self._returned.clear()
 
     def draw_uniforms(self) -> torch.Tensor:
         """The frame's 1 + n_vq uniforms in [0, 1): text decision first, then codebooks 0..n_vq-1."""
+        if self._returned:
+            return self._returned.popleft()
         return torch.rand(1 + self.n_vq, generator=self.generator, dtype=torch.float32)
+
+    def put_back(self, uniforms: np.ndarray | torch.Tensor) -> None:
+        """Return the draw of a step whose frame was dropped: the next draws give it again (in the
+        order returned), so the stream's frames use the same uniforms as if that step never ran."""
+        self._returned.append(torch.as_tensor(np.array(uniforms, dtype=np.float32)))
 
     def observe(self, codes: torch.Tensor | np.ndarray | Sequence[int]) -> None:
         """Record an emitted frame [n_vq] in the seen mask (repetition-penalty history)."""

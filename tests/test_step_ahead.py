@@ -1,0 +1,114 @@
+"""Step-ahead (`engine/stepping.py`): launching each LM step before reading the one before changes no
+stream's codes. Tiny parity checkpoints on the CPU, static runner (where step-ahead runs; the CPU
+launches synchronously, the bookkeeping is the same as on a GPU): the same jobs with step-ahead on,
+off (TTS_NO_STEP_AHEAD=1) and through the plain eager runner must give the same codes, with segments
+ending at their caps, streams arriving while a step is in flight, and a stream cancelled mid-way.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.engine import Engine
+from tts_core.engine.runner import Runner
+from tts_core.engine.stepping import NO_STEP_AHEAD_ENV
+from tts_core.engine.types import Segment, StreamJob, StreamStatus
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+CASES = ["A_voice_clone_en", "B_voice_clone_zh", "D_continuation_text_only"]
+
+
+@pytest.fixture(scope="module")
+def prompts(parity_dir):
+    vectors = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
+    return [vectors[f"{case}.input_ids"].numpy() for case in CASES]
+
+
+class _CountingRunner(Runner):
+    """Records how many launched steps were outstanding at each launch (2 = a step ahead)."""
+
+    def launch(self, slots):
+        ticket = super().launch(slots)
+        self.most_outstanding = max(getattr(self, "most_outstanding", 0), len(self._launched))
+        return ticket
+
+
+def _engine(tiny_models, *, static: bool) -> Engine:
+    lm, codec = tiny_models
+    runner = _CountingRunner(lm, codec, num_slots=3, max_context_rows=600, device="cpu", static=static)
+    return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4))
+
+
+def _job(name: str, prompt: np.ndarray, seed: int, frames: tuple[int, ...]) -> StreamJob:
+    segments = tuple(Segment(rows=prompt, max_frames=n, pause_after_s=0.05 if i + 1 < len(frames) else 0.0)
+                     for i, n in enumerate(frames))
+    return StreamJob(request_id=name, segments=segments, sampling=SamplingParams(), seed=seed,
+                     submitted_at=time.monotonic())
+
+
+def _codes(handle) -> np.ndarray:
+    parts = []
+    while (item := handle.outbox.get(timeout=120)) is not None:
+        assert not isinstance(item, BaseException), item
+        parts.append(item.codes)
+    return np.concatenate(parts)
+
+
+def _staggered(engine: Engine, prompts) -> list[np.ndarray]:
+    """One stream starts alone; two more arrive once it is under way (steps in flight by then)."""
+    first = engine.submit(_job("a", prompts[0], 11, (7, 5, 9)))
+    while first.outbox.qsize() < 2:  # its first chunks are out: step-ahead has begun
+        time.sleep(0.005)
+    others = [engine.submit(_job("b", prompts[1], 12, (4, 11))), engine.submit(_job("c", prompts[2], 13, (13,)))]
+    try:
+        return [_codes(handle) for handle in (first, *others)]
+    finally:
+        engine.close()
+
+
+def test_step_ahead_gives_the_codes_of_synchronous_steps(tiny_models, prompts, monkeypatch):
+    ahead_engine = _engine(tiny_models, static=True)
+    assert ahead_engine._steps.step_ahead
+    got = _staggered(ahead_engine, prompts)
+    assert ahead_engine.runner.most_outstanding == 2  # the runs really stepped ahead
+    monkeypatch.setenv(NO_STEP_AHEAD_ENV, "1")
+    sync_engine = _engine(tiny_models, static=True)
+    assert not sync_engine._steps.step_ahead
+    want = _staggered(sync_engine, prompts)
+    assert sync_engine.runner.most_outstanding == 1
+    plain = _staggered(_engine(tiny_models, static=False), prompts)  # eager runner: no launches ahead
+    for frames, got_codes, want_codes, plain_codes in zip(((7, 5, 9), (4, 11), (13,)), got, want, plain):
+        assert len(got_codes) == sum(frames)  # every segment ran to its cap
+        np.testing.assert_array_equal(got_codes, want_codes)
+        np.testing.assert_array_equal(got_codes, plain_codes)
+
+
+def test_cancel_while_a_step_is_in_flight_leaves_the_others_and_the_slot_clean(tiny_models, prompts):
+    engine = _engine(tiny_models, static=True)
+    try:
+        keep = engine.submit(_job("keep", prompts[0], 21, (30,)))
+        drop = engine.submit(_job("drop", prompts[1], 22, (60,)))
+        while drop.outbox.qsize() < 3:
+            time.sleep(0.005)
+        engine.cancel(drop)
+        kept = _codes(keep)
+        while drop.outbox.get(timeout=60) is not None:
+            pass
+        assert drop.status is StreamStatus.CANCELLED
+        # The freed slot serves a new stream exactly as a fresh engine does.
+        again = _codes(engine.submit(_job("again", prompts[2], 23, (12,))))
+    finally:
+        engine.close()
+    fresh = _engine(tiny_models, static=True)
+    try:
+        want_keep = _codes(fresh.submit(_job("keep", prompts[0], 21, (30,))))
+        want_again = _codes(fresh.submit(_job("again", prompts[2], 23, (12,))))
+    finally:
+        fresh.close()
+    np.testing.assert_array_equal(kept, want_keep)
+    np.testing.assert_array_equal(again, want_again)

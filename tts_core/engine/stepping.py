@@ -1,0 +1,109 @@
+"""The engine's LM steps over its running streams, one step ahead where the runner allows.
+
+Step-ahead: each step is launched before the one before is read, so the device runs it while the
+engine thread books frames, decodes and emits (on a GPU the host work of a step, about 0.3 ms for
+one stream, is then hidden behind the next). A stream whose segment ends at a step was already
+launched into the next one: that frame is dropped and its draws go back to the stream
+(`Runner.collect`), so every stream's codes are those of synchronous steps. Not while a stream
+waits for its first chunk (that chunk is decoded with the LM idle), and a stream admitted while a
+step is in flight joins the step after it. Only the engine thread uses this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..env import env_flag
+from .live import LiveStream
+from .runner import Runner, StepTicket
+
+NO_STEP_AHEAD_ENV = "TTS_NO_STEP_AHEAD"  # off (A/B benches); the CPU's eager runner never steps ahead
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A launched step and the streams it was launched for (with their segment at launch)."""
+
+    ticket: StepTicket
+    lives: list[LiveStream]
+    segments: list[int]
+
+
+class StepDriver:
+    """Launches and reads the LM steps of the engine's streams.
+
+    Args:
+        runner: the engine's runner.
+        live: the engine's running streams by request id (read, never changed, here).
+    """
+
+    def __init__(self, runner: Runner, live: Mapping[str, LiveStream]):
+        self.runner = runner
+        self._live = live
+        self.step_ahead = runner.can_step_ahead and not env_flag(NO_STEP_AHEAD_ENV)
+        self._inflight: _Flight | None = None
+        self._newcomers = False  # streams admitted since the step in flight was launched
+
+    def admitted(self) -> None:
+        """New streams are running: they join the step after the one in flight."""
+        self._newcomers = True
+
+    def generate(self) -> None:
+        """One frame for every running stream (see the module doc)."""
+        running = [live for live in self._live.values() if not live.segment_done]
+        flight, self._inflight = self._inflight, None
+        if flight is not None and self._newcomers:
+            self._absorb(flight)
+            flight = None
+            running = [live for live in running if not live.segment_done]
+        if flight is None:
+            if not running:
+                return
+            flight = self._launch(running)
+        self._newcomers = False
+        if self.step_ahead and all(live.first_audio_at is not None for live in running):
+            self._inflight = self._launch(running)
+        self._absorb(flight)
+
+    def covers(self, live: LiveStream) -> bool:
+        """The step in flight was launched for this stream."""
+        return self._inflight is not None and any(other is live for other in self._inflight.lives)
+
+    def settle(self) -> None:
+        """Read the step in flight, if any (before a slot it covers is reset or released)."""
+        flight, self._inflight = self._inflight, None
+        if flight is None:
+            return
+        try:
+            self._absorb(flight)
+        except Exception:
+            self.runner.drop_launched()  # the failure reaches the streams through the iteration
+            raise
+
+    def forget(self) -> None:
+        """After a failed iteration: the steps it launched are never read."""
+        self._inflight = None
+        self.runner.drop_launched()
+
+    def _launch(self, lives: list[LiveStream]) -> _Flight:
+        return _Flight(self.runner.launch([live.slot for live in lives]), lives,
+                       [live.segment_index for live in lives])
+
+    def _absorb(self, flight: _Flight) -> None:
+        """Read a launched step's frames. A stream that ended its segment, retired or moved to its next
+        segment since the launch gets nothing from it."""
+        keep = [self._live.get(live.job.request_id) is live and not live.segment_done and live.segment_index == index
+                for live, index in zip(flight.lives, flight.segments)]
+        is_continue, codes = self.runner.collect(flight.ticket, keep)
+        for i, live in enumerate(flight.lives):
+            if not keep[i]:
+                continue
+            segment = live.job.segments[live.segment_index]
+            if not is_continue[i]:
+                live.segment_done = True
+                continue
+            live.add_frame(codes[i])
+            live.frames_in_segment += 1
+            if live.frames_in_segment >= segment.max_frames or self.runner.context_left(live.slot) <= 0:
+                live.segment_done = True
