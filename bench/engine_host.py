@@ -1,0 +1,158 @@
+"""Host ceiling of the engine: `Engine` over a runner that does no model work, so what is measured is
+the Python side alone (scheduling, step bookkeeping, chunk grouping, emitting, one caller thread per
+stream as in `python -m tts_core bench`). Steps return at once with codes that never stop; decodes
+hand back one fresh [2, 3840 n] array per stream, as the GPU runner does. The engine runs as on a
+GPU: step-ahead on, codec work on its own thread.
+
+Figures per level, median of `--repeats` runs (min-max): x real time, TTFP p50/p95, and the host
+CPU time per stream-frame (all threads of the process). At 256 streams on the H200 host the real
+engine reaches about 1,400x real time; where this ceiling is near that, the host is what bounds it.
+
+    python bench/engine_host.py --json bench/results/engine-host-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tts_core.bench.machine import machine_info  # noqa: E402
+from tts_core.bench.record import new_record, write_record  # noqa: E402
+from tts_core.bench.streams import spread  # noqa: E402
+from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
+from tts_core.engine.engine import Engine, handle_chunks  # noqa: E402
+from tts_core.engine.runner import StepTicket  # noqa: E402
+from tts_core.engine.types import Segment, StreamJob  # noqa: E402
+from tts_core.types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME  # noqa: E402
+
+N_VQ = 16
+PROMPT_ROWS = 200
+
+
+class NullRunner:
+    """The runner interface the engine uses, with no model behind it."""
+
+    def __init__(self, num_slots: int, context_rows: int = 2048):
+        self.num_slots = num_slots
+        self.device = torch.device("cpu")
+        self.can_step_ahead = True
+        self.step_kind = "none"
+        self._context = context_rows
+        self._lengths = [0] * num_slots
+        self._launched: deque[StepTicket] = deque()
+        self._audio = np.ones((2, 8 * SAMPLES_PER_FRAME), np.float32)  # source of the per-stream copies
+
+    def start_background_compile(self, before_each=None) -> None:
+        return None
+
+    def upgrade_ready(self) -> bool:
+        return False
+
+    def begin_stream(self, slot: int, sampling, seed: int) -> None:
+        self._lengths[slot] = 0
+
+    def start_segment(self, slot: int, rows, prime_codes, prefix_rows: int = 0) -> None:
+        self._lengths[slot] = len(rows)
+
+    def launch(self, slots) -> StepTicket:
+        slots = list(slots)
+        result = (np.ones(len(slots), bool), np.zeros((len(slots), N_VQ), np.int64))
+        ticket = StepTicket(slots, [], None, None, result)
+        self._launched.append(ticket)
+        return ticket
+
+    def collect(self, ticket: StepTicket, keep=None):
+        assert self._launched.popleft() is ticket
+        for i, slot in enumerate(ticket.slots):
+            if keep is None or keep[i]:
+                self._lengths[slot] += 1
+        return ticket.launch
+
+    def drop_launched(self) -> None:
+        self._launched.clear()
+
+    def decode(self, slots, codes: np.ndarray) -> list[np.ndarray]:
+        samples = codes.shape[1] * SAMPLES_PER_FRAME
+        source = self._audio if samples <= self._audio.shape[1] else np.ones((2, samples), np.float32)
+        return [source[:, :samples].copy() for _ in slots]
+
+    def release(self, slot: int) -> None:
+        self._lengths[slot] = 0
+
+    def context_left(self, slot: int) -> int:
+        return self._context - self._lengths[slot]
+
+    def warm_prefix(self, rows) -> bool:
+        return False
+
+
+def run_level(streams: int, frames: int) -> dict:
+    """One run: every stream starts at once (one caller thread each)."""
+    engine = Engine(NullRunner(streams), EngineConfig(max_active_streams=streams, max_queue=0, pipeline_codec=True))
+    rows = np.zeros((PROMPT_ROWS, 1 + N_VQ), np.int64)
+    barrier = threading.Barrier(streams + 1)
+    ttfp: list[float | None] = [None] * streams
+    samples = [0] * streams
+
+    def caller(index: int) -> None:
+        barrier.wait()
+        started = time.monotonic()
+        job = StreamJob(request_id=f"host-{index}", segments=(Segment(rows=rows, max_frames=frames),),
+                        sampling=SamplingParams(), seed=index, submitted_at=started)
+        for chunk in handle_chunks(engine, engine.submit(job)):
+            samples[index] += chunk.pcm.shape[1]
+            if ttfp[index] is None and samples[index]:
+                ttfp[index] = time.monotonic() - started
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(streams)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for thread in threads:
+        thread.join()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    engine.close()
+    assert all(s == frames * SAMPLES_PER_FRAME for s in samples), "a stream lost audio"
+    return {"x_realtime": round(sum(samples) / SAMPLE_RATE_HZ / wall, 1),
+            "ttfp_p50_ms": round(1000 * float(np.percentile(ttfp, 50)), 2),
+            "ttfp_p95_ms": round(1000 * float(np.percentile(ttfp, 95)), 2),
+            "cpu_us_per_stream_frame": round(1e6 * cpu / (streams * frames), 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="64,256")
+    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json")
+    parser.add_argument("--note", action="append", help="a note kept in the record")
+    args = parser.parse_args()
+    levels = []
+    for streams in (int(s) for s in args.streams.split(",")):
+        run_level(streams, min(args.frames, 8))  # warm-up
+        runs = [run_level(streams, args.frames) for _ in range(args.repeats)]
+        row = {"streams": streams, "frames": args.frames, "repeats": args.repeats,
+               **{key: spread([r[key] for r in runs]) for key in runs[0]}, "runs": runs}
+        print({k: v for k, v in row.items() if k != "runs"}, flush=True)
+        levels.append(row)
+    record = new_record("engine_host", args, machine_info([torch.device("cpu")]), {"step_ahead": True,
+                        "pipeline_codec": True}, program="python bench/engine_host.py")
+    record["levels"] = levels
+    if args.json:
+        write_record(record, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
