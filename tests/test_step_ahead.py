@@ -8,6 +8,7 @@ ending at their caps, streams arriving while a step is in flight, and a stream c
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -15,9 +16,10 @@ from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
-from tts_core.engine.runner import Runner
-from tts_core.engine.stepping import NO_STEP_AHEAD_ENV
-from tts_core.engine.types import Segment, StreamJob, StreamStatus
+from tts_core.engine.live import LiveStream
+from tts_core.engine.runner import Runner, StepTicket
+from tts_core.engine.stepping import NO_STEP_AHEAD_ENV, StepDriver
+from tts_core.engine.types import Segment, StreamHandle, StreamJob, StreamStatus
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CASES = ["A_voice_clone_en", "B_voice_clone_zh", "D_continuation_text_only"]
@@ -112,3 +114,49 @@ def test_cancel_while_a_step_is_in_flight_leaves_the_others_and_the_slot_clean(t
         fresh.close()
     np.testing.assert_array_equal(kept, want_keep)
     np.testing.assert_array_equal(again, want_again)
+
+
+class _ScriptedRunner:
+    """The runner calls the step driver makes, recorded; every step goes on with zero codes."""
+
+    can_step_ahead = True
+
+    def __init__(self):
+        self.launched: deque = deque()
+        self.calls: list = []
+
+    def launch(self, slots):
+        ticket = StepTicket(list(slots), [], None, None, (np.ones(len(slots), bool), np.zeros((len(slots), 16), np.int64)))
+        self.launched.append(ticket)
+        self.calls.append(("launch", tuple(slots)))
+        return ticket
+
+    def collect(self, ticket, keep=None):
+        assert self.launched.popleft() is ticket
+        self.calls.append(("collect", tuple(keep)))
+        return ticket.launch
+
+    def context_left(self, slot):
+        return 100
+
+    def drop_launched(self):
+        self.launched.clear()
+
+
+def test_a_step_in_flight_is_settled_when_no_stream_is_left_running(prompts):
+    """Every stream's segment ended at the step just read while the next was already launched: the
+    driver reads that step (dropping its frames) and launches nothing for no streams."""
+    runner = _ScriptedRunner()
+    live = {}
+    for i in range(2):
+        stream = LiveStream(handle=StreamHandle(job=_job(f"s{i}", prompts[i], i, (5,))), slot=i)
+        stream.first_audio_at = 0.0  # past their first chunks: step-ahead is on
+        live[stream.job.request_id] = stream
+    driver = StepDriver(runner, live)
+    driver.generate()
+    assert runner.calls == [("launch", (0, 1)), ("launch", (0, 1)), ("collect", (True, True))]
+    for stream in live.values():
+        stream.segment_done = True
+    driver.generate()
+    assert runner.calls[3:] == [("collect", (False, False))] and not runner.launched
+    assert all(stream.num_pending == 1 for stream in live.values())  # only the first step's frame

@@ -62,9 +62,9 @@ class StepDriver:
                 return
             flight = self._launch(running)
         self._newcomers = False
-        if self.step_ahead and all(live.first_audio_at is not None for live in running):
+        if running and self.step_ahead and all(live.first_audio_at is not None for live in running):
             self._inflight = self._launch(running)
-        self._absorb(flight)
+        self._absorb(flight)  # (with no stream left running, only to settle the step in flight)
 
     def covers(self, live: LiveStream) -> bool:
         """The step in flight was launched for this stream."""
