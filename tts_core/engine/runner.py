@@ -284,9 +284,12 @@ class Runner:
         self.flush_prefills()
         bucket = pick_bucket(max(slots) + 1, self.buckets)
         uniforms = torch.stack([sampler.draw_uniforms() for sampler in samplers]).numpy()  # [B, 1 + K]
-        ahead = {}
+        # The stepper's host buffers alternate: at most two launches may be uncollected at once.
+        assert len(self._launched) < 2, "collect a launched step before launching a third"
+        ahead: dict[int, int] = {}
         for ticket in self._launched:  # a launched step not yet collected may add a row to these slots
-            ahead.update((slot, int(room)) for slot, room in zip(ticket.slots, ticket.has_room))
+            for slot, room in zip(ticket.slots, ticket.has_room):
+                ahead[slot] = ahead.get(slot, 0) + int(room)
         has_room = np.array([self.context_left(s) - ahead.get(s, 0) > 0 for s in slots], np.float32)
         needed = max(self.lengths[s] + ahead.get(s, 0) for s in slots) + 1  # columns the global decode must see
         launch = self.stepper.launch(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)
@@ -298,7 +301,7 @@ class Runner:
         """The results of a launched step (launches are collected in order): is_continue bool [B] and
         codes int64 [B, 16]. `keep[i]` False drops row i's frame: nothing of it is booked, and its
         uniforms go back to its stream, whose next launched step draws them again (the engine drops
-        the step a stream was launched into after its segment had ended, see `Engine._generate`)."""
+        the step a stream was launched into after its segment had ended, see `stepping.py`)."""
         if self.stepper is None:
             return ticket.launch
         assert self._launched and self._launched[0] is ticket, "launched steps are collected in order"
