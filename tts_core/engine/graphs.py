@@ -339,10 +339,6 @@ class StaticStepper:
             launch.done.synchronize()  # releases the GIL while it waits
         return launch.out.numpy().copy()
 
-    def step(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> np.ndarray:
-        """`launch` and `collect` one step."""
-        return self.collect(self.launch(bucket, rows, needed))
-
     @torch.inference_mode()
     def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> list[np.ndarray]:
         """Decode codes [B, m, K] of `slots` (rows of this bucket) -> B pcm arrays [2, 3840 m], in passes
