@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import threading
 import time
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from tts_core.bench.machine import machine_info  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
-from tts_core.bench.streams import spread  # noqa: E402
+from tts_core.bench.streams import run_streams, spread, summarize_run  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.engine.engine import Engine, handle_chunks  # noqa: E402
 from tts_core.engine.runner import StepTicket  # noqa: E402
@@ -96,38 +96,34 @@ class NullRunner:
         return False
 
 
+class _Submitter:
+    """What `run_streams` calls: `stream(job)` submits the job to the engine and yields its chunks."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def stream(self, job: StreamJob):
+        job = replace(job, submitted_at=time.monotonic())
+        return handle_chunks(self.engine, self.engine.submit(job))
+
+
 def run_level(streams: int, frames: int) -> dict:
-    """One run: every stream starts at once (one caller thread each)."""
+    """One run: every stream starts at once (one caller thread each), timed as the GPU bench times
+    its callers (`tts_core.bench.streams`); plus the host CPU time of the whole process."""
     engine = Engine(NullRunner(streams), EngineConfig(max_active_streams=streams, max_queue=0, pipeline_codec=True))
     rows = np.zeros((PROMPT_ROWS, 1 + N_VQ), np.int64)
-    barrier = threading.Barrier(streams + 1)
-    ttfp: list[float | None] = [None] * streams
-    samples = [0] * streams
-
-    def caller(index: int) -> None:
-        barrier.wait()
-        started = time.monotonic()
-        job = StreamJob(request_id=f"host-{index}", segments=(Segment(rows=rows, max_frames=frames),),
-                        sampling=SamplingParams(), seed=index, submitted_at=started)
-        for chunk in handle_chunks(engine, engine.submit(job)):
-            samples[index] += chunk.pcm.shape[1]
-            if ttfp[index] is None and samples[index]:
-                ttfp[index] = time.monotonic() - started
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(streams)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    wall, cpu = time.perf_counter(), time.process_time()
-    for thread in threads:
-        thread.join()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    engine.close()
-    assert all(s == frames * SAMPLES_PER_FRAME for s in samples), "a stream lost audio"
-    return {"x_realtime": round(sum(samples) / SAMPLE_RATE_HZ / wall, 1),
-            "ttfp_p50_ms": round(1000 * float(np.percentile(ttfp, 50)), 2),
-            "ttfp_p95_ms": round(1000 * float(np.percentile(ttfp, 95)), 2),
-            "cpu_us_per_stream_frame": round(1e6 * cpu / (streams * frames), 2)}
+    jobs = [StreamJob(request_id=f"host-{i}", segments=(Segment(rows=rows, max_frames=frames),),
+                      sampling=SamplingParams(), seed=i, submitted_at=0.0) for i in range(streams)]
+    cpu = time.process_time()
+    try:
+        timings, wall = run_streams(_Submitter(engine), jobs)
+    finally:
+        engine.close()
+    cpu = time.process_time() - cpu
+    assert all(round(t.audio_s * SAMPLE_RATE_HZ) == frames * SAMPLES_PER_FRAME for t in timings), "a stream lost audio"
+    summary = summarize_run(timings, wall)
+    return {"x_realtime": round(summary["x_realtime"], 1), "ttfp_p50_ms": summary["ttfp_p50_ms"],
+            "ttfp_p95_ms": summary["ttfp_p95_ms"], "cpu_us_per_stream_frame": round(1e6 * cpu / (streams * frames), 2)}
 
 
 def main() -> int:
