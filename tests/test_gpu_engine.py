@@ -223,6 +223,16 @@ def _engine_run(models, jobs, **config) -> list[np.ndarray]:
         engine.close()
 
 
+def test_lm_and_codec_graphs_are_captured_on_streams_of_their_own(full_models):
+    """Codec replays run on their own stream while LM replays run: the two kinds of graph must not
+    share the cuBLAS workspace torch keys by capture stream (with one capture stream, 64 streams
+    with the compiled step and step-ahead hung in their first second, 3 runs of 3, H200)."""
+    runner = _runner(full_models(torch.float32), 2)
+    streams = runner.stepper.capture_streams
+    assert set(streams) == {"lm", "codec"}
+    assert streams["lm"].cuda_stream != streams["codec"].cuda_stream
+
+
 def test_codec_on_its_own_stream_changes_nothing(full_models, prompts):
     """The pipelined engine (codec replays on a second CUDA stream, overlapping the next LM step)
     gives the serial engine's codes. Batch-invariant runners: the two engines may admit the three

@@ -123,6 +123,7 @@ class StaticStepper:
         # Keep what the graphs read alive even if the model later replaces its own copies.
         self._rope = lm.rope.get(cache.max_len, dev)
         self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, bucket, frames | length)
+        self.capture_streams: dict[str, torch.cuda.Stream] = {}  # kind -> the stream its graphs were captured on
         self.spare_row = spare_row
         self.prefill_graphs: PrefillGraphs | None = None
         self._staged_params: dict[int, list[float]] = {}  # slot -> `param_row` (see `apply_staged`)
@@ -272,8 +273,12 @@ class StaticStepper:
         # Two memory pools: codec replays may run on their own stream while an LM replay runs, so
         # the two kinds must never share intermediate buffers.
         pools = {"lm": torch.cuda.graph_pool_handle(), "codec": torch.cuda.graph_pool_handle()}
+        # ... nor one cuBLAS workspace: torch keys it by the stream a call runs on, and a graph keeps
+        # the one of the stream it was captured on. With one capture stream for both kinds, an LM
+        # replay and a codec replay running at once shared it, and the codec replay never finished
+        # (H200, compiled step, step-ahead: 64 streams hung in 3 runs of 3).
+        streams = self.capture_streams = {kind: torch.cuda.Stream(self.device) for kind in pools}
         with torch.cuda.device(self.device):
-            stream = torch.cuda.Stream(self.device)
             self.state.step_in.zero_()
             self.codec_in.zero_()
             for bucket in reversed(self.buckets):
@@ -282,6 +287,7 @@ class StaticStepper:
                 bodies += [(("codec", bucket, n), lambda b=bucket, n=n: self._codec_step(b, n))
                            for n in self.pass_frames]
                 for key, body in bodies:
+                    stream = streams[key[0]]
                     stream.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(stream):
                         for _ in range(2):  # lazy initialisation (library handles, workspaces) first
