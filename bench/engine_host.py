@@ -30,7 +30,8 @@ from tts_core.bench.machine import machine_info  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
 from tts_core.bench.streams import run_streams, spread, summarize_run  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
-from tts_core.engine.engine import Engine, handle_chunks  # noqa: E402
+from tts_core.engine.engine import Engine  # noqa: E402
+from tts_core.engine.outbox import handle_chunks  # noqa: E402
 from tts_core.engine.runner import StepTicket  # noqa: E402
 from tts_core.engine.types import Segment, StreamJob  # noqa: E402
 from tts_core.types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME  # noqa: E402

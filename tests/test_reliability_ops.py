@@ -100,3 +100,49 @@ def test_metrics_count_streams_latency_and_outcomes(inproc, inproc_client) -> No
     assert delta[("tts_http_requests_total", (("outcome", "too_large"), ("route", "speech")))] == 1
     assert delta[("tts_http_bodies_too_large_total", ())] == 1
     assert after[("tts_active_streams", ())] >= 0 and after[("tts_model_ready", ())] == 1.0
+
+
+def test_a_stuck_device_turns_health_and_new_requests_into_503(data_dir, tmp_path) -> None:
+    """The engine's step stops returning (a GPU that stopped finishing work): the stream in progress
+    gets the stall error, `/health` answers 503 "failed" with the reason, and a new speech request
+    gets 503 `engine_stalled` at once instead of waiting for ever."""
+    from server_helpers import tiny_synthesizer_factory
+
+    from tts_core.config import EngineConfig
+    from tts_core.errors import EngineStalledError
+    from tts_core.types import SynthesisRequest
+    from tts_core.web.app import create_app
+    from tts_core.web.service import SynthesizerService
+    from tts_core.web.settings import ServerSettings
+
+    service = SynthesizerService(tiny_synthesizer_factory(data_dir, tmp_path, EngineConfig(stall_timeout_s=0.5)))
+    service.start(background=False)
+    assert service.wait(0), service.error
+    runner = service.get().engine.runner
+    unstick = threading.Event()
+    real_launch = runner.launch
+
+    def stuck_launch(slots):
+        assert unstick.wait(60), "the test never released the stuck step"
+        return real_launch(slots)
+
+    runner.launch = stuck_launch  # this runner's steps never return until the test says so
+    app = create_app(service, ServerSettings())
+
+    async def call(method: str, path: str, **kwargs) -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+            return await client.request(method, path, **kwargs)
+
+    try:
+        assert run_coro(call("GET", "/health")).status_code == 200
+        with pytest.raises(EngineStalledError, match="stopped responding"):
+            next(service.get().stream(SynthesisRequest(text="Nobody hears this.", max_frames=8)))
+        health = run_coro(call("GET", "/health"))
+        assert health.status_code == 503 and health.json()["status"] == "failed", health.text
+        assert "restarted" in health.json()["error"] and int(health.headers["retry-after"]) >= 5
+        speech = run_coro(call("POST", "/v1/audio/speech", json={"model": "moss-tts-nano", "input": "Hello."}))
+        assert speech.status_code == 503, speech.text
+        assert speech.json()["error"]["code"] == "engine_stalled" and int(speech.headers["retry-after"]) >= 5
+    finally:
+        unstick.set()
+        service.close()

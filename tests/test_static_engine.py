@@ -22,7 +22,7 @@ from tts_core.engine.graphs import NO_GRAPH_ENV, graphs_enabled
 from tts_core.engine.pool import EnginePool, engine_load, route_order
 from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob
-from tts_core.errors import QueueFullError
+from tts_core.errors import EngineStalledError, QueueFullError
 from tts_core.loader import resolve_devices
 from tts_core.model import lm_step
 
@@ -230,14 +230,18 @@ def test_route_order_least_loaded_first_stable():
 
 
 class _FakeEngine:
-    def __init__(self, active, queued, full=False):
+    def __init__(self, active, queued, full=False, stalled=False):
         self.active, self.queued, self.full, self.jobs, self.cancels = active, queued, full, [], 0
+        self.stalled = stalled
 
     def stats(self):
         return {"active_streams": self.active, "queued": self.queued, "max_active_streams": 4, "max_queue": 2,
-                "submitted": len(self.jobs), "finished": 0, "cancelled": self.cancels, "refused": 0}
+                "submitted": len(self.jobs), "finished": 0, "cancelled": self.cancels, "refused": 0,
+                "stalled": self.stalled}
 
     def submit(self, job):
+        if self.stalled:
+            raise EngineStalledError("the GPU stopped responding")
         if self.full:
             raise QueueFullError("full", retry_after_s=1.0)
         self.jobs.append(job)
@@ -349,3 +353,20 @@ def test_static_multi_frame_decode_matches_plain_path(models):
             assert got_row.shape == want_row.shape
             np.testing.assert_allclose(got_row, want_row, atol=1e-5)
 
+
+
+def test_pool_routes_around_a_stalled_engine_and_stalls_only_with_all():
+    """One GPU stuck (`engine/stall.py`) leaves the others serving: the pool skips it and is not
+    stalled; a refusal prefers "busy, retry" while any engine still serves."""
+    stuck, busy, free = _FakeEngine(0, 0, stalled=True), _FakeEngine(1, 0, full=True), _FakeEngine(3, 0)
+    pool = EnginePool([stuck, busy, free])
+    pool.submit("job")
+    assert free.jobs == ["job"]
+    assert pool.stats()["stalled"] is False and pool.stats()["stalled_engines"] == 1
+    free.full = True
+    with pytest.raises(QueueFullError):
+        pool.submit("job 2")
+    pool = EnginePool([_FakeEngine(0, 0, stalled=True), _FakeEngine(0, 0, stalled=True)])
+    with pytest.raises(EngineStalledError):
+        pool.submit("job 3")
+    assert pool.stats()["stalled"] is True

@@ -79,6 +79,9 @@ class EngineConfig:
     # a background thread (the engine switches over between steps); off = build them before serving.
     defer_compile: bool = True
     pipeline_codec: bool | None = None  # codec on a second thread; None = on CUDA, or a CPU with >= 2 cores
+    # An engine iteration still running after this long means the device stopped finishing work:
+    # every stream is failed and the server must be restarted (`engine/stall.py`).
+    stall_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
         if self.max_active_streams < 1:
@@ -87,3 +90,5 @@ class EngineConfig:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
         if self.max_text_chars < 1:
             raise ValueError(f"max_text_chars must be >= 1, got {self.max_text_chars}")
+        if not self.stall_timeout_s > 0:
+            raise ValueError(f"stall_timeout_s must be > 0, got {self.stall_timeout_s}")

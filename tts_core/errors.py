@@ -44,3 +44,12 @@ class QueueFullError(TTSError):
 
 class ModelLoadError(TTSError):
     """Weights could not be found or loaded; the message says where it looked and what to do."""
+
+
+class EngineStalledError(TTSError):
+    """The device stopped finishing work (`engine/stall.py`): streams in progress were ended and
+    new ones are refused until the server is restarted."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="engine_stalled")
+        self.retry_after_s = 60.0

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
-from .engine.engine import Engine, handle_chunks
+from .engine.engine import Engine
+from .engine.outbox import handle_chunks
 from .engine.pacing import default_max_frames, estimate_frames
 from .engine.pool import EnginePool
 from .engine.types import Segment, StreamJob

@@ -14,19 +14,19 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
-from collections.abc import Iterator
 
 import numpy as np
 
 from ..config import EngineConfig
 from ..devices import available_cpus
-from ..errors import TTSError
+from ..errors import EngineStalledError, TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, AudioChunk, Timings
 from .live import LiveStream
 from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
 from .runner import Runner
 from .scheduler import Scheduler
+from .stall import StallWatch
 from .static_step import CompileCancelled
 from .stepping import StepDriver
 from .types import StreamHandle, StreamJob, StreamStatus
@@ -62,6 +62,8 @@ class Engine:
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
         self._steps = StepDriver(runner, self._live)  # the LM steps, one ahead where possible
         self._stopping = False
+        self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)
+        self._watch = StallWatch(config.stall_timeout_s, self._on_stall)
         pipelined = config.pipeline_codec
         if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
             pipelined = runner.device.type == "cuda" or available_cpus() >= 2
@@ -82,6 +84,8 @@ class Engine:
         """Queue a job; raises QueueFullError at once when the engine cannot take it."""
         handle = StreamHandle(job=job)
         with self._wake:
+            if self._stalled is not None:
+                raise EngineStalledError(self._stalled)
             if self._stopping:
                 raise TTSError("the engine is shutting down")
             self._scheduler.submit(job.request_id)
@@ -114,12 +118,14 @@ class Engine:
                 "finished": s.finished,
                 "cancelled": s.cancelled,
                 "refused": s.refused,
+                "stalled": self._stalled is not None,
             }
 
     def close(self, timeout_s: float = 5.0) -> None:
         with self._wake:
             self._stopping = True
             self._wake.notify()
+        self._watch.close()
         self._thread.join(timeout_s)
         if self._pipeline is not None:
             self._pipeline.close()
@@ -137,7 +143,7 @@ class Engine:
                     self._wake.wait(timeout=0.5)  # also polls for a compiled step becoming ready
                     if self._cancels and not self._live:  # (with streams running, `_iterate` does it)
                         self._take_cancels()
-                if self._stopping:
+                if self._stopping or self._stalled is not None:
                     break
                 idle = not self._live and not self._scheduler.num_waiting
                 warm = self._warm_jobs.popleft() if idle and self._warm_jobs else None
@@ -150,6 +156,7 @@ class Engine:
                 except Exception:  # a warm-up problem must not stop the engine
                     logger.exception("could not precompute a prompt prefix")
                 continue
+            self._watch.busy()
             try:
                 self._iterate()
             except Exception as exc:  # a bug must not kill the server: fail the running streams
@@ -157,8 +164,25 @@ class Engine:
                 self._steps.forget()
                 for live in list(self._live.values()):
                     self._fail(live, exc)
+            finally:
+                self._watch.idle()
+        ending = EngineStalledError(self._stalled) if self._stalled else TTSError("the engine was shut down")
         for live in list(self._live.values()):
-            self._fail(live, TTSError("the engine was shut down"))
+            self._fail(live, ending)
+
+    def _on_stall(self, ran_s: float) -> None:
+        """(Watch thread.) The engine thread is stuck in the device: fail every stream it holds (the
+        engine thread may never come back to do it) and refuse new ones."""
+        device = "GPU" if self.runner.device.type == "cuda" else "device"
+        message = (f"the {device} stopped responding (one engine step ran for {ran_s:.0f} s); the streams in "
+                   f"progress were ended. The server must be restarted.")
+        with self._wake:
+            self._stalled = message
+            handles = list(self._handles.values())
+            self._wake.notify()
+        logger.error("engine stalled: %s; failing %d stream(s)", message, len(handles))
+        for handle in handles:
+            handle.outbox.put(EngineStalledError(message))
 
     def _has_work(self) -> bool:
         return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self._upgrade_due())
@@ -363,20 +387,3 @@ class Engine:
 
 
 _NO_CODES = np.zeros((0, 16), np.int64)
-
-
-def handle_chunks(engine, handle: StreamHandle, next_item=None) -> Iterator[AudioChunk]:
-    """A submitted stream's chunks until its end marker, engine errors re-raised as `TTSError`;
-    closing the iterator cancels the stream if it is still waiting or running. `next_item()`
-    (default: block on the outbox) returns the next item, or None to stop early."""
-    get = next_item or handle.outbox.get
-    try:
-        while (item := get()) is not None:
-            if isinstance(item, TTSError):
-                raise item
-            if isinstance(item, BaseException):
-                raise TTSError(f"synthesis failed: {type(item).__name__}: {item}") from item
-            yield item
-    finally:
-        if handle.status in (StreamStatus.WAITING, StreamStatus.RUNNING):
-            engine.cancel(handle)

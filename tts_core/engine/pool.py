@@ -1,7 +1,8 @@
 """Several engines (one per GPU) behind the `Engine` interface: each request goes to the least loaded.
 
 Load is the engine's active + queued streams, read when the request arrives; ties go to the first
-engine. An engine that refuses (queue full) passes the request on to the next least loaded one.
+engine. An engine that refuses (queue full, or its device stopped responding: `stall.py`) passes the
+request on to the next least loaded one; the pool counts as stalled only when every engine is.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..errors import QueueFullError
+from ..errors import EngineStalledError, QueueFullError
 from .types import StreamHandle, StreamJob
 
 logger = logging.getLogger(__name__)
@@ -47,12 +48,16 @@ class EnginePool:
 
     def submit(self, job: StreamJob) -> StreamHandle:
         loads = [engine_load(engine.stats()) for engine in self.engines]
-        refusal: QueueFullError | None = None
+        full: QueueFullError | None = None
+        stalled: EngineStalledError | None = None
         for index in route_order(loads):
             try:
                 return self.engines[index].submit(job)
             except QueueFullError as exc:
-                refusal = exc
+                full = exc
+            except EngineStalledError as exc:
+                stalled = exc
+        refusal = full or stalled  # "busy, retry" when any engine still serves
         assert refusal is not None
         raise refusal
 
@@ -69,6 +74,9 @@ class EnginePool:
         per_engine = [engine.stats() for engine in self.engines]
         total = {key: sum(int(s[key]) for s in per_engine) for key in _SUMMED}
         total["engines"] = len(per_engine)
+        # One stuck device leaves the others serving; the server stops answering only when all are.
+        total["stalled_engines"] = sum(bool(s["stalled"]) for s in per_engine)
+        total["stalled"] = total["stalled_engines"] == len(per_engine)
         total["per_engine_active"] = [s["active_streams"] for s in per_engine]
         return total
 

@@ -41,7 +41,8 @@ import torch
 from ..config import EngineConfig
 from ..devices import resolve_lm_dtype
 from ..types import AudioChunk
-from .engine import Engine, handle_chunks
+from .engine import Engine
+from .outbox import handle_chunks
 from .runner import Runner
 from .types import StreamJob
 from .zerogpu_env import ZEROGPU_ENV, on_zerogpu_space

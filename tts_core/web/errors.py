@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import (
+    EngineStalledError,
     InvalidRequestError,
     ModelLoadError,
     PayloadTooLargeError,
@@ -58,6 +59,7 @@ _HTTP_STATUS: dict[type[BaseException], tuple[int, str]] = {
     QueueFullError: (503, "server_busy"),
     ModelNotReadyError: (503, "model_loading"),
     ModelLoadError: (500, "model_load_error"),
+    EngineStalledError: (503, "engine_stalled"),
 }
 
 

@@ -121,6 +121,9 @@ class PageHandlers:
         service = self.service
         if service.state is ServiceState.READY:
             health = service.get().health()
+            if health.get("stalled"):
+                device = "GPU" if str(health.get("device", "")).startswith("cuda") else "device"
+                return f"🔴 **The {device} stopped responding.** Streams were ended; the server must be restarted."
             return (f"🟢 **Ready** <span class='status-details'>· {engine_summary(health)} · "
                     f"up to {health.get('max_active_streams')} streams at once</span>")
         if service.state is ServiceState.FAILED:

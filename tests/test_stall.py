@@ -1,0 +1,126 @@
+"""A stuck device ends in an error, not in silence (`engine/stall.py`).
+
+The watch's rule on a fake clock; then the real engine over the tiny parity checkpoints on the CPU
+with a runner whose step never returns until the test lets it (what a GPU that stopped finishing
+work looks like from the engine thread): the running and the queued stream get
+`EngineStalledError`, new requests are refused with it, the stats say so, and once the step
+returns the engine thread ends without touching anything. The test's deadlines only turn a hang
+into a failure; the stall limit is short because the stuck step is real, not a slow one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file
+
+from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.engine import Engine
+from tts_core.engine.runner import Runner
+from tts_core.engine.stall import StallWatch
+from tts_core.engine.types import Segment, StreamJob
+from tts_core.errors import EngineStalledError
+from tts_core.model.codec_loading import load_codec
+from tts_core.model.lm_loading import load_lm
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_watch_reports_one_iteration_past_the_limit_once() -> None:
+    clock, reports = _Clock(), []
+    watch = StallWatch(10.0, reports.append, clock=clock, start=False)
+    assert not watch.check()  # idle: nothing to report however long
+    clock.now = 100.0
+    assert not watch.check()
+    watch.busy()
+    clock.now = 109.9
+    assert not watch.check()
+    watch.idle()  # that iteration ended in time; the next starts afresh
+    clock.now = 115.0
+    watch.busy()
+    clock.now = 124.0
+    assert not watch.check() and reports == []
+    clock.now = 125.5
+    assert watch.check() and reports == [10.5] and watch.stalled_after_s == 10.5
+    clock.now = 200.0
+    assert not watch.check() and reports == [10.5]  # reported once
+
+
+def test_the_watch_needs_a_positive_limit() -> None:
+    for bad in (0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="stall timeout"):
+            StallWatch(bad, print, start=False)
+    with pytest.raises(ValueError, match="stall_timeout_s"):
+        EngineConfig(stall_timeout_s=0)
+
+
+class _StuckRunner(Runner):
+    """From its `stick_at`-th launch on, a step blocks until `unstick` is set (a stuck device)."""
+
+    stick_at = 3
+
+    def launch(self, slots):
+        self.launches = getattr(self, "launches", 0) + 1
+        if self.launches >= self.stick_at:
+            self.stuck.set()
+            assert self.unstick.wait(60), "the test never released the stuck step"
+        return super().launch(slots)
+
+
+def _job(name: str, prompt: np.ndarray, seed: int) -> StreamJob:
+    return StreamJob(request_id=name, segments=(Segment(rows=prompt, max_frames=40),), sampling=SamplingParams(),
+                     seed=seed, submitted_at=time.monotonic())
+
+
+def _until_error(handle) -> BaseException:
+    """Chunks until the first error on the stream's outbox (the deadline only catches a hang)."""
+    while True:
+        item = handle.outbox.get(timeout=30)
+        if isinstance(item, BaseException):
+            return item
+        assert item is not None, "the stream ended without the stall error"
+
+
+def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(parity_dir) -> None:
+    lm, codec = load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+    prompt = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))["A_voice_clone_en.input_ids"].numpy()
+    runner = _StuckRunner(lm, codec, num_slots=1, max_context_rows=600, device="cpu")
+    runner.stuck, runner.unstick = threading.Event(), threading.Event()
+    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2, stall_timeout_s=0.5))
+    try:
+        running = engine.submit(_job("running", prompt, 1))
+        waiting = engine.submit(_job("waiting", prompt, 2))  # one slot: this one is queued
+        assert runner.stuck.wait(30)
+        for handle in (running, waiting):
+            error = _until_error(handle)
+            assert isinstance(error, EngineStalledError), repr(error)
+            assert "stopped responding" in error.message and "restart" in error.message
+            assert error.code == "engine_stalled"
+        assert engine.stats()["stalled"]
+        with pytest.raises(EngineStalledError, match="must be restarted"):
+            engine.submit(_job("later", prompt, 3))
+    finally:
+        runner.unstick.set()  # the step returns: the engine thread sees the stall and ends
+        engine.close(timeout_s=30)
+    assert not engine._thread.is_alive()
+    assert runner.launches == runner.stick_at  # nothing was stepped after the stall
+
+
+def test_an_engine_that_never_stalls_says_so(parity_dir) -> None:
+    lm, codec = load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+    engine = Engine(Runner(lm, codec, num_slots=1, max_context_rows=600, device="cpu"), EngineConfig())
+    try:
+        assert engine.stats()["stalled"] is False
+    finally:
+        engine.close()

@@ -1,0 +1,79 @@
+"""A stuck device ends in an error, not in silence.
+
+When the device stops finishing work (a GPU kernel that never completes, a wedged driver), the
+engine thread blocks in a wait that never returns, and every listener would wait for ever with
+it. `StallWatch` runs beside the engine thread: the engine marks when each iteration starts and
+ends, and an iteration still running after `timeout_s` calls `on_stall` once, from the watch's own
+thread. The engine then fails every stream it holds and refuses new ones; nothing in the process
+can unstick the device, so the server must be restarted (its /health says so).
+
+The limit is far above any normal iteration (milliseconds on a GPU, well under a second on a CPU;
+start-up compiles and graph captures run outside iterations), so a slow machine never trips it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+
+class StallWatch:
+    """Watches the engine's iterations from a daemon thread of its own.
+
+    Args:
+        timeout_s: an iteration running this long is a stall.
+        on_stall: called once, with the seconds the iteration had run, from the watch thread.
+        clock: monotonic seconds (tests pass a fake one and call `check` themselves).
+        start: start the watch thread (tests of the logic alone leave it off).
+    """
+
+    def __init__(self, timeout_s: float, on_stall: Callable[[float], None], *,
+                 clock: Callable[[], float] = time.monotonic, start: bool = True):
+        if not timeout_s > 0:
+            raise ValueError(f"stall timeout must be > 0 seconds, got {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
+        self._on_stall = on_stall
+        self._clock = clock
+        self._busy_since: float | None = None
+        self.stalled_after_s: float | None = None  # set once a stall was reported
+        self._stop = threading.Event()
+        self._thread = None
+        if start:
+            self._thread = threading.Thread(target=self._watch, name="tts-engine-watch", daemon=True)
+            self._thread.start()
+
+    def busy(self) -> None:
+        """An iteration starts (engine thread)."""
+        self._busy_since = self._clock()
+
+    def idle(self) -> None:
+        """The iteration ended (engine thread)."""
+        self._busy_since = None
+
+    def check(self) -> bool:
+        """Report a stall if the running iteration has passed the limit; True when reported now."""
+        since = self._busy_since
+        if since is None or self.stalled_after_s is not None:
+            return False
+        ran = self._clock() - since
+        if ran < self.timeout_s:
+            return False
+        self.stalled_after_s = ran
+        try:
+            self._on_stall(ran)
+        except Exception:  # the watch must not die silently, nor take anything down with it
+            logger.exception("reporting a stalled engine failed")
+        return True
+
+    def _watch(self) -> None:
+        poll_s = min(1.0, self.timeout_s / 4)
+        while not self._stop.wait(poll_s):
+            if self.check():
+                return
+
+    def close(self) -> None:
+        self._stop.set()
