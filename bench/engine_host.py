@@ -7,8 +7,10 @@ GPU: step-ahead on, codec work on its own thread.
 Figures per level, median of `--repeats` runs (min-max): x real time, TTFP p50/p95, and the host
 CPU time per stream-frame (all threads of the process). At 256 streams on the H200 host the real
 engine reaches about 1,400x real time; where this ceiling is near that, the host is what bounds it.
+`--switch-intervals-ms 5,1` compares the interpreter's thread switch intervals (how long a thread
+that wants the interpreter lock may wait for the one holding it), one run of each in turn per repeat.
 
-    python bench/engine_host.py --json bench/results/engine-host-cpu.json
+    python bench/engine_host.py --switch-intervals-ms 5,1 --json bench/results/engine-host-cpu.json
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tts_core.engine.types import Segment, StreamJob  # noqa: E402
 from tts_core.types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME  # noqa: E402
 
 N_VQ = 16
+DEFAULT_SWITCH_INTERVAL_S = sys.getswitchinterval()
 PROMPT_ROWS = 200
 
 
@@ -132,17 +135,29 @@ def main() -> int:
     parser.add_argument("--streams", default="64,256")
     parser.add_argument("--frames", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--switch-intervals-ms", default="5",
+                        help="the interpreter's thread switch intervals to compare (sys.setswitchinterval; "
+                             "Python's default is 5 ms), one run of each in turn per repeat")
     parser.add_argument("--json")
     parser.add_argument("--note", action="append", help="a note kept in the record")
     args = parser.parse_args()
+    intervals = [float(x) for x in args.switch_intervals_ms.split(",")]
+    if not all(x > 0 for x in intervals):
+        raise SystemExit(f"--switch-intervals-ms must all be > 0, got {args.switch_intervals_ms}")
     levels = []
     for streams in (int(s) for s in args.streams.split(",")):
         run_level(streams, min(args.frames, 8))  # warm-up
-        runs = [run_level(streams, args.frames) for _ in range(args.repeats)]
-        row = {"streams": streams, "frames": args.frames, "repeats": args.repeats,
-               **{key: spread([r[key] for r in runs]) for key in runs[0]}, "runs": runs}
-        print({k: v for k, v in row.items() if k != "runs"}, flush=True)
-        levels.append(row)
+        runs: dict[float, list[dict]] = {x: [] for x in intervals}
+        for _ in range(args.repeats):  # the settings take turns, so drift on the machine hits them alike
+            for interval in intervals:
+                sys.setswitchinterval(interval / 1000)
+                runs[interval].append(run_level(streams, args.frames))
+        sys.setswitchinterval(DEFAULT_SWITCH_INTERVAL_S)
+        for interval, got in runs.items():
+            row = {"streams": streams, "frames": args.frames, "repeats": args.repeats, "switch_interval_ms": interval,
+                   **{key: spread([r[key] for r in got]) for key in got[0]}, "runs": got}
+            print({k: v for k, v in row.items() if k != "runs"}, flush=True)
+            levels.append(row)
     record = new_record("engine_host", args, machine_info([torch.device("cpu")]), {"step_ahead": True,
                         "pipeline_codec": True}, program="python bench/engine_host.py")
     record["levels"] = levels

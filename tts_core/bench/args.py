@@ -48,5 +48,9 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         help="KV rows per stream (default: the server's, EngineConfig.max_context_rows)")
     parser.add_argument("--quantize", choices=["fp16", "int8"],
                         help="CPU weight precision (tts_core/model/quant.py); default fp32")
+    parser.add_argument("--switch-interval-ms", type=float, default=None,
+                        help="the interpreter's thread switch interval for this run (sys.setswitchinterval; "
+                             "Python's default is 5 ms): how long a thread that wants the interpreter lock may "
+                             "wait for the one holding it; recorded in the setup")
     parser.add_argument("--fidelity", action="store_true",
                         help="with --quantize: greedy code agreement and waveform SNR against fp32")

@@ -7,6 +7,7 @@ import argparse
 import copy
 import gc
 import logging
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,6 +134,10 @@ def run_bench(args: argparse.Namespace) -> int:
                          "and tokenizer.model; default: the shared data directory, $MOSS_TTS_PARITY_DIR)")
     if args.repeats < 1:
         raise SystemExit(f"--repeats must be at least 1, got {args.repeats}")
+    if args.switch_interval_ms is not None:
+        if not args.switch_interval_ms > 0:
+            raise SystemExit(f"--switch-interval-ms must be > 0, got {args.switch_interval_ms}")
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
     device = resolve_device(args.device)
     lm_dtype = resolve_lm_dtype(args.dtype, device)
     configure_cpu_threads(device)
@@ -165,6 +170,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  "repeats": args.repeats, "sampling": "greedy" if args.greedy else "default",
                  "context_rows": context_rows, "fused_kernels": fused_enabled(device),
                  "step_ahead": is_cuda and not env_flag(NO_STEP_AHEAD_ENV),
+                 "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
         record["modes"] = {}
