@@ -151,10 +151,15 @@ class Engine:
                 self._upgrade()
                 continue
             if warm is not None:
+                # Watched too: a request arriving now waits for it. (An upgrade's graph capture is
+                # not: on a slow GPU it may legitimately take longer than the limit.)
+                self._watch.busy()
                 try:
                     self.runner.warm_prefix(warm)
                 except Exception:  # a warm-up problem must not stop the engine
                     logger.exception("could not precompute a prompt prefix")
+                finally:
+                    self._watch.idle()
                 continue
             self._watch.busy()
             try:
