@@ -181,12 +181,20 @@ def _job(rows, seed, frames):
                      sampling=SamplingParams(), seed=seed, submitted_at=time.monotonic())
 
 
-def _collect(handle) -> np.ndarray:
+def _collect(handle, audio: list | None = None) -> np.ndarray:
+    """A stream's codes [n, 16]; its chunks' audio goes to `audio` when given."""
     codes = []
     while (item := handle.outbox.get(timeout=120)) is not None:
         assert not isinstance(item, BaseException), item
         codes.extend(item.codes)
+        if audio is not None:
+            audio.append(item.pcm)
     return np.array(codes, dtype=np.int64).reshape(-1, 16)
+
+
+def _snr_db(want: np.ndarray, got: np.ndarray) -> float:
+    noise = float(np.sum((want.astype(np.float64) - got) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(want.astype(np.float64) ** 2)) / noise)
 
 
 def test_cancellation_and_slot_reuse_under_graphs(full_models, prompts):
@@ -214,12 +222,17 @@ def test_cancellation_and_slot_reuse_under_graphs(full_models, prompts):
         engine.close()
 
 
-def _engine_run(models, jobs, **config) -> list[np.ndarray]:
+def _engine_run(models, jobs, audio: list | None = None, **config) -> list[np.ndarray]:
+    """Each job's codes (and, into `audio`, each job's whole audio [2, S]), and the runner."""
     runner = _runner(models, 4, **config.pop("runner", {}))
     engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config))
     try:
         handles = [engine.submit(job) for job in jobs]
-        return [_collect(handle) for handle in handles], runner
+        chunks = [[] for _ in handles]
+        codes = [_collect(handle, pieces) for handle, pieces in zip(handles, chunks)]
+        if audio is not None:
+            audio.extend(np.concatenate(pieces, axis=1) for pieces in chunks)
+        return codes, runner
     finally:
         engine.close()
 
@@ -264,15 +277,22 @@ def test_64_callers_on_the_servers_gpu_path_all_finish(full_models, prompts):
 
 def test_codec_on_its_own_stream_changes_nothing(full_models, prompts):
     """The pipelined engine (codec replays on a second CUDA stream, overlapping the next LM step)
-    gives the serial engine's codes. Batch-invariant runners: the two engines may admit the three
-    requests in different waves (a race with the submitting thread), which must not matter here."""
+    gives the serial engine's codes, and its audio. Batch-invariant runners: the two engines may
+    admit the three requests in different waves (a race with the submitting thread), which must not
+    matter here. The audio is compared by SNR, not bit for bit: chunk sizes follow the wall clock,
+    and a different split into codec passes rounds differently; two replays racing for one cuBLAS
+    workspace would corrupt it far below this bound."""
     models = full_models(torch.float32)
     jobs = [_job(prompts[i], 300 + i, 40) for i in range(3)]
-    serial, _ = _engine_run(models, jobs, pipeline_codec=False, runner={"batch_invariant": True})
+    serial_audio, pipelined_audio = [], []
+    serial, _ = _engine_run(models, jobs, serial_audio, pipeline_codec=False, runner={"batch_invariant": True})
     jobs = [_job(prompts[i], 300 + i, 40) for i in range(3)]
-    pipelined, _ = _engine_run(models, jobs, pipeline_codec=True, runner={"batch_invariant": True})
+    pipelined, _ = _engine_run(models, jobs, pipelined_audio, pipeline_codec=True, runner={"batch_invariant": True})
     for want, got in zip(serial, pipelined):
         np.testing.assert_array_equal(got, want)
+    for want, got in zip(serial_audio, pipelined_audio):
+        assert want.shape == got.shape
+        assert _snr_db(want, got) >= 80, _snr_db(want, got)
 
 
 def test_step_ahead_changes_no_codes_under_graphs(full_models, prompts, monkeypatch):
