@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tts_core.config import SamplingParams
-from tts_core.engine.sampler import StreamSampler, batch_for_frame
+from tts_core.engine.sampler import DRAW_BLOCK_FRAMES, StreamSampler, batch_for_frame
 from tts_core.model.lm_loading import load_lm
 from tts_core.model.sampling import (
     FilterParams,
@@ -186,6 +186,22 @@ def test_stream_sampler_draws_seventeen_uniforms_per_frame_and_resets():
     sampler.reset()
     assert not sampler.seen.any() and sampler.num_frames == 0
     assert torch.equal(batch_for_frame([sampler]).uniforms[0], reference[0])
+
+
+def test_uniforms_drawn_ahead_in_blocks_are_the_per_frame_draws_and_put_back_comes_first():
+    """Drawing a block of frames at once (`DRAW_BLOCK_FRAMES`) gives the very sequence of one
+    generator call per frame, across block boundaries; a draw put back is handed out again first."""
+    frames = 2 * DRAW_BLOCK_FRAMES + 5
+    sampler = StreamSampler(SamplingParams(), seed=99)
+    generator = torch.Generator().manual_seed(99)
+    per_frame = np.stack([torch.rand(17, generator=generator).numpy() for _ in range(frames)])
+    got = [sampler.draw_uniforms().copy() for _ in range(DRAW_BLOCK_FRAMES - 1)]
+    dropped = sampler.draw_uniforms().copy()  # the last row of the first block, then put back
+    sampler.put_back(dropped)
+    got += [sampler.draw_uniforms().copy() for _ in range(frames - len(got))]
+    np.testing.assert_array_equal(np.stack(got), per_frame)
+    with pytest.raises(ValueError):
+        sampler.draw_uniforms()[0] = 0.5  # rows of the shared block are read-only
 
 
 def test_observe_frames_skips_stopped_streams():

@@ -283,7 +283,7 @@ class Runner:
         self._apply_slot_resets()
         self.flush_prefills()
         bucket = pick_bucket(max(slots) + 1, self.buckets)
-        uniforms = torch.stack([sampler.draw_uniforms() for sampler in samplers]).numpy()  # [B, 1 + K]
+        uniforms = np.stack([sampler.draw_uniforms() for sampler in samplers])  # [B, 1 + K]
         # The stepper's host buffers alternate: at most two launches may be uncollected at once.
         assert len(self._launched) < 2, "collect a launched step before launching a third"
         ahead: dict[int, int] = {}
