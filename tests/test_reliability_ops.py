@@ -135,6 +135,8 @@ def test_a_stuck_device_turns_health_and_new_requests_into_503(data_dir, tmp_pat
 
     try:
         assert run_coro(call("GET", "/health")).status_code == 200
+        before = _samples(run_coro(call("GET", "/metrics")).text)
+        assert _value(before, "tts_engine_stalled") == 0.0 and _value(before, "tts_model_ready") == 1.0
         with pytest.raises(EngineStalledError, match="stopped responding"):
             next(service.get().stream(SynthesisRequest(text="Nobody hears this.", max_frames=8)))
         health = run_coro(call("GET", "/health"))
@@ -143,6 +145,8 @@ def test_a_stuck_device_turns_health_and_new_requests_into_503(data_dir, tmp_pat
         speech = run_coro(call("POST", "/v1/audio/speech", json={"model": "moss-tts-nano", "input": "Hello."}))
         assert speech.status_code == 503, speech.text
         assert speech.json()["error"]["code"] == "engine_stalled" and int(speech.headers["retry-after"]) >= 5
+        metrics = _samples(run_coro(call("GET", "/metrics")).text)
+        assert _value(metrics, "tts_engine_stalled") == 1.0 and _value(metrics, "tts_model_ready") == 0.0
     finally:
         unstick.set()
         service.close()

@@ -57,6 +57,7 @@ class _Live(Collector):
         values = self.read()
         gauges = {
             "tts_model_ready": "1 when the model is loaded and serving, else 0",
+            "tts_engine_stalled": "1 when the device stopped responding (a restart is needed), else 0",
             "tts_active_streams": "streams being generated now",
             "tts_queued_requests": "requests waiting: the engine's queue plus clips waiting to be decoded",
             "tts_stream_slots": "streams generated together at most",
