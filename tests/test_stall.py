@@ -124,3 +124,35 @@ def test_an_engine_that_never_stalls_says_so(parity_dir) -> None:
         assert engine.stats()["stalled"] is False
     finally:
         engine.close()
+
+
+class _StuckDecodeRunner(Runner):
+    """Its second decode (on the codec thread) blocks until `unstick` is set."""
+
+    def decode(self, slots, codes):
+        self.decodes = getattr(self, "decodes", 0) + 1
+        if self.decodes >= 2:
+            self.stuck.set()
+            assert self.unstick.wait(60), "the test never released the stuck decode"
+        return super().decode(slots, codes)
+
+
+def test_closing_an_engine_stuck_in_the_codec_thread_returns(parity_dir) -> None:
+    """The codec thread stuck in the device, the engine thread stuck waiting for it: the stall is
+    reported, and `close` gives up on both threads after its timeout instead of waiting for ever."""
+    lm, codec = load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+    prompt = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))["A_voice_clone_en.input_ids"].numpy()
+    runner = _StuckDecodeRunner(lm, codec, num_slots=1, max_context_rows=600, device="cpu")
+    runner.stuck, runner.unstick = threading.Event(), threading.Event()
+    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0, pipeline_codec=True,
+                                         stall_timeout_s=0.5))
+    try:
+        handle = engine.submit(_job("decoding", prompt, 4))
+        assert runner.stuck.wait(30)
+        assert isinstance(_until_error(handle), EngineStalledError)
+        closer = threading.Thread(target=engine.close, kwargs={"timeout_s": 0.2})
+        closer.start()
+        closer.join(30)  # a deadline only: without giving up on the stuck threads it never returns
+        assert not closer.is_alive(), "close() waited for the stuck codec thread"
+    finally:
+        runner.unstick.set()

@@ -127,8 +127,8 @@ class Engine:
             self._wake.notify()
         self._watch.close()
         self._thread.join(timeout_s)
-        if self._pipeline is not None:
-            self._pipeline.close()
+        if self._pipeline is not None:  # (an engine thread stuck in the device may have the codec thread stuck too)
+            self._pipeline.close(wait=not self._thread.is_alive())
 
     @property
     def pipelined(self) -> bool:

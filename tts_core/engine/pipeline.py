@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 
 class CodecPipeline:
@@ -21,12 +21,6 @@ class CodecPipeline:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-codec")
         self._inflight: deque[Future] = deque()
 
-    @property
-    def num_inflight(self) -> int:
-        while self._inflight and self._inflight[0].done() and self._inflight[0].exception() is None:
-            self._inflight.popleft()
-        return len(self._inflight)
-
     def submit(self, fn: Callable[[], None]) -> None:
         self._inflight.append(self._executor.submit(fn))
 
@@ -34,10 +28,14 @@ class CodecPipeline:
         """Wait for every submitted job; re-raises the first job's exception (after waiting for all)."""
         error: BaseException | None = None
         while self._inflight:
-            exc = self._inflight.popleft().exception()
+            try:
+                exc = self._inflight.popleft().exception()
+            except CancelledError:  # by `close` (the engine gave up on a stuck device): nothing to wait for
+                continue
             error = error or exc
         if error is not None:
             raise error
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait: bool = True) -> None:
+        """Stop the worker; `wait=False` when it may be stuck in a device call that never returns."""
+        self._executor.shutdown(wait=wait, cancel_futures=True)
