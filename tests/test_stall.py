@@ -65,17 +65,41 @@ def test_the_watch_needs_a_positive_limit() -> None:
         EngineConfig(stall_timeout_s=0)
 
 
-class _StuckRunner(Runner):
-    """From its `stick_at`-th launch on, a step blocks until `unstick` is set (a stuck device)."""
+@pytest.fixture(scope="module")
+def models(parity_dir):
+    return load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
 
-    stick_at = 3
+
+@pytest.fixture(scope="module")
+def prompt(parity_dir):
+    return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))["A_voice_clone_en.input_ids"].numpy()
+
+
+class _StuckRunner(Runner):
+    """A stuck device: from its `stick_at`-th call of `stuck_in` ("launch": the engine thread's step,
+    "decode": the codec thread's) on, the call blocks until `unstick` is set."""
+
+    def __init__(self, models, *, stuck_in: str, stick_at: int):
+        lm, codec = models
+        super().__init__(lm, codec, num_slots=1, max_context_rows=600, device="cpu")
+        self.stuck_in, self.stick_at, self.calls = stuck_in, stick_at, 0
+        self.stuck, self.unstick = threading.Event(), threading.Event()
+
+    def _maybe_stick(self, name: str) -> None:
+        if name != self.stuck_in:
+            return
+        self.calls += 1
+        if self.calls >= self.stick_at:
+            self.stuck.set()
+            assert self.unstick.wait(60), f"the test never released the stuck {name}"
 
     def launch(self, slots):
-        self.launches = getattr(self, "launches", 0) + 1
-        if self.launches >= self.stick_at:
-            self.stuck.set()
-            assert self.unstick.wait(60), "the test never released the stuck step"
+        self._maybe_stick("launch")
         return super().launch(slots)
+
+    def decode(self, slots, codes):
+        self._maybe_stick("decode")
+        return super().decode(slots, codes)
 
 
 def _job(name: str, prompt: np.ndarray, seed: int) -> StreamJob:
@@ -92,11 +116,8 @@ def _until_error(handle) -> BaseException:
         assert item is not None, "the stream ended without the stall error"
 
 
-def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(parity_dir) -> None:
-    lm, codec = load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
-    prompt = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))["A_voice_clone_en.input_ids"].numpy()
-    runner = _StuckRunner(lm, codec, num_slots=1, max_context_rows=600, device="cpu")
-    runner.stuck, runner.unstick = threading.Event(), threading.Event()
+def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt) -> None:
+    runner = _StuckRunner(models, stuck_in="launch", stick_at=3)
     engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2, stall_timeout_s=0.5))
     try:
         running = engine.submit(_job("running", prompt, 1))
@@ -114,11 +135,11 @@ def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(parity_dir) -> Non
         runner.unstick.set()  # the step returns: the engine thread sees the stall and ends
         engine.close(timeout_s=30)
     assert not engine._thread.is_alive()
-    assert runner.launches == runner.stick_at  # nothing was stepped after the stall
+    assert runner.calls == runner.stick_at  # nothing was stepped after the stall
 
 
-def test_an_engine_that_never_stalls_says_so(parity_dir) -> None:
-    lm, codec = load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
+def test_an_engine_that_never_stalls_says_so(models) -> None:
+    lm, codec = models
     engine = Engine(Runner(lm, codec, num_slots=1, max_context_rows=600, device="cpu"), EngineConfig())
     try:
         assert engine.stats()["stalled"] is False
@@ -126,24 +147,10 @@ def test_an_engine_that_never_stalls_says_so(parity_dir) -> None:
         engine.close()
 
 
-class _StuckDecodeRunner(Runner):
-    """Its second decode (on the codec thread) blocks until `unstick` is set."""
-
-    def decode(self, slots, codes):
-        self.decodes = getattr(self, "decodes", 0) + 1
-        if self.decodes >= 2:
-            self.stuck.set()
-            assert self.unstick.wait(60), "the test never released the stuck decode"
-        return super().decode(slots, codes)
-
-
-def test_closing_an_engine_stuck_in_the_codec_thread_returns(parity_dir) -> None:
+def test_closing_an_engine_stuck_in_the_codec_thread_returns(models, prompt) -> None:
     """The codec thread stuck in the device, the engine thread stuck waiting for it: the stall is
     reported, and `close` gives up on both threads after its timeout instead of waiting for ever."""
-    lm, codec = load_lm(parity_dir / "tiny_lm"), load_codec(parity_dir / "tiny_codec")
-    prompt = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))["A_voice_clone_en.input_ids"].numpy()
-    runner = _StuckDecodeRunner(lm, codec, num_slots=1, max_context_rows=600, device="cpu")
-    runner.stuck, runner.unstick = threading.Event(), threading.Event()
+    runner = _StuckRunner(models, stuck_in="decode", stick_at=2)
     engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0, pipeline_codec=True,
                                          stall_timeout_s=0.5))
     try:
@@ -156,3 +163,5 @@ def test_closing_an_engine_stuck_in_the_codec_thread_returns(parity_dir) -> None
         assert not closer.is_alive(), "close() waited for the stuck codec thread"
     finally:
         runner.unstick.set()
+        engine.close(timeout_s=30)  # now that nothing is stuck, both threads end before the test does
+    assert not engine._thread.is_alive()
