@@ -354,7 +354,6 @@ def test_static_multi_frame_decode_matches_plain_path(models):
             np.testing.assert_allclose(got_row, want_row, atol=1e-5)
 
 
-
 def test_pool_routes_around_a_stalled_engine_and_stalls_only_with_all():
     """One GPU stuck (`engine/stall.py`) leaves the others serving: the pool skips it and is not
     stalled; a refusal prefers "busy, retry" while any engine still serves."""
