@@ -4,8 +4,9 @@ The watch's rule on a fake clock; then the real engine over the tiny parity chec
 with a runner whose step never returns until the test lets it (what a GPU that stopped finishing
 work looks like from the engine thread): the running and the queued stream get
 `EngineStalledError`, new requests are refused with it, the stats say so, and once the step
-returns the engine thread ends without touching anything. The test's deadlines only turn a hang
-into a failure; the stall limit is short because the stuck step is real, not a slow one.
+returns the engine thread ends without touching anything. There the watch runs on a fake clock
+that the test moves on only once the engine thread is known to be blocked, so no machine is slow
+enough to trip it early; the tests' deadlines only turn a hang into a failure.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import pytest
 from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine import engine as engine_module
 from tts_core.engine.engine import Engine
+from tts_core.engine.pipeline import CodecPipeline
 from tts_core.engine.runner import Runner
 from tts_core.engine.stall import StallWatch
 from tts_core.engine.types import Segment, StreamJob
@@ -75,6 +78,22 @@ def prompt(parity_dir):
     return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))["A_voice_clone_en.input_ids"].numpy()
 
 
+@pytest.fixture
+def clock(monkeypatch) -> _Clock:
+    """The engines built in the test get a watch on this clock, with no thread of its own: it reports
+    a stall only when the test calls `engine._watch.check()`."""
+    fake = _Clock()
+    monkeypatch.setattr(engine_module, "StallWatch",
+                        lambda timeout_s, on_stall: StallWatch(timeout_s, on_stall, clock=fake, start=False))
+    return fake
+
+
+def _stall(engine: Engine, clock: _Clock) -> None:
+    """(The engine thread is blocked in the device.) Its iteration passes the limit: the watch reports it."""
+    clock.now += engine.config.stall_timeout_s + 1
+    assert engine._watch.check()
+
+
 class _StuckRunner(Runner):
     """A stuck device: from its `stick_at`-th call of `stuck_in` ("launch": the engine thread's step,
     "decode": the codec thread's) on, the call blocks until `unstick` is set."""
@@ -102,8 +121,8 @@ class _StuckRunner(Runner):
         return super().decode(slots, codes)
 
 
-def _job(name: str, prompt: np.ndarray, seed: int) -> StreamJob:
-    return StreamJob(request_id=name, segments=(Segment(rows=prompt, max_frames=40),), sampling=SamplingParams(),
+def _job(name: str, prompt: np.ndarray, seed: int, frames: int = 40) -> StreamJob:
+    return StreamJob(request_id=name, segments=(Segment(rows=prompt, max_frames=frames),), sampling=SamplingParams(),
                      seed=seed, submitted_at=time.monotonic())
 
 
@@ -116,13 +135,14 @@ def _until_error(handle) -> BaseException:
         assert item is not None, "the stream ended without the stall error"
 
 
-def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt) -> None:
-    runner = _StuckRunner(models, stuck_in="launch", stick_at=3)
-    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2, stall_timeout_s=0.5))
+def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, clock) -> None:
+    runner = _StuckRunner(models, stuck_in="launch", stick_at=1)
+    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2))
     try:
         running = engine.submit(_job("running", prompt, 1))
         waiting = engine.submit(_job("waiting", prompt, 2))  # one slot: this one is queued
         assert runner.stuck.wait(30)
+        _stall(engine, clock)
         for handle in (running, waiting):
             error = _until_error(handle)
             assert isinstance(error, EngineStalledError), repr(error)
@@ -147,15 +167,24 @@ def test_an_engine_that_never_stalls_says_so(models) -> None:
         engine.close()
 
 
-def test_closing_an_engine_stuck_in_the_codec_thread_returns(models, prompt) -> None:
+def test_closing_an_engine_stuck_in_the_codec_thread_returns(models, prompt, clock, monkeypatch) -> None:
     """The codec thread stuck in the device, the engine thread stuck waiting for it: the stall is
     reported, and `close` gives up on both threads after its timeout instead of waiting for ever."""
-    runner = _StuckRunner(models, stuck_in="decode", stick_at=2)
-    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0, pipeline_codec=True,
-                                         stall_timeout_s=0.5))
+    blocked = threading.Event()  # the engine thread waits for a decode that never finishes
+    drain = CodecPipeline.drain
+
+    def watched_drain(pipeline: CodecPipeline) -> None:
+        if pipeline._inflight and not pipeline._inflight[0].done():  # (the first decode is the stuck one)
+            blocked.set()
+        drain(pipeline)
+
+    monkeypatch.setattr(CodecPipeline, "drain", watched_drain)
+    runner = _StuckRunner(models, stuck_in="decode", stick_at=1)
+    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0, pipeline_codec=True))
     try:
-        handle = engine.submit(_job("decoding", prompt, 4))
-        assert runner.stuck.wait(30)
+        handle = engine.submit(_job("decoding", prompt, 4, frames=2))  # its last chunk waits for the first
+        assert runner.stuck.wait(30) and blocked.wait(30)
+        _stall(engine, clock)
         assert isinstance(_until_error(handle), EngineStalledError)
         closer = threading.Thread(target=engine.close, kwargs={"timeout_s": 0.2})
         closer.start()
