@@ -7,6 +7,7 @@ checkpoint. Timings belong to the bench: nothing here asserts one.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from dataclasses import replace
@@ -245,6 +246,54 @@ def test_lm_and_codec_graphs_are_captured_on_streams_of_their_own(full_models):
     streams = runner.stepper.capture_streams
     assert set(streams) == {"lm", "codec"}
     assert streams["lm"].cuda_stream != streams["codec"].cuda_stream
+
+
+def test_capture_survives_dead_graphs_in_reference_cycles(full_models, monkeypatch):
+    """A garbage collection that destroys a dead CUDA graph during a capture invalidates the capture
+    (seen on the H200: the 64-slot runner failed to build after earlier tests had dropped graphed
+    runners). Here every capture begins by dropping a small captured graph into a fresh reference
+    cycle and allocating enough to trigger a collection; the runner must still be built, and no
+    collection may start while a capture is open."""
+    x = torch.zeros(1, device=CUDA)
+    spare = []
+    for _ in range(4):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            x.add_(1)
+        spare.append(graph)
+    capturing, collected_inside = [False], []
+
+    class Cycle:
+        def __init__(self, graph) -> None:
+            self.me, self.graph = self, graph
+
+    begin, end = torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end
+
+    def capture_begin(graph, *args, **kwargs):
+        begin(graph, *args, **kwargs)
+        capturing[0] = True
+        if spare:
+            Cycle(spare.pop())  # garbage at once: only the cyclic collector frees it
+        alive = [[] for _ in range(5000)]  # far past the collector's threshold (700 live objects)
+        del alive
+
+    def capture_end(graph):
+        capturing[0] = False
+        end(graph)
+
+    def on_gc(phase, info):
+        if phase == "start" and capturing[0]:
+            collected_inside.append(info["generation"])
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", capture_begin)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", capture_end)
+    gc.callbacks.append(on_gc)
+    try:
+        runner = _runner(full_models(torch.float32), 4)
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert runner.uses_graphs and not spare
+    assert collected_inside == []
 
 
 @pytest.mark.timeout(900)

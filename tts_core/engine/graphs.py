@@ -34,6 +34,7 @@ from ..config import SamplingParams
 from ..env import env_flag
 from ..model import fused_ops, lm_step
 from .buckets import length_buckets, pick_bucket
+from .capture_guard import no_gc_during_capture
 from .codec_passes import CODEC_PASS_FRAMES, codec_attention, split_passes
 from .host_copy import HostPcm
 from .prefill_graphs import PrefillGraphs
@@ -278,7 +279,7 @@ class StaticStepper:
         # replay and a codec replay running at once shared it, and the codec replay never finished
         # (H200, compiled step, step-ahead: 64 streams hung in 3 runs of 3).
         streams = self.capture_streams = {kind: torch.cuda.Stream(self.device) for kind in pools}
-        with torch.cuda.device(self.device):
+        with torch.cuda.device(self.device), no_gc_during_capture():
             self.state.step_in.zero_()
             self.codec_in.zero_()
             for bucket in reversed(self.buckets):

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..model.layers import attention_backends
+from .capture_guard import no_gc_during_capture
 
 # Prompt lengths captured: a voice-clone prompt is ~80 template rows + up to ~250 reference frames +
 # the text, so most land in the first few buckets; at most a third of a replay is padding.
@@ -71,16 +72,17 @@ class PrefillGraphs:
         """Capture every bucket (largest first); the warm-ups and captures write only the spare row."""
         self.index_in.copy_(torch.tensor([self.spare_row, 0]))
         stream = torch.cuda.Stream(self.hidden.device)
-        for length in reversed(self.buckets):
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):
+        with no_gc_during_capture():  # nested in StaticStepper.capture too: harmless
+            for length in reversed(self.buckets):
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        self._body(length)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
                     self._body(length)
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
-                self._body(length)
-            self._graphs[length] = graph
+                self._graphs[length] = graph
         torch.cuda.synchronize(self.hidden.device)
 
     @torch.inference_mode()
