@@ -33,6 +33,7 @@ from tts_core.bench.record import new_record, write_record  # noqa: E402
 from tts_core.bench.streams import run_streams, spread, summarize_run  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402
+from tts_core.engine.host_copy import ReadyPcm  # noqa: E402
 from tts_core.engine.outbox import handle_chunks  # noqa: E402
 from tts_core.engine.runner import StepTicket  # noqa: E402
 from tts_core.engine.types import Segment, StreamJob  # noqa: E402
@@ -85,10 +86,10 @@ class NullRunner:
     def drop_launched(self) -> None:
         self._launched.clear()
 
-    def decode(self, slots, codes: np.ndarray) -> list[np.ndarray]:
+    def decode_async(self, slots, codes: np.ndarray) -> ReadyPcm:
         samples = codes.shape[1] * SAMPLES_PER_FRAME
         source = self._audio if samples <= self._audio.shape[1] else np.ones((2, samples), np.float32)
-        return [source[:, :samples].copy() for _ in slots]
+        return ReadyPcm([source[:, :samples].copy() for _ in slots])
 
     def release(self, slot: int) -> None:
         self._lengths[slot] = 0

@@ -7,6 +7,7 @@ same order; cancelling a pipelined stream mid-way must leave the others and the 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
+from tts_core.engine.pipeline import CodecPipeline
 from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob, StreamStatus
 from tts_core.model.codec_loading import load_codec
@@ -131,3 +133,98 @@ def test_warm_prefix_is_computed_when_idle_and_reused(models, prompts):
         request_id="cold", segments=(Segment(rows=prompt, max_frames=6),), sampling=SamplingParams(), seed=3,
         submitted_at=time.monotonic())])[0]
     np.testing.assert_array_equal(np.concatenate([c.codes for c in warmed]), np.concatenate([c.codes for c in cold]))
+
+
+# ---- the split readout (a GPU decode's audio read out on a second thread) -----------------------
+
+
+def test_pipeline_second_parts_run_in_order_and_drain_waits_for_them():
+    pipeline = CodecPipeline(split=True)
+    ran: list[tuple[str, int]] = []
+    release = threading.Event()
+    try:
+        for i in range(5):
+            def first(i=i):
+                ran.append(("first", i))
+
+                def second():
+                    if i == 0:
+                        assert release.wait(10)  # the first readout is slow: later first parts go ahead
+                    ran.append(("second", i))
+
+                return second
+
+            pipeline.submit(first)
+        deadline = time.monotonic() + 10
+        while sum(1 for kind, _ in ran if kind == "first") < 5 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert [i for kind, i in ran if kind == "first"] == list(range(5))  # none waited for a readout
+        release.set()
+        pipeline.drain()
+        assert [i for kind, i in ran if kind == "second"] == list(range(5))
+    finally:
+        pipeline.close()
+
+
+@pytest.mark.parametrize("stage", ["first", "second"])
+def test_pipeline_errors_of_either_part_reach_the_drain(stage):
+    pipeline = CodecPipeline(split=True)
+
+    def boom():
+        raise ValueError(f"{stage} failed")
+
+    try:
+        pipeline.submit(boom if stage == "first" else (lambda: boom))
+        pipeline.submit(lambda: None)
+        with pytest.raises(ValueError, match=f"{stage} failed"):
+            pipeline.drain()
+        pipeline.submit(lambda: (lambda: None))  # still serving
+        pipeline.drain()
+    finally:
+        pipeline.close()
+
+
+class _SlowReadoutRunner(Runner):
+    """The CPU runner, with each decode's audio handed out by a `.result()` that, for the first decode,
+    waits until the next decode has been queued: as a GPU readout overlaps the next decode."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.decodes = 0
+        self.second_queued = threading.Event()
+
+    def decode_async(self, slots, codes):
+        ready = super().decode_async(slots, codes)
+        self.decodes += 1
+        index = self.decodes
+        if index >= 2:
+            self.second_queued.set()
+        runner = self
+
+        class Slow:
+            def result(self):
+                if index == 1:
+                    assert runner.second_queued.wait(30), "the next decode waited for this readout"
+                return ready.result()
+
+        return Slow()
+
+
+def test_split_readout_engine_emits_what_the_serial_engine_emits(models, prompts):
+    """A decode's readout and emission run on the pipeline's second thread while the next decode is
+    queued (the CUDA default, here with the CPU runner): same chunks, same order as the serial engine."""
+    lm, codec = models
+    runner = _SlowReadoutRunner(lm, codec, num_slots=3, max_context_rows=600, device="cpu")
+    engine = Engine(runner, EngineConfig(max_active_streams=3, max_queue=4, pipeline_codec=True))
+    engine._pipeline.close()
+    engine._pipeline = CodecPipeline(split=True)
+    jobs = [_job(f"s{i}", prompt, 40 + i, (9, 7)) for i, prompt in enumerate(prompts)]
+    got = _run(engine, jobs)
+    want = _run(_engine(models, pipelined=False), jobs)
+    assert runner.second_queued.is_set()
+    for got_chunks, want_chunks in zip(got, want):
+        assert [c.seq for c in got_chunks] == list(range(len(got_chunks)))
+        np.testing.assert_array_equal(np.concatenate([c.codes for c in got_chunks]),
+                                      np.concatenate([c.codes for c in want_chunks]))
+        np.testing.assert_allclose(np.concatenate([c.pcm for c in got_chunks], axis=1),
+                                   np.concatenate([c.pcm for c in want_chunks], axis=1), atol=1e-5)

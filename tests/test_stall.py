@@ -116,9 +116,9 @@ class _StuckRunner(Runner):
         self._maybe_stick("launch")
         return super().launch(slots)
 
-    def decode(self, slots, codes):
+    def decode_async(self, slots, codes):
         self._maybe_stick("decode")
-        return super().decode(slots, codes)
+        return super().decode_async(slots, codes)
 
 
 def _job(name: str, prompt: np.ndarray, seed: int, frames: int = 40) -> StreamJob:
@@ -156,6 +156,31 @@ def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, cl
         engine.close(timeout_s=30)
     assert not engine._thread.is_alive()
     assert runner.calls == runner.stick_at  # nothing was stepped after the stall
+
+
+def test_requests_waiting_to_be_prepared_get_the_stall_error(models, prompt, clock) -> None:
+    """The engine thread prepares queued requests between iterations (`preparer.py`): stuck in the
+    device it never will, so the stall fails those still queued, and refuses later ones at once."""
+    from tts_core.preparer import Preparer
+
+    runner = _StuckRunner(models, stuck_in="launch", stick_at=1)
+    engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2))
+    preparer = Preparer(lambda name: _job(name, prompt, 5), engine.submit, engine.cancel)
+    engine.attach_intake(preparer)
+    try:
+        running = preparer.enqueue("running")
+        assert preparer.wait(running, threading.Event()) is not None  # (prepared and submitted)
+        assert runner.stuck.wait(30)
+        queued = preparer.enqueue("queued")  # the engine thread is stuck: nobody prepares it
+        _stall(engine, clock)
+        with pytest.raises(EngineStalledError, match="must be restarted"):
+            preparer.wait(queued)
+        with pytest.raises(EngineStalledError):
+            preparer.enqueue("later")
+    finally:
+        runner.unstick.set()
+        engine.close(timeout_s=30)
+    assert not engine._thread.is_alive()
 
 
 def test_an_engine_that_never_stalls_says_so(models) -> None:

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from .engine.types import Segment, StreamJob
 from .errors import InvalidRequestError, TTSError
 from .loader import load_parts
 from .model.lm_config import LMConfig
+from .preparer import Preparer, engine_prepares
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text, detect_language, normalize_text, pause_after_chunk_s, split_text
 from .tokenizer import TextTokenizer
@@ -39,6 +40,18 @@ logger = logging.getLogger(__name__)
 
 # Room left in a stream's KV cache for generated rows when checking prompt length.
 _MIN_GENERATION_ROWS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A request past the checks that may be slow but hold the interpreter lock little (see
+    `Synthesizer.prepare`): its text and resolved voice."""
+
+    request: SynthesisRequest
+    text: str
+    voice: Voice | None
+    resolved: ResolvedVoice | None
+    submitted_at: float
 
 
 class Synthesizer:
@@ -58,6 +71,11 @@ class Synthesizer:
         self.config = config
         self.info = dict(info)
         self.warm = False
+        # Requests are turned into prompt rows on the engine's thread (`preparer.py`); None: in each caller's.
+        self._preparer = None
+        if hasattr(engine, "attach_intake") and engine_prepares():
+            self._preparer = Preparer(self._build_job, engine.submit, engine.cancel)
+            engine.attach_intake(self._preparer)
 
     @classmethod
     def from_pretrained(cls, lm: str = DEFAULT_LM_ID, codec: str = DEFAULT_CODEC_ID, *, device: str = "auto",
@@ -128,8 +146,17 @@ class Synthesizer:
         (e.g. a request still queued when its HTTP client goes away); the iterator then ends.
         """
         submitted_at = time.monotonic()
-        job = self.prepare(request, submitted_at=submitted_at)
-        handle = self.engine.submit(job)
+        if self._preparer is None:
+            handle = self.engine.submit(self.prepare(request, submitted_at=submitted_at))
+        else:
+            pending = self._preparer.enqueue(self._check(request, submitted_at))
+            try:
+                handle = self._preparer.wait(pending, cancel)
+            except BaseException:  # (its own error too, where abandoning changes nothing)
+                self._preparer.abandon(pending)
+                raise
+            if handle is None:  # cancelled while it waited to be prepared
+                return
         yield from handle_chunks(self.engine, handle, lambda: self._next_item(handle, cancel))
 
     @staticmethod
@@ -165,6 +192,11 @@ class Synthesizer:
     def prepare(self, request: SynthesisRequest, *, submitted_at: float | None = None) -> StreamJob:
         """Validate and turn a request into prompt segments (pure CPU work, no model calls
         except encoding an uploaded reference clip once)."""
+        return self._build_job(self._check(request, submitted_at if submitted_at is not None else time.monotonic()))
+
+    def _check(self, request: SynthesisRequest, submitted_at: float) -> _Checked:
+        """Prepare's first half, in the caller's thread: type and length checks, and the voice (which
+        may encode an uploaded clip, model work that mostly runs without the interpreter lock)."""
         if not isinstance(request, SynthesisRequest):
             raise InvalidRequestError("expected a SynthesisRequest", param="request")
         text = check_text(request.text, self.config.max_text_chars)
@@ -172,6 +204,11 @@ class Synthesizer:
         resolved = None
         if request.mode == "voice_clone" or voice is not None:
             resolved = self.voices.resolve(voice)  # None -> the default preset
+        return _Checked(request, text, voice, resolved, submitted_at)
+
+    def _build_job(self, checked: _Checked) -> StreamJob:
+        """Prepare's second half (pure Python: on the preparer's thread when there is one)."""
+        request, text, voice, resolved = checked.request, checked.text, checked.voice, checked.resolved
         if request.normalize_text:
             text = normalize_text(text, language=detect_language(text, self._voice_language(resolved)))
         seed = request.seed if request.seed is not None else secrets.randbits(63)
@@ -181,7 +218,7 @@ class Synthesizer:
             segments = self._continuation_segments(text, voice, resolved)
         segments = self._apply_frame_cap(segments, request.max_frames)
         return StreamJob(request_id=uuid.uuid4().hex, segments=tuple(segments), sampling=request.sampling,
-                         seed=seed, submitted_at=submitted_at if submitted_at is not None else time.monotonic(),
+                         seed=seed, submitted_at=checked.submitted_at,
                          notice=resolved.notice if resolved is not None else None)
 
     def _voice_language(self, resolved: ResolvedVoice | None) -> str | None:
@@ -306,4 +343,6 @@ class Synthesizer:
         return {**self.info, "warm": self.warm, **self.engine.stats()}
 
     def close(self) -> None:
+        if self._preparer is not None:
+            self._preparer.close()
         self.engine.close()

@@ -5,7 +5,8 @@ its frames are decoded by the codec in chunks whose size follows `pacing.frame_b
 chunks go to the stream's own queue. Cancelled or finished streams leave the batch at once.
 On a multi-core CPU the codec decodes run on a second thread (`pipeline.CodecPipeline`) while the
 LM makes the next frame; on a GPU the next LM step is also launched before the last one is read
-(`stepping.StepDriver`), so the device works while this thread books, decodes and emits.
+(`stepping.StepDriver`), so the device works while this thread books, decodes and emits. Between
+iterations the thread also prepares queued requests (`attach_intake`, `preparer.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from ..config import EngineConfig
 from ..devices import available_cpus
 from ..errors import EngineStalledError, TTSError
-from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, AudioChunk, Timings
+from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 from .live import LiveStream
 from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
@@ -34,10 +35,9 @@ from .types import StreamHandle, StreamJob, StreamStatus
 logger = logging.getLogger(__name__)
 
 _END = None  # sentinel on an outbox: no more chunks
-# Deferred compile (CUDA): tracing holds the GIL and would starve a stream being served, so each
-# unit compiles only after the engine has been without streams for QUIET_S, and the switch to
-# the compiled step (graph capture, ~1 s) waits for an idle moment too; a server that is never
-# idle gets them anyway after MAX_DEFER_S.
+# Deferred compile (CUDA): tracing holds the GIL and would starve a stream being served, so each unit
+# compiles only after the engine has been without streams for QUIET_S, and the switch to the compiled
+# step (graph capture, ~1 s) waits for an idle moment too; a never-idle server gets them after MAX_DEFER_S.
 QUIET_S = 1.0
 MAX_DEFER_S = 300.0
 
@@ -60,6 +60,7 @@ class Engine:
         self._live: dict[str, LiveStream] = {}
         self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
+        self._intakes: list = []  # request queues this thread prepares and submits (`preparer.Preparer`)
         self._steps = StepDriver(runner, self._live)  # the LM steps, one ahead where possible
         self._stopping = False
         self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)
@@ -67,10 +68,10 @@ class Engine:
         pipelined = config.pipeline_codec
         if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
             pipelined = runner.device.type == "cuda" or available_cpus() >= 2
-        self._pipeline = CodecPipeline() if pipelined else None
-        # On a GPU a decode overlapping an LM step shares the device with it and takes about twice
-        # as long (H200: 5.4 ms against 2.7 ms for one stream's first frame): a stream's first chunk,
-        # which its listener is waiting for, is decoded with the LM paused instead.
+        split = None if runner.device.type == "cuda" else False  # (a readout thread pays where decodes are async)
+        self._pipeline = CodecPipeline(split=split) if pipelined else None
+        # On a GPU a decode overlapping an LM step takes about twice as long (H200: 5.4 against 2.7 ms for
+        # one stream's first frame): a stream's first chunk is decoded with the LM paused instead.
         self._first_chunk_alone = runner.device.type == "cuda"
         self._last_busy = time.monotonic()
         self._upgrade_ready_since: float | None = None
@@ -98,6 +99,16 @@ class Engine:
         is running or waiting, so it never delays a listener by more than one prefill."""
         with self._wake:
             self._warm_jobs.append(np.asarray(rows, dtype=np.int64))
+            self._wake.notify()
+
+    def attach_intake(self, intake) -> None:
+        """This engine's thread prepares and submits `intake`'s requests between its iterations."""
+        with self._wake:
+            self._intakes.append(intake)
+        intake.attach(self._notify)
+
+    def _notify(self) -> None:
+        with self._wake:
             self._wake.notify()
 
     def cancel(self, handle: StreamHandle) -> None:
@@ -145,33 +156,35 @@ class Engine:
                         self._take_cancels()
                 if self._stopping or self._stalled is not None:
                     break
-                idle = not self._live and not self._scheduler.num_waiting
-                warm = self._warm_jobs.popleft() if idle and self._warm_jobs else None
+                intakes = [intake for intake in self._intakes if intake.waiting]
+            for intake in intakes:  # (outside the lock: what it builds is submitted to this engine too)
+                with self._watch.watching():
+                    intake.pump()
+            with self._wake:
+                warm = self._warm_jobs.popleft() if self._is_idle() and self._warm_jobs else None
             if self._upgrade_due():  # the compiled step is ready: switch over between steps
                 self._upgrade()
                 continue
             if warm is not None:
                 # Watched too: a request arriving now waits for it. (An upgrade's graph capture is
                 # not: on a slow GPU it may legitimately take longer than the limit.)
-                self._watch.busy()
-                try:
-                    self.runner.warm_prefix(warm)
-                except Exception:  # a warm-up problem must not stop the engine
-                    logger.exception("could not precompute a prompt prefix")
-                finally:
-                    self._watch.idle()
+                with self._watch.watching():
+                    try:
+                        self.runner.warm_prefix(warm)
+                    except Exception:  # a warm-up problem must not stop the engine
+                        logger.exception("could not precompute a prompt prefix")
                 continue
-            self._watch.busy()
-            try:
-                self._iterate()
-            except Exception as exc:  # a bug must not kill the server: fail the running streams
-                logger.exception("engine iteration failed")
-                self._steps.forget()
-                for live in list(self._live.values()):
-                    self._fail(live, exc)
-            finally:
-                self._watch.idle()
+            with self._watch.watching():
+                try:
+                    self._iterate()
+                except Exception as exc:  # a bug must not kill the server: fail the running streams
+                    logger.exception("engine iteration failed")
+                    self._steps.forget()
+                    for live in list(self._live.values()):
+                        self._fail(live, exc)
         ending = EngineStalledError(self._stalled) if self._stalled else TTSError("the engine was shut down")
+        for intake in list(self._intakes):
+            intake.detach(self._notify, ending)
         for live in list(self._live.values()):
             self._fail(live, ending)
 
@@ -188,9 +201,12 @@ class Engine:
         logger.error("engine stalled: %s; failing %d stream(s)", message, len(handles))
         for handle in handles:
             handle.outbox.put(EngineStalledError(message))
+        for intake in list(self._intakes):
+            intake.detach(self._notify, EngineStalledError(message))
 
     def _has_work(self) -> bool:
-        return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self._upgrade_due())
+        return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self._upgrade_due()
+                    or any(intake.waiting for intake in self._intakes))
 
     def _is_idle(self) -> bool:
         return not self._live and not self._scheduler.num_waiting
@@ -305,14 +321,20 @@ class Engine:
             first = self._first_chunk_alone and any(live.first_audio_at is None for live in lives)
             if self._pipeline is None or any(last) or first:
                 self._sync()  # a stream's last chunk retires it here, after its earlier chunks
-                self._decode_group(lives, codes, last)
+                self._decode_group(lives, codes, last)()
             else:
                 self._pipeline.submit(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
 
-    def _decode_group(self, lives: list[LiveStream], codes: np.ndarray, last: list[bool]) -> None:
-        pcm = self.runner.decode([live.slot for live in lives], codes)  # per stream [2, n*3840]
-        for i, live in enumerate(lives):
-            self._emit(live, pcm[i], codes[i], is_last=last[i])
+    def _decode_group(self, lives: list[LiveStream], codes: np.ndarray, last: list[bool]):
+        """Queue the group's decode; returns what reads out and emits its audio (pipelined: on a second thread)."""
+        pending = self.runner.decode_async([live.slot for live in lives], codes)
+
+        def emit() -> None:
+            pcm = pending.result()  # per stream [2, n*3840]
+            for i, live in enumerate(lives):
+                self._emit(live, pcm[i], codes[i], is_last=last[i])
+
+        return emit
 
     def _advance_segments(self) -> None:
         for live in list(self._live.values()):
@@ -337,23 +359,7 @@ class Engine:
 
     def _emit(self, live: LiveStream, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool,
               is_pause: bool = False) -> None:
-        now = time.monotonic()
-        if live.first_audio_at is None and pcm.shape[1] > 0:
-            live.first_audio_at = now
-        live.emitted_samples += pcm.shape[1]
-        submitted = live.job.submitted_at
-        timings = Timings(
-            first_audio_s=None if live.first_audio_at is None else live.first_audio_at - submitted,
-            elapsed_s=now - submitted,
-            audio_s=live.emitted_samples / SAMPLE_RATE_HZ,
-        )
-        segment = live.job.segments[live.segment_index]
-        chunk = AudioChunk(seq=live.seq, pcm=pcm, codes=codes, is_last=is_last, timings=timings,
-                           is_pause=is_pause, notice=live.job.notice if live.seq == 0 else None,
-                           request_id=live.job.request_id, segment=live.segment_index,
-                           segment_text=segment.text, estimated_audio_s=live.estimated_audio_s)
-        live.seq += 1
-        live.handle.outbox.put(chunk)
+        live.handle.outbox.put(live.next_chunk(pcm, codes, is_last=is_last, is_pause=is_pause))
         if is_last:
             self._retire(live, StreamStatus.FINISHED)
 

@@ -36,7 +36,7 @@ from ..model import fused_ops, lm_step
 from .buckets import length_buckets, pick_bucket
 from .capture_guard import no_gc_during_capture
 from .codec_passes import CODEC_PASS_FRAMES, codec_attention, split_passes
-from .host_copy import HostPcm
+from .host_copy import HostPcm, PendingPcm, PinnedRing, ReadyPcm
 from .prefill_graphs import PrefillGraphs
 from .sampler import param_row
 from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm_step
@@ -119,8 +119,11 @@ class StaticStepper:
         self.host_step_in = torch.zeros(2, rows, 1 + self.n_vq + 1, pin_memory=pin)
         self.host_step_out = torch.zeros(2, rows, 1 + self.n_vq, dtype=torch.long, pin_memory=pin)
         self._turn = 0
-        self.host_codec_in = torch.zeros(MAX_PASSES_PER_COPY, rows, most * self.n_vq + 1, dtype=torch.long,
+        self.host_codec_in = torch.zeros(2, MAX_PASSES_PER_COPY, rows, most * self.n_vq + 1, dtype=torch.long,
                                          pin_memory=pin)
+        self._codec_turn = 0
+        self._codec_in_read: list[torch.cuda.Event | None] = [None, None]  # when each was last read
+        self._pcm_ring = PinnedRing()
         # Keep what the graphs read alive even if the model later replaces its own copies.
         self._rope = lm.rope.get(cache.max_len, dev)
         self._graphs: dict[tuple[str, int, int], torch.cuda.CUDAGraph] = {}  # (kind, bucket, frames | length)
@@ -346,18 +349,27 @@ class StaticStepper:
             launch.done.synchronize()  # releases the GIL while it waits
         return launch.out.numpy().copy()
 
-    @torch.inference_mode()
     def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> list[np.ndarray]:
-        """Decode codes [B, m, K] of `slots` (rows of this bucket) -> B pcm arrays [2, 3840 m], in passes
-        of `split_passes(m)` frames (one replay each; rows not in `slots` are masked)."""
+        """`decode_async`, waited for: B pcm arrays [2, 3840 m]."""
+        return self.decode_async(bucket, slots, codes).result()
+
+    @torch.inference_mode()
+    def decode_async(self, bucket: int, slots: list[int], codes: np.ndarray) -> PendingPcm | ReadyPcm:
+        """Queue the decode of codes [B, m, K] of `slots` (rows of this bucket) in passes of
+        `split_passes(m)` frames (one replay each; rows not in `slots` are masked) and the copy of its
+        audio to the host; `.result()` gives the B pcm arrays [2, 3840 m]."""
         index = torch.as_tensor(slots, dtype=torch.long)
-        device_index = index.to(self.device)
+        device_index = index.to(self.device, non_blocking=True)  # (a blocking copy would wait for the stream)
         codes_t = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.int64))  # [B, m, K]
         passes = split_passes(codes_t.shape[1], self.pass_frames)
         pieces, start = [], 0
         for first in range(0, len(passes), MAX_PASSES_PER_COPY):
             group = passes[first : first + MAX_PASSES_PER_COPY]
-            host = self.host_codec_in[: len(group), :bucket]
+            # Two staging buffers in turn: copies queued by the previous decode may still read the other.
+            turn, self._codec_turn = self._codec_turn, 1 - self._codec_turn
+            if self._codec_in_read[turn] is not None:
+                self._codec_in_read[turn].synchronize()
+            host = self.host_codec_in[turn, : len(group), :bucket]
             host.zero_()
             offset = start
             for p, frames in enumerate(group):
@@ -372,6 +384,17 @@ class StaticStepper:
                 self._run("codec", bucket, frames)
                 pcm = self.pcm_out[:bucket, :, : frames * self.samples_per_frame]
                 outputs.append(pcm.index_select(0, device_index))
-            pieces.append(torch.cat(outputs, dim=-1))
+            self._codec_in_read[turn] = self._event()
+            pieces.append(torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0])
             start = offset
-        return self._host_pcm.fetch(torch.cat(pieces, dim=-1))
+        pcm = torch.cat(pieces, dim=-1) if len(pieces) > 1 else pieces[0]
+        if self.device.type != "cuda":
+            return ReadyPcm(self._host_pcm.fetch(pcm))
+        return self._pcm_ring.copy_async(pcm)
+
+    def _event(self) -> torch.cuda.Event | None:
+        if self.device.type != "cuda":
+            return None
+        event = torch.cuda.Event()
+        event.record()
+        return event

@@ -1,15 +1,18 @@
-"""Decoded audio from the device to host arrays the caller owns, through one reused pinned buffer.
+"""Decoded audio from the device to host arrays the caller owns, through reused pinned buffers.
 
 A plain `.cpu()` of a batch's PCM copies into freshly allocated pageable memory: the driver stages
 the copy through its own pinned buffer and the new pages fault in while it runs. On an H200 host,
 256 rows x 8 frames (63 MB) took 37 ms that way, a third of that codec pass's GPU time
 (`.gpu` profile, 2026-12-01). Here the device writes into a pinned buffer that lives as long as
-the stepper, at the link's speed; each row is then copied once on the host into an array of its
-own (blocks of one row's size, which the allocator reuses), so no caller ever holds a view of the
-reused buffer.
+the stepper, at the link's speed; the rows are then copied on the host into arrays of their own
+(blocks of one row's size, which the allocator reuses), so no caller ever holds a view of a reused
+buffer. `HostPcm` waits for its copy; `PinnedRing` returns at once and is read out later, by
+another thread (the codec readout thread, `pipeline.py`).
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import torch
@@ -43,5 +46,89 @@ class HostPcm:
         host = self._buffer[:count].view(pcm.shape)
         host.copy_(pcm, non_blocking=True)
         torch.cuda.current_stream(pcm.device).synchronize()  # releases the GIL while it waits
-        # torch's clone releases the GIL too (a numpy copy of this size would hold it).
-        return [row.clone().numpy() for row in host]
+        return copy_rows(host)
+
+
+def copy_rows(host: torch.Tensor) -> list[np.ndarray]:
+    """Rows of a host tensor [B, ...] as fresh float32 arrays, copied in one torch call: it releases
+    the interpreter lock once for all of them. (A clone per row released and re-took it once per
+    row, and with the engine thread and the listeners' threads busy each re-take could wait a
+    switch interval: at 256 rows, reading a decode out took up to 78 ms after the device was done,
+    H200 host.) A numpy copy would hold the lock throughout."""
+    rows = [np.empty(host.shape[1:], np.float32) for _ in range(host.shape[0])]
+    torch._foreach_copy_([torch.from_numpy(row) for row in rows], list(host.unbind(0)))
+    return rows
+
+
+class ReadyPcm:
+    """A decode's host arrays, already there (the synchronous paths)."""
+
+    def __init__(self, rows: list[np.ndarray]):
+        self._rows = rows
+
+    def result(self) -> list[np.ndarray]:
+        return self._rows
+
+
+class _PinnedSlot:
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.free = threading.Event()  # its last copy was read out (or it was never used)
+        self.free.set()
+
+
+class PendingPcm:
+    """A device-to-host copy in flight into one slot of a `PinnedRing` (see there)."""
+
+    def __init__(self, host: torch.Tensor, done: torch.cuda.Event, slot: _PinnedSlot):
+        self._host = host
+        self._done = done
+        self._slot = slot
+
+    def result(self) -> list[np.ndarray]:
+        """The rows as host arrays of their own; waits for this copy alone, then frees the slot.
+        Call it exactly once."""
+        try:
+            self._done.synchronize()  # releases the GIL while it waits
+            return copy_rows(self._host)
+        finally:
+            self._slot.free.set()
+
+
+class PinnedRing:
+    """`HostPcm` for decodes in flight: `copy_async` queues a decode's copy into the next of `count`
+    pinned buffers and returns at once, so the thread that launched the decode can launch the next
+    one while another thread reads this one out (`PendingPcm.result`). A buffer is reused only once
+    its last copy was read out: `copy_async` waits for that, so at most `count` copies are pending.
+    At 256 rows x 8 frames, reading a decode out took about as long as decoding it (H200 host,
+    `bench/engine_trace.py`), and the GPU sat idle meanwhile.
+    """
+
+    def __init__(self, count: int = 3):
+        self._slots = [_PinnedSlot() for _ in range(count)]
+        self._next = 0
+
+    @property
+    def buffer_bytes(self) -> int:
+        return sum(0 if s.buffer is None else s.buffer.numel() * s.buffer.element_size() for s in self._slots)
+
+    def copy_async(self, pcm: torch.Tensor) -> PendingPcm:
+        """Queue the copy of `pcm` [B, 2, S] (on CUDA, after the work queued on the current stream)."""
+        slot = self._slots[self._next]
+        self._next = (self._next + 1) % len(self._slots)
+        slot.free.wait()
+        slot.free.clear()
+        try:
+            pcm = pcm.float()
+            count = pcm.numel()
+            if slot.buffer is None or slot.buffer.numel() < count:
+                slot.buffer = torch.empty(1 << max(0, count - 1).bit_length(), dtype=torch.float32,
+                                          pin_memory=True)
+            host = slot.buffer[:count].view(pcm.shape)
+            host.copy_(pcm, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        except BaseException:
+            slot.free.set()
+            raise
+        return PendingPcm(host, done, slot)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..types import SAMPLE_RATE_HZ, AudioChunk, Timings
 from .types import StreamHandle, StreamJob
 
 
@@ -54,3 +56,23 @@ class LiveStream:
         self.pending_codes[:left] = self.pending_codes[count : self.num_pending]
         self.num_pending = left
         return taken
+
+    def next_chunk(self, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool, is_pause: bool = False) -> AudioChunk:
+        """The stream's next chunk of audio `pcm` [2, S] (made from `codes`), with its timings."""
+        now = time.monotonic()
+        if self.first_audio_at is None and pcm.shape[1] > 0:
+            self.first_audio_at = now
+        self.emitted_samples += pcm.shape[1]
+        submitted = self.job.submitted_at
+        timings = Timings(
+            first_audio_s=None if self.first_audio_at is None else self.first_audio_at - submitted,
+            elapsed_s=now - submitted,
+            audio_s=self.emitted_samples / SAMPLE_RATE_HZ,
+        )
+        chunk = AudioChunk(seq=self.seq, pcm=pcm, codes=codes, is_last=is_last, timings=timings,
+                           is_pause=is_pause, notice=self.job.notice if self.seq == 0 else None,
+                           request_id=self.job.request_id, segment=self.segment_index,
+                           segment_text=self.job.segments[self.segment_index].text,
+                           estimated_audio_s=self.estimated_audio_s)
+        self.seq += 1
+        return chunk

@@ -1,28 +1,83 @@
-"""Codec decodes on a worker thread, in submission order, overlapping the LM's next step.
+"""Codec decodes on worker threads, in submission order, overlapping the LM's next step.
 
 On a CPU the frame loop is two jobs of similar size that depend on each other only one way: the
 LM makes frame t+1 while the codec turns frames <= t into audio. Run on one thread they add up;
 on two cores (one torch thread each) the slower one sets the pace. The engine thread submits a
 decode and goes on with the next LM step; before it touches codec state itself (a new segment, a
 released slot) or emits anything, it drains the queue, so each stream's chunks stay in order.
+
+A job may hand back a second part (`submit`): on a GPU the first part queues a decode on the
+device and returns at once, and the second waits for its audio, copies it out and emits it, on a
+second thread, so the first thread launches the next decode while this one is read out (at 256
+streams reading out 8 frames took about as long as decoding them, H200 host). Both threads keep
+submission order. TTS_NO_SPLIT_READOUT=1 runs both parts on the first thread (A/B benches).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
+
+from ..env import env_flag
+
+NO_SPLIT_READOUT_ENV = "TTS_NO_SPLIT_READOUT"
+
+
+def _settle(done: Future, error: BaseException | None = None) -> None:
+    try:
+        if error is None:
+            done.set_result(None)
+        else:
+            done.set_exception(error)
+    except InvalidStateError:  # cancelled by `close` meanwhile: nobody waits for it
+        pass
 
 
 class CodecPipeline:
-    """A one-worker FIFO of codec work. Not thread-safe: one engine thread submits and drains."""
+    """A two-stage FIFO of codec work. Not thread-safe: one engine thread submits and drains."""
 
-    def __init__(self) -> None:
+    def __init__(self, split: bool | None = None) -> None:
+        self.split = not env_flag(NO_SPLIT_READOUT_ENV) if split is None else split
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-codec")
+        self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-codec-out") if self.split else None
         self._inflight: deque[Future] = deque()
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        self._inflight.append(self._executor.submit(fn))
+    def submit(self, fn: Callable[[], Callable[[], None] | None]) -> None:
+        """Run `fn` on the codec thread; if it returns a callable, that runs next on the second
+        thread. The job counts as done (`drain`) once both parts have run."""
+        done: Future = Future()
+        self._inflight.append(done)
+
+        def first() -> None:
+            if done.cancelled():
+                return
+            try:
+                then = fn()
+            except BaseException as exc:
+                _settle(done, exc)
+                return
+            if then is None:
+                _settle(done)
+                return
+
+            def second() -> None:
+                try:
+                    then()
+                except BaseException as exc:
+                    _settle(done, exc)
+                    return
+                _settle(done)
+
+            if self._finisher is None:
+                second()
+                return
+            try:
+                self._finisher.submit(second)
+            except RuntimeError as exc:  # shut down by `close` meanwhile
+                _settle(done, exc)
+
+        self._executor.submit(first)
 
     def drain(self) -> None:
         """Wait for every submitted job; re-raises the first job's exception (after waiting for all)."""
@@ -37,5 +92,9 @@ class CodecPipeline:
             raise error
 
     def close(self, wait: bool = True) -> None:
-        """Stop the worker; `wait=False` when it may be stuck in a device call that never returns."""
+        """Stop the workers; `wait=False` when they may be stuck in a device call that never returns."""
+        for done in list(self._inflight):
+            done.cancel()  # (only those not settled: a drain then skips them)
         self._executor.shutdown(wait=wait, cancel_futures=True)
+        if self._finisher is not None:
+            self._finisher.shutdown(wait=wait, cancel_futures=True)

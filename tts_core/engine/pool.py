@@ -61,6 +61,11 @@ class EnginePool:
         assert refusal is not None
         raise refusal
 
+    def attach_intake(self, intake) -> None:
+        """Every engine's thread prepares queued requests (whichever is free first)."""
+        for engine in self.engines:
+            engine.attach_intake(intake)
+
     def warm_prefix(self, rows) -> None:
         for engine in self.engines:
             engine.warm_prefix(rows)

@@ -22,7 +22,7 @@ import torch
 from ..config import SamplingParams
 from .buckets import bucket_sizes, padded_step_input, pick_bucket
 from .graphs import StaticStepper, StepLaunch, graphs_enabled
-from .host_copy import HostPcm
+from .host_copy import HostPcm, PendingPcm, ReadyPcm
 from .prefill import BatchPrefiller
 from .prefix_cache import PrefixCache, prefix_key
 from .sampler import StreamSampler, batch_for_frame
@@ -346,12 +346,19 @@ class Runner:
         decoding masked. Eager path: the smallest contiguous band of slots that holds them (a view of the state, so no
         copy); slots inside the band that are not decoding are masked and keep their state.
         """
+        return self.decode_async(slots, codes).result()
+
+    @torch.inference_mode()
+    def decode_async(self, slots: Sequence[int], codes: np.ndarray) -> PendingPcm | ReadyPcm:
+        """`decode`, returned before the audio is on the host where the path allows (static path on
+        CUDA): `.result()` waits for it. The next decode may be launched first; the results must be
+        read in launch order, each exactly once (`host_copy.PinnedRing`)."""
         with self._codec_context():
             if self.stepper is not None:
                 slots = list(slots)
                 bucket = pick_bucket(max(slots) + 1, self.buckets)
-                return self.stepper.decode(bucket, slots, np.asarray(codes, dtype=np.int64))
-            return self._decode_eager(slots, codes)
+                return self.stepper.decode_async(bucket, slots, np.asarray(codes, dtype=np.int64))
+            return ReadyPcm(self._decode_eager(slots, codes))
 
     @torch.inference_mode()
     def _decode_eager(self, slots: Sequence[int], codes: np.ndarray) -> list[np.ndarray]:

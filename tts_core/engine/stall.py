@@ -13,10 +13,11 @@ start-up compiles and graph captures run outside iterations), so a slow machine 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,15 @@ class StallWatch:
     def idle(self) -> None:
         """The iteration ended (engine thread)."""
         self._busy_since = None
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """`busy()` ... `idle()` around a block of engine work."""
+        self.busy()
+        try:
+            yield
+        finally:
+            self.idle()
 
     def check(self) -> bool:
         """Report a stall if the running iteration has passed the limit; True when reported now."""
