@@ -1,0 +1,118 @@
+"""Where the bench's wall time goes: `python -m tts_core bench`'s levels, traced.
+
+The same full-size random-weight models, requests and engine as the bench (`tts_core.bench.run`),
+one warm-up run per level, then `--repeats` traced runs: host spans per thread (admission,
+prefills, LM launches and collects, codec decodes, drains, hand-outs, each caller's request
+preparation) and, on CUDA, the device's busy time per kind of work from timing events around every
+graph replay (`tts_core/bench/trace.py`). Per level it prints and records: the run's figures as the
+bench computes them, then per thread and label the time spent, device busy time per kind and their
+union as a share of the wall time, how late the engine noticed each finished LM step, and the
+admission waves of the start. The tracing adds a few microseconds per call, so its TTFP and
+throughput are a little below the untraced bench's; compare variants within one trace run.
+
+    python bench/engine_trace.py --streams 64,256 --frames 100 --repeats 2 --json outputs/trace.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tts_core.bench.args import default_config_path  # noqa: E402
+from tts_core.bench.machine import machine_info  # noqa: E402
+from tts_core.bench.models import build_random_models  # noqa: E402
+from tts_core.bench.record import new_record, write_record  # noqa: E402
+from tts_core.bench.run import (  # noqa: E402
+    WARMUP_FRAMES,
+    LevelPlan,
+    _requests,
+    bench_synthesizer,
+    reference_frames_for,
+)
+from tts_core.bench.streams import run_streams, summarize_run  # noqa: E402
+from tts_core.bench.trace import EngineTrace, summarize  # noqa: E402
+from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
+from tts_core.devices import configure_cpu_threads, resolve_device, resolve_lm_dtype  # noqa: E402
+from tts_core.engine.engine import Engine  # noqa: E402
+from tts_core.engine.runner import Runner  # noqa: E402
+from tts_core.tokenizer import TextTokenizer  # noqa: E402
+
+
+def trace_level(models, device, plan: LevelPlan, tokenizer, context_rows: int, cache_dir: Path) -> list[dict]:
+    lm, codec = models
+    config = EngineConfig(max_active_streams=plan.streams, max_queue=0, max_context_rows=context_rows)
+    gc.collect()
+    runner = Runner(lm, codec, num_slots=plan.streams, max_context_rows=context_rows, device=device)
+    engine = Engine(runner, config)
+    synth = bench_synthesizer(engine, tokenizer, config, lm.config, cache_dir)
+    trace = EngineTrace().attach(engine)
+    trace.attach_synthesizer(synth)
+    out = []
+    try:
+        run_streams(synth, _requests(plan, -1, min(plan.frames, WARMUP_FRAMES)))
+        for run in range(plan.repeats):
+            trace.clear()
+            timings, wall = run_streams(synth, _requests(plan, run, plan.frames))
+            ended = time.perf_counter()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            figures = summarize_run(timings, wall)
+            out.append({"streams": plan.streams, "run": run, **figures, **summarize(trace, ended - wall, ended)})
+            print(json.dumps(out[-1]), flush=True)
+    finally:
+        engine.close()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="64,256")
+    parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--prompt-rows", type=int, default=200)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--switch-interval-ms", type=float, default=None)
+    parser.add_argument("--json")
+    parser.add_argument("--note", action="append", default=[])
+    args = parser.parse_args()
+    if args.switch_interval_ms:
+        sys.setswitchinterval(args.switch_interval_ms / 1000)
+    lm_config = default_config_path("hf_checkpoint_meta", "config.json")
+    codec_config = default_config_path("codec", "config.json")
+    tokenizer_path = default_config_path("hf_checkpoint_meta", "tokenizer.model")
+    if not (lm_config and codec_config and tokenizer_path):
+        raise SystemExit("needs the shared data directory ($MOSS_TTS_PARITY_DIR) for the configs and tokenizer")
+    device = resolve_device(args.device)
+    configure_cpu_threads(device)
+    models = build_random_models(lm_config, codec_config, device, resolve_lm_dtype("auto", device))
+    tokenizer = TextTokenizer.from_file(tokenizer_path)
+    context_rows = EngineConfig().max_context_rows
+    levels = []
+    with tempfile.TemporaryDirectory(prefix="moss-trace-") as cache:
+        probe = bench_synthesizer(None, tokenizer, EngineConfig(), models[0].config, Path(cache))
+        ref_frames = reference_frames_for(probe, args.prompt_rows)
+        for streams in (int(s) for s in args.streams.split(",")):
+            plan = LevelPlan(streams=streams, frames=args.frames, prompt_rows=args.prompt_rows, repeats=args.repeats,
+                             ref_frames=ref_frames, cold_voice=False, sampling=SamplingParams(), enforce_eager=False)
+            levels.extend(trace_level(models, device, plan, tokenizer, context_rows, Path(cache)))
+    record = new_record("engine_trace", args, machine_info([device]),
+                        {"switch_interval_ms": round(sys.getswitchinterval() * 1000, 3), "context_rows": context_rows},
+                        program="python bench/engine_trace.py")
+    record["runs"] = levels
+    if args.json:
+        write_record(record, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
