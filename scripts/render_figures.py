@@ -23,9 +23,11 @@ renders to itself.
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,7 +37,7 @@ from figures_reliability import render_reliability
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "spaces-hardware", "precision", "reference"),
+DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "gpu-trace", "spaces-hardware", "precision", "reference"),
              "docs/RELIABILITY.md": ("reliability",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
@@ -89,12 +91,24 @@ def engine_title(record: dict) -> str:
 # GPU engine features a bench can run without (record setup key -> name, environment switch): a
 # record with one off is shown beside the main one as "off -> on".
 SWITCHES = {"fused_kernels": ("fused kernels", "TTS_NO_FUSED_KERNELS"),
-            "step_ahead": ("step-ahead", "TTS_NO_STEP_AHEAD")}
+            "step_ahead": ("step-ahead", "TTS_NO_STEP_AHEAD"),
+            "engine_prepares": ("engine-thread request preparation", "TTS_NO_PREPARE_THREAD"),
+            "split_readout": ("a codec readout thread", "TTS_NO_SPLIT_READOUT")}
+# A comparison is shown only for records taken in one machine session (side by side).
+SIDE_BY_SIDE_S = 3600
 
 
 def _is_main(setup: dict) -> bool:
     return (not setup.get("quantize") and not setup.get("voice", "").startswith("cold")
             and all(setup.get(key) is not False for key in SWITCHES))
+
+
+def _ttfp(row: dict) -> str:
+    return f"{_ms(row['ttfp_p50_ms']['median'])}/{_ms(row['ttfp_p95_ms']['median'])}"
+
+
+def _when(record: dict) -> float:
+    return calendar.timegm(time.strptime(record["date"], "%Y-%m-%dT%H:%M:%SZ"))
 
 
 def switch_comparison(chosen: list[tuple[str, dict]], key: str) -> str:
@@ -104,14 +118,14 @@ def switch_comparison(chosen: list[tuple[str, dict]], key: str) -> str:
     on = next(((s, r) for s, r in chosen if r["setup"].get(key) is True and _is_main(r["setup"])), None)
     off = next(((s, r) for s, r in chosen if r["setup"].get(key) is False
                 and _is_main({**r["setup"], key: True})), None)
-    if on is None or off is None:
+    if on is None or off is None or abs(_when(on[1]) - _when(off[1])) > SIDE_BY_SIDE_S:
         return ""
     rows_on, rows_off = (next(iter(r["modes"].values())) for _, r in (on, off))
     by_level = {r["streams"]: r for r in rows_off}
     parts = [f"{r['streams']} stream{'s' if r['streams'] > 1 else ''}: RTF p50 "
              f"{_rtf(by_level[r['streams']]['rtf_p50']['median'])} → {_rtf(r['rtf_p50']['median'])}, "
              f"× real time {_times(by_level[r['streams']]['x_realtime']['median'])} → "
-             f"{_times(r['x_realtime']['median'])}"
+             f"{_times(r['x_realtime']['median'])}, TTFP p50/p95 {_ttfp(by_level[r['streams']])} → {_ttfp(r)} ms"
              for r in rows_on if r["streams"] in by_level]
     comp_on, comp_off = (next(iter(r.get("components", {}).values()), None) for _, r in (on, off))
     if comp_on and comp_off:
@@ -274,13 +288,50 @@ def render_spaces(records: list[tuple[str, dict]]) -> str:
     return "\n".join([*lines, "", _cold_start_line(records)])
 
 
+# ---- where the time goes (bench/engine_trace.py) -------------------------------------------------
+
+
+def _runs_per_level(runs: list[dict]) -> str:
+    most = max(sum(1 for r in runs if r["streams"] == level) for level in {r["streams"] for r in runs})
+    return "one traced run per level" if most == 1 else f"{most} traced runs per level (each shown)"
+
+
+def render_trace(records: list[tuple[str, dict]]) -> str:
+    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace"), key=lambda sr: sr[1]["date"])
+    if not chosen:
+        return "No engine trace yet: `python bench/engine_trace.py --json bench/results/engine-trace-h200.json` on a GPU."
+    source, record = chosen[-1]
+    runs = record["runs"]
+    lines = [_caption("Engine trace", record, source),
+             f"{_runs_per_level(runs)}, server defaults ({record['setup']['context_rows']}-row KV context); "
+             "the tracing's own cost is in these figures.", "",
+             "| streams | wall (ms) | × real time | TTFP p50 / p95 (ms) | admitted (ms after the start: streams) "
+             "| prompt building per request (median ms) | burst prefill (ms) | device busy (share of wall) "
+             "| LM / codec busy (ms) | readout after the device (p50 / p95 ms) |",
+             "|---" * 10 + "|"]
+    for r in runs:
+        engine, device = r["host"].get("engine", {}), r["device"]
+        prefill = engine.get("prefill", {})
+        readout = r.get("readout_after_device_ms") or {}
+        waves = ", ".join(f"{t:.0f}: {n}" for t, n in r["admissions_ms_count"])
+        lines.append(f"| {r['streams']} | {r['wall_ms']:.0f} | {_times(r['x_realtime'])} | "
+                     f"{_ms(r['ttfp_p50_ms'])} / {_ms(r['ttfp_p95_ms'])} | {waves} | "
+                     f"{engine.get('prepare', {}).get('median_ms', float('nan')):.2f} | "
+                     f"{prefill.get('total_ms', 0):.1f} ({prefill.get('count', 0)} pass) | "
+                     f"{device['any']['busy_ms']:.0f} ({100 * device['any']['share_of_wall']:.0f} %) | "
+                     f"{device['lm']['busy_ms']:.0f} / {device['codec']['busy_ms']:.0f} | "
+                     f"{readout.get('p50', float('nan')):.1f} / {readout.get('p95', float('nan')):.1f} |")
+    return "\n".join(lines)
+
+
 # ---- documents -----------------------------------------------------------------------------------
 
 
 def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
-            "precision": render_precision(records), "reference": render_reference(records)}
+            "precision": render_precision(records), "reference": render_reference(records),
+            "gpu-trace": render_trace(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -15,11 +15,13 @@ from pathlib import Path
 import torch
 
 from ..config import SamplingParams
+from ..engine.pipeline import NO_SPLIT_READOUT_ENV
 from ..engine.stepping import NO_STEP_AHEAD_ENV
 from ..env import env_flag
 from ..fidelity import compare_models
 from ..model.fused_ops import fused_enabled
 from ..model.quant import quantize_codec, quantize_lm
+from ..preparer import engine_prepares
 from .extras import time_components
 from .machine import machine_info
 from .memory import PeakMemory
@@ -170,6 +172,8 @@ def run_bench(args: argparse.Namespace) -> int:
                  "repeats": args.repeats, "sampling": "greedy" if args.greedy else "default",
                  "context_rows": context_rows, "fused_kernels": fused_enabled(device),
                  "step_ahead": is_cuda and not env_flag(NO_STEP_AHEAD_ENV),
+                 "engine_prepares": engine_prepares(),
+                 "split_readout": is_cuda and not env_flag(NO_SPLIT_READOUT_ENV),
                  "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
