@@ -92,7 +92,7 @@ def engine_title(record: dict) -> str:
 # record with one off is shown beside the main one as "off -> on".
 SWITCHES = {"fused_kernels": ("fused kernels", "TTS_NO_FUSED_KERNELS"),
             "step_ahead": ("step-ahead", "TTS_NO_STEP_AHEAD"),
-            "engine_prepares": ("engine-thread request preparation", "TTS_NO_PREPARE_THREAD"),
+            "engine_prepares": ("engine-thread request preparation", "TTS_NO_ENGINE_PREPARE"),
             "split_readout": ("a codec readout thread", "TTS_NO_SPLIT_READOUT")}
 # A comparison is shown only for records taken in one machine session (side by side).
 SIDE_BY_SIDE_S = 3600

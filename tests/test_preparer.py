@@ -12,7 +12,7 @@ import pytest
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.types import StreamHandle, StreamJob
 from tts_core.errors import EngineStalledError, InvalidRequestError, QueueFullError, TTSError
-from tts_core.preparer import NO_PREPARE_THREAD_ENV, Preparer
+from tts_core.preparer import NO_ENGINE_PREPARE_ENV, Preparer
 from tts_core.types import SynthesisRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -185,7 +185,7 @@ def test_the_synthesizer_gives_the_same_audio_whoever_prepares(data_dir, tmp_pat
                 for i in range(4)]
     got = {}
     for threaded in (True, False):
-        monkeypatch.setenv(NO_PREPARE_THREAD_ENV, "0" if threaded else "1")
+        monkeypatch.setenv(NO_ENGINE_PREPARE_ENV, "0" if threaded else "1")
         synth = _synthesizer(data_dir, tmp_path / str(threaded))
         assert (synth._preparer is not None) is threaded
         try:
