@@ -396,5 +396,5 @@ class StaticStepper:
         if self.device.type != "cuda":
             return None
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return event

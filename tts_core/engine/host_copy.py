@@ -18,37 +18,6 @@ import numpy as np
 import torch
 
 
-class HostPcm:
-    """Copies PCM [B, 2, S] from the device to a list of B host arrays [2, S] (float32).
-
-    Not thread-safe: the buffer is reused by the next call, so one thread at a time (the runner's
-    decodes are serialised by the engine).
-    """
-
-    def __init__(self) -> None:
-        self._buffer: torch.Tensor | None = None
-
-    @property
-    def buffer_bytes(self) -> int:
-        return 0 if self._buffer is None else self._buffer.numel() * self._buffer.element_size()
-
-    def fetch(self, pcm: torch.Tensor) -> list[np.ndarray]:
-        """Rows of `pcm` as host arrays; waits for the device work that produced `pcm` (on the
-        current stream) and for nothing else."""
-        if pcm.device.type != "cuda":
-            return list(pcm.float().numpy())  # already on the host: rows of one fresh array
-        pcm = pcm.float()
-        count = pcm.numel()
-        if self._buffer is None or self._buffer.numel() < count:
-            # Power-of-two growth: batch sizes and chunk lengths vary, the buffer settles quickly.
-            self._buffer = torch.empty(1 << max(0, count - 1).bit_length(), dtype=torch.float32,
-                                       pin_memory=True)
-        host = self._buffer[:count].view(pcm.shape)
-        host.copy_(pcm, non_blocking=True)
-        torch.cuda.current_stream(pcm.device).synchronize()  # releases the GIL while it waits
-        return copy_rows(host)
-
-
 def copy_rows(host: torch.Tensor) -> list[np.ndarray]:
     """Rows of a host tensor [B, ...] as fresh float32 arrays, copied in one torch call: it releases
     the interpreter lock once for all of them. (A clone per row released and re-took it once per
@@ -96,7 +65,7 @@ class PendingPcm:
 
 
 class PinnedRing:
-    """`HostPcm` for decodes in flight: `copy_async` queues a decode's copy into the next of `count`
+    """Decoded audio copies in flight: `copy_async` queues a decode's copy into the next of `count`
     pinned buffers and returns at once, so the thread that launched the decode can launch the next
     one while another thread reads this one out (`PendingPcm.result`). A buffer is reused only once
     its last copy was read out: `copy_async` waits for that, so at most `count` copies are pending.
@@ -122,13 +91,37 @@ class PinnedRing:
             pcm = pcm.float()
             count = pcm.numel()
             if slot.buffer is None or slot.buffer.numel() < count:
+                # Power-of-two growth: batch sizes and chunk lengths vary, the buffer settles quickly.
                 slot.buffer = torch.empty(1 << max(0, count - 1).bit_length(), dtype=torch.float32,
                                           pin_memory=True)
             host = slot.buffer[:count].view(pcm.shape)
             host.copy_(pcm, non_blocking=True)
             done = torch.cuda.Event()
-            done.record()
+            done.record(torch.cuda.current_stream(pcm.device))
         except BaseException:
             slot.free.set()
             raise
         return PendingPcm(host, done, slot)
+
+
+class HostPcm:
+    """Copies PCM [B, 2, S] from the device to a list of B host arrays [2, S] (float32), and waits:
+    `PinnedRing` with one buffer, read out at once.
+
+    Not thread-safe: the buffer is reused by the next call, so one thread at a time (the runner's
+    decodes are serialised by the engine).
+    """
+
+    def __init__(self) -> None:
+        self._ring = PinnedRing(count=1)
+
+    @property
+    def buffer_bytes(self) -> int:
+        return self._ring.buffer_bytes
+
+    def fetch(self, pcm: torch.Tensor) -> list[np.ndarray]:
+        """Rows of `pcm` as host arrays; waits for the device work that produced `pcm` (on the
+        current stream) and for nothing else."""
+        if pcm.device.type != "cuda":
+            return list(pcm.float().numpy())  # already on the host: rows of one fresh array
+        return self._ring.copy_async(pcm).result()
