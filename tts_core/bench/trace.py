@@ -50,7 +50,6 @@ class DeviceSpan:
 class DecodeRecord:
     """One codec decode: where its device work ended (CUDA) and when its audio was read out."""
 
-    rows: int
     device_done: torch.cuda.Event | None = None
     readout_start: float | None = None
     readout_end: float | None = None
@@ -87,13 +86,19 @@ class EngineTrace:
             self.spans.append(span)
 
     def _timed(self, label: str, fn, size_of=None):
+        """`fn` recorded as a span `label`; with `size_of(*args)` (read before the call), its size,
+        and calls of size 0 are not recorded."""
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            size = size_of(*args) if size_of is not None else 0
+            if size_of is not None and not size:
+                return fn(*args, **kwargs)
             start = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self._span(label, start, size_of(*args) if size_of is not None else 0)
+                self._span(label, start, size)
 
         return wrapper
 
@@ -127,7 +132,7 @@ class EngineTrace:
             start = time.perf_counter()
             pending = decode_async(slots, codes)
             self._span("decode", start, len(slots))
-            record = DecodeRecord(rows=len(slots))
+            record = DecodeRecord()
             if codec_stream is not None:
                 record.device_done = torch.cuda.Event(enable_timing=True)
                 record.device_done.record(codec_stream)
@@ -188,19 +193,7 @@ class EngineTrace:
         runner.decode_async = self._traced_decode(runner)
         prefills = runner.prefills
         if prefills is not None:
-            flush = prefills.flush
-
-            def traced_flush(*args):
-                count = len(prefills)
-                if not count:
-                    return flush(*args)
-                start = time.perf_counter()
-                try:
-                    return flush(*args)
-                finally:
-                    self._span("prefill", start, count)
-
-            prefills.flush = traced_flush
+            prefills.flush = self._timed("prefill", prefills.flush, lambda *_: len(prefills))
         stepper = runner.stepper
         if stepper is not None and runner.device.type == "cuda":
             stepper._run = self._device_timed(stepper._run, lambda kind, bucket, size: (kind, bucket))
