@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def drive(runner, prompts, seeds, slots, params, frames=12):
-    """Run streams in `slots` together for up to `frames` frames (a stream leaves when it stops).
+def drive(runner, prompts, seeds, slots, params, frames=12, prefix_rows=0):
+    """Run streams in `slots` together for up to `frames` frames (a stream leaves when it stops);
+    `prefix_rows`: leading rows the prompts share (a voice prefix the runner may have cached).
 
     Returns per-stream codes int64 [F, 16] and PCM float32 [2, 3840 F].
     """
     for slot, rows, seed in zip(slots, prompts, seeds):
         runner.begin_stream(slot, params, seed)
-        runner.start_segment(slot, rows, None)
+        runner.start_segment(slot, rows, None, prefix_rows=prefix_rows)
     codes = [[] for _ in slots]
     pcm = [[] for _ in slots]
     alive = list(range(len(slots)))

@@ -70,11 +70,49 @@ def test_prefill_unit_compiles_once_for_any_prompt_length(tiny_models):
             prompts[..., 1:] = rng.integers(0, 1024, (count, rows, lm.config.n_vq))
             slots = list(range(slots_total - count, slots_total))
             outputs = []
-            for cache, forward in ((plain, lm_step.prefill_stack), (traced, units.prefill)):
+            for cache, step_units in ((plain, lm_step.EAGER), (traced, units)):
                 cache.reset_all()
-                outputs.append(lm.prefill_many(torch.from_numpy(prompts), [rows] * count, cache, slots, forward=forward))
+                outputs.append(lm.prefill_many(torch.from_numpy(prompts), [rows] * count, cache, slots, step_units))
             torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(traced.k[0][slots, :, :rows], plain.k[0][slots, :, :rows], rtol=1e-5, atol=1e-5)
+
+
+
+@torch.inference_mode()
+def test_prefill_after_a_prefix_compiles_once_for_any_prefix_and_text_length(tiny_models):
+    """The traced after-prefix prefill (what a burst of one voice's prompts takes) gives the plain
+    one's states and keys for several prompt counts, prefix lengths and text lengths, on caches of
+    two sizes, and traces no new graph once a single and a batched call have been seen."""
+    from torch._dynamo.utils import counters
+
+    lm, _ = tiny_models
+    units = lm_step.StepUnits.compiled("aot_eager")
+    rng = np.random.default_rng(1)
+
+    def rows_of(count: int, length: int) -> torch.Tensor:
+        prompts = np.zeros((count, length, lm.config.row_width), np.int64)
+        prompts[..., 0] = rng.integers(10, 500, (count, length))
+        prompts[..., 1:] = rng.integers(0, 1024, (count, length, lm.config.n_vq))
+        return torch.from_numpy(prompts)
+
+    graphs_after_first = None
+    for slots_total, length in ((3, 90), (5, 240)):
+        plain, traced = lm.new_cache(slots_total, length), lm.new_cache(slots_total, length)
+        for count, start, rows in ((1, 30, 7), (2, 41, 12), (3, 17, 20), (2, 60, 3)):
+            prefix, text = rows_of(count, start), rows_of(count, rows)
+            slots = list(range(slots_total - count, slots_total))
+            outputs = []
+            for cache, step_units in ((plain, lm_step.EAGER), (traced, units)):
+                cache.reset_all()
+                lm.prefill_many(prefix, [start] * count, cache, slots)
+                outputs.append(lm.prefill_many(text, [rows] * count, cache, slots, step_units, start=start))
+                assert [cache.length(s) for s in slots] == [start + rows] * count
+            torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-5, atol=1e-5)
+            end = start + rows
+            torch.testing.assert_close(traced.v[-1][slots, :, :end], plain.v[-1][slots, :, :end], rtol=1e-5, atol=1e-5)
+            if graphs_after_first is None and count == 2:
+                graphs_after_first = counters["stats"]["unique_graphs"]
+    assert counters["stats"]["unique_graphs"] == graphs_after_first
 
 
 def test_admission_writes_are_staged_until_the_next_step(tiny_models, tiny_lm_vectors):

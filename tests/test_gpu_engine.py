@@ -193,6 +193,28 @@ def test_compiled_step_equals_per_op_step_fp32(full_models, prompts):
     assert worst <= 1e-4, f"compiled vs per-op PCM max |diff| = {worst:.3g}"
 
 
+
+@torch.inference_mode()
+def test_burst_after_a_cached_prefix_compiled_equals_per_op_fp32(full_models, prompts):
+    """A burst of one voice's prompts (a shared 150-row prefix, texts of several lengths) takes the
+    compiled after-prefix prefill; greedy fp32 codes and PCM are the per-op runner's."""
+    models = full_models(torch.float32)
+    prefix = make_prompt(models[0].config, 200, seed=99)[:150]
+    burst = [np.concatenate([prefix, p[-(20 + 3 * i):]]) for i, p in enumerate(prompts[1:7])]
+    slots = [0, 2, 3, 5, 6, 7]
+    results = []
+    for kwargs in ({"compile": "off"}, {}):
+        runner = _runner(models, 8, **kwargs)
+        assert runner.warm_prefix(prefix)
+        results.append(drive(runner, burst, list(range(6)), slots, SamplingParams.greedy(), frames=12, prefix_rows=150))
+        assert runner.prefix_cache.hits == len(slots)
+    (want, want_pcm), (got, got_pcm) = results
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
+    assert worst <= 1e-4, f"compiled vs per-op PCM max |diff| = {worst:.3g}"
+
+
 def test_tiny_checkpoint_greedy_matches_reference_graphed_fp32(parity_dir):
     lm = load_lm(parity_dir / "tiny_lm", device=CUDA, dtype=torch.float32)
     codec = load_codec(parity_dir / "tiny_codec", device=CUDA)

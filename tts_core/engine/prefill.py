@@ -5,7 +5,7 @@ The runner flushes them before each step:
 - prompts whose voice prefix (template and reference frames, the same rows for every request of
   one voice) was computed before: its keys/values are copied into their slots (one copy per layer
   for all of them) and only the rows after it (the text, a tenth of a typical prompt) run through
-  the model;
+  the model (the `prefill_after` unit, compiled on CUDA);
 - the rest: right-padded batches of similar lengths through the prefill unit (compiled on CUDA).
 Prefixes met in a full prefill are kept for the next prompts of that voice (`PrefixCache`, LRU).
 """
@@ -90,7 +90,7 @@ class BatchPrefiller:
             else:
                 rows, lengths = _padded([p.rows for p in group])
                 self._set_hidden([p.slot for p in group], self.lm.prefill_many(
-                    rows, lengths, self.cache, [p.slot for p in group], forward=self.stepper.units.prefill))
+                    rows, lengths, self.cache, [p.slot for p in group], self.stepper.units))
             self._keep_prefixes(group)
 
     def _after_cached_prefixes(self, prompts: list[PendingPrompt]) -> list[PendingPrompt]:
@@ -107,7 +107,8 @@ class BatchPrefiller:
             slot_index = torch.tensor(slots).to(self.hidden.device, non_blocking=True)
             start = self.prefixes.restore_many(key, self.cache, slot_index)
             rows, lengths = _padded([p.rows[start:] for p in group])
-            self._set_hidden(slots, self.lm.prefill_many(rows, lengths, self.cache, slots, start=start))
+            self._set_hidden(slots, self.lm.prefill_many(rows, lengths, self.cache, slots, self.stepper.units,
+                                                         start=start))
         return rest
 
     def _keep_prefixes(self, group: list[PendingPrompt]) -> None:
@@ -132,7 +133,7 @@ class BatchPrefiller:
         row = self.spare_row
         self.cache.reset(row)
         prompt, lengths = _padded([np.asarray(rows, dtype=np.int64)])
-        self.lm.prefill_many(prompt, lengths, self.cache, [row], forward=self.stepper.units.prefill)
+        self.lm.prefill_many(prompt, lengths, self.cache, [row], self.stepper.units)
         self.prefixes.store(key, self.cache, row, len(rows))
         self.cache.reset(row)
         return True

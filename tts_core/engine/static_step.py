@@ -130,9 +130,11 @@ def compile_on_scratch(lm, units: lm_step.StepUnits, buckets: list[int], rope_le
         attender = StaticDecodeAttender(cache, torch.full((b,), cache.max_len - 1, device=device),
                                         torch.zeros(b, 1, 1, cache.max_len, dtype=cache.dtype, device=device))
         lm_step.global_step(lm, codes, state.lengths[:b], attender, rope_len, units)
-    # The prefill unit: one graph for a single prompt, one for several (any length, any cache size).
+    # The prefill units: one graph for a single prompt, one for several (any length, any cache size),
+    # and the same for prompts after a cached prefix.
     for count in sorted({1, min(2, rows)}):
         prompts = torch.zeros(count, 8, c.row_width, dtype=torch.long)
-        lm.prefill_many(prompts, [8] * count, cache, list(range(count)), forward=units.prefill)
+        lm.prefill_many(prompts, [8] * count, cache, list(range(count)), units)
+        lm.prefill_many(prompts[:, :4], [4] * count, cache, list(range(count)), units, start=8)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

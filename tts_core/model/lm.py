@@ -184,13 +184,13 @@ class MossTTSNanoLM(nn.Module):
 
     @torch.no_grad()
     def prefill_many(self, rows: torch.Tensor, lengths: list[int], cache: KVCache, slots: list[int],
-                     forward=lm_step.prefill_stack, start: int = 0) -> torch.Tensor:
+                     units: lm_step.StepUnits = lm_step.EAGER, start: int = 0) -> torch.Tensor:
         """Prefill P fresh slots in one pass: rows [P, T, n_vq + 1] right-padded (any valid ids in the
         padding), lengths [P] real rows of each. Slot i gets positions 0..lengths[i]-1 (its padded
         columns hold junk that the slot's length masks out). Returns each slot's last hidden [P, H].
-        `forward`: `lm_step.prefill_stack` or its compiled unit (`StepUnits.prefill`).
+        `units`: plain (`lm_step.EAGER`) or compiled (`StepUnits.compiled`); their `prefill` runs.
         `start` > 0: every slot already holds the same `start`-row prefix (e.g. copied from a
-        `PrefixCache`) and `rows` are what follows it (`lm_step.prefill_after_prefix`, eager).
+        `PrefixCache`) and `rows` are what follows it (their `prefill_after`).
         """
         if rows.ndim != 3 or rows.shape[0] != len(slots) or len(lengths) != len(slots):
             raise ValueError(f"prefill_many takes rows [P, T, {self.config.row_width}] for P slots")
@@ -204,14 +204,12 @@ class MossTTSNanoLM(nn.Module):
         # running the last step while the next prompts are sent).
         self.check_row_ids(rows)
         x = self.embed_rows(rows.to(self.device, non_blocking=True), validate=False)  # [P, T, H]
-        cos, sin = self.rope.span(start, total, self.device, x.dtype)  # [T, D/2]
+        cos, sin = self.rope.span(0, start + total, self.device, x.dtype)  # [start + T, D/2]
         cos, sin = cos[None, :, None, None], sin[None, :, None, None]
         slot_index = torch.tensor(slots, dtype=torch.long).to(self.device, non_blocking=True)
+        forward = units.prefill_after if start else units.prefill
         with attention_backends():
-            if start:
-                h = lm_step.prefill_after_prefix(self.transformer, x, cos, sin, cache.k, cache.v, slot_index, start)
-            else:
-                h = forward(self.transformer, x, cos, sin, cache.k, cache.v, slot_index)
+            h = forward(self.transformer, x, cos, sin, cache.k, cache.v, slot_index)
         for slot, length in zip(slots, lengths):
             cache.lengths[slot] = start + length
         last = torch.tensor(lengths, dtype=torch.long).to(self.device, non_blocking=True) - 1
