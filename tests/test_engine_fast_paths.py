@@ -55,6 +55,14 @@ def test_codec_decode_with_gemm_attention_matches_fused(tiny_models):
         assert not gemm[1].any()  # the inactive row gets silence and keeps its state
 
 
+
+def _random_rows(config, rng: np.random.Generator, count: int, length: int) -> np.ndarray:
+    """`count` prompts of `length` random rows [count, length, 17] (text ids, then audio codes)."""
+    prompts = np.zeros((count, length, config.row_width), np.int64)
+    prompts[..., 0] = rng.integers(10, 500, (count, length))
+    prompts[..., 1:] = rng.integers(0, 1024, (count, length, config.n_vq))
+    return prompts
+
 @torch.inference_mode()
 def test_prefill_unit_compiles_once_for_any_prompt_length(tiny_models):
     """The traced prefill (aot_eager: tracing only, so quick on a CPU) gives the plain prefill's
@@ -65,9 +73,7 @@ def test_prefill_unit_compiles_once_for_any_prompt_length(tiny_models):
     for slots_total, length in ((3, 80), (5, 200)):
         plain, traced = lm.new_cache(slots_total, length), lm.new_cache(slots_total, length)
         for count, rows in ((1, 23), (2, 41), (3, 17)):
-            prompts = np.zeros((count, rows, lm.config.row_width), np.int64)
-            prompts[..., 0] = rng.integers(10, 500, (count, rows))
-            prompts[..., 1:] = rng.integers(0, 1024, (count, rows, lm.config.n_vq))
+            prompts = _random_rows(lm.config, rng, count, rows)
             slots = list(range(slots_total - count, slots_total))
             outputs = []
             for cache, step_units in ((plain, lm_step.EAGER), (traced, units)):
@@ -89,17 +95,12 @@ def test_prefill_after_a_prefix_compiles_once_for_any_prefix_and_text_length(tin
     units = lm_step.StepUnits.compiled("aot_eager")
     rng = np.random.default_rng(1)
 
-    def rows_of(count: int, length: int) -> torch.Tensor:
-        prompts = np.zeros((count, length, lm.config.row_width), np.int64)
-        prompts[..., 0] = rng.integers(10, 500, (count, length))
-        prompts[..., 1:] = rng.integers(0, 1024, (count, length, lm.config.n_vq))
-        return torch.from_numpy(prompts)
-
     graphs_after_first = None
     for slots_total, length in ((3, 90), (5, 240)):
         plain, traced = lm.new_cache(slots_total, length), lm.new_cache(slots_total, length)
         for count, start, rows in ((1, 30, 7), (2, 41, 12), (3, 17, 20), (2, 60, 3)):
-            prefix, text = rows_of(count, start), rows_of(count, rows)
+            prefix = torch.from_numpy(_random_rows(lm.config, rng, count, start))
+            text = torch.from_numpy(_random_rows(lm.config, rng, count, rows))
             slots = list(range(slots_total - count, slots_total))
             outputs = []
             for cache, step_units in ((plain, lm_step.EAGER), (traced, units)):

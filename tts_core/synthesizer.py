@@ -207,7 +207,7 @@ class Synthesizer:
         return _Checked(request, text, voice, resolved, submitted_at)
 
     def _build_job(self, checked: _Checked) -> StreamJob:
-        """Prepare's second half (pure Python: on the preparer's thread when there is one)."""
+        """Prepare's second half (pure Python: on the engine thread when it prepares, `preparer.py`)."""
         request, text, voice, resolved = checked.request, checked.text, checked.voice, checked.resolved
         if request.normalize_text:
             text = normalize_text(text, language=detect_language(text, self._voice_language(resolved)))

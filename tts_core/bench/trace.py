@@ -155,7 +155,7 @@ class EngineTrace:
 
     def attach_synthesizer(self, synth) -> None:
         """Also record request preparation: its checks (in the caller's thread) and the prompt
-        building (on the preparer's thread, or the caller's without one)."""
+        building (on the engine thread, or the caller's with TTS_NO_ENGINE_PREPARE=1)."""
         synth._check = self._timed("check", synth._check)
         synth._build_job = self._timed("prepare", synth._build_job)
         if synth._preparer is not None:
@@ -220,13 +220,7 @@ class EngineTrace:
         synchronised device: call after the run)."""
         if self._origin is None:
             return []
-        host0, origin = self._origin
-        out = []
-        for d in self.device:
-            start = host0 + origin.elapsed_time(d.start) / 1000
-            end = host0 + origin.elapsed_time(d.end) / 1000
-            out.append((d.kind, d.rows, start, end, d.launch))
-        return out
+        return [(d.kind, d.rows, self.host_time(d.start), self.host_time(d.end), d.launch) for d in self.device]
 
 
 class _CountedAdmissions:
@@ -257,8 +251,6 @@ def _thread_group(name: str) -> str:
         return "codec"
     if name.startswith("bench-caller"):
         return "callers"
-    if name == "tts-prepare":
-        return "preparer"
     return name
 
 

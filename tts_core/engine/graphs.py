@@ -349,10 +349,6 @@ class StaticStepper:
             launch.done.synchronize()  # releases the GIL while it waits
         return launch.out.numpy().copy()
 
-    def decode(self, bucket: int, slots: list[int], codes: np.ndarray) -> list[np.ndarray]:
-        """`decode_async`, waited for: B pcm arrays [2, 3840 m]."""
-        return self.decode_async(bucket, slots, codes).result()
-
     @torch.inference_mode()
     def decode_async(self, bucket: int, slots: list[int], codes: np.ndarray) -> PendingPcm | ReadyPcm:
         """Queue the decode of codes [B, m, K] of `slots` (rows of this bucket) in passes of
