@@ -40,9 +40,13 @@ async def leave_while_queued(url: str, holders: int, impatient: int) -> tuple[li
         async def holder(index: int) -> None:
             route, body, _ = stream_body(index, max_frames=None, text=LONG_TEXT)
             async with client.stream("POST", route, json=body) as response:
-                async for _chunk in response.aiter_raw():
-                    break
+                # The first audio, then hold the stream unread until released. The iterator is kept:
+                # one left behind by a `break` closes the connection whenever it is finalised, which
+                # was at times within 20 ms, before the other holders had their slots.
+                chunks = response.aiter_raw()
+                await anext(chunks)
                 await release.wait()
+                await chunks.aclose()
 
         async def give_up(index: int) -> str:
             route, body, _ = stream_body(index, max_frames=None, text=LONG_TEXT)
