@@ -69,9 +69,9 @@ def _run(engine: Engine, jobs: list[StreamJob]) -> list[list]:
 def test_pipelined_engine_emits_what_the_serial_engine_emits(models, prompts):
     jobs = [_job(f"s{i}", prompt, 40 + i, (9, 7)) for i, prompt in enumerate(prompts)]
     pipelined_engine = _engine(models, pipelined=True)
-    assert pipelined_engine.pipelined
+    assert pipelined_engine.features().codec_thread
     serial_engine = _engine(models, pipelined=False)
-    assert not serial_engine.pipelined
+    assert not serial_engine.features().codec_thread
     want = _run(serial_engine, jobs)
     got = _run(pipelined_engine, [_job(j.request_id, j.segments[0].rows, j.seed, (9, 7)) for j in jobs])
     for want_chunks, got_chunks in zip(want, got):

@@ -115,7 +115,7 @@ def test_greedy_rows_take_the_first_maximum_after_the_penalty():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_local_attention_equals_the_plain_attention(dtype, monkeypatch):
     """Position by position over a whole frame: same outputs (to rounding) and identical caches."""
-    monkeypatch.setenv(fused_ops.NO_FUSED_ENV, "1")  # attend_local: the plain path, on a GPU too
+    monkeypatch.setattr(fused_ops, "_disabled", "test: the plain path")  # attend_local: the plain path, on a GPU too
     generator = torch.Generator().manual_seed(2)
     batch, heads, positions, dim = 3, 4, 17, 16
     plain_k = torch.zeros(batch, heads, positions, dim, dtype=dtype, device=DEVICE)
@@ -157,7 +157,7 @@ def test_decode_attention_equals_the_plain_attender(dtype, monkeypatch):
     qkv = torch.randn(rows, 1, 3, heads, dim, generator=generator).to(DEVICE, dtype)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
     got = fused_ops.decode_attention(q, k, v, caches[0].k[0][:rows], caches[0].v[0][:rows], write_pos, key_mask, length)
-    monkeypatch.setenv(fused_ops.NO_FUSED_ENV, "1")  # the attender's plain path, on a GPU too
+    monkeypatch.setattr(fused_ops, "_disabled", "test: the plain path")  # the attender's plain path, on a GPU too
     want = StaticDecodeAttender(caches[1], write_pos, key_mask, length).attend(0, q, k, v)
     tol = 1e-6 if dtype == torch.float32 else 1e-2
     torch.testing.assert_close(got, want, atol=tol, rtol=tol)
@@ -168,7 +168,7 @@ def test_cpu_steps_keep_the_plain_path(monkeypatch):
     if platform.system() == "Linux" and platform.machine() == "x86_64":
         assert fused_ops.available()  # requirements-dev.txt installs Triton here: these tests must run
     assert not fused_ops.fused_enabled(torch.device("cpu"))
-    monkeypatch.setenv(fused_ops.NO_FUSED_ENV, "1")
+    monkeypatch.setattr(fused_ops, "_disabled", "test: the plain path")
     assert not fused_ops.fused_enabled(torch.device("cuda"))
 
 

@@ -79,12 +79,11 @@ def test_graphed_equals_eager_bf16(full_models, prompts):
     assert worst <= 1e-5, f"graphed vs eager PCM max |diff| = {worst:.3g}"
 
 
-def test_compile_on_by_default_and_off_by_env(full_models, monkeypatch):
+def test_compile_on_by_default_and_off_when_asked(full_models):
     models = full_models(torch.bfloat16)
     assert _runner(models, 2).stepper.compile_mode == "inductor"
     assert _runner(models, 2).stepper.units is not lm_step.EAGER  # compiled and warmed without falling back
-    monkeypatch.setenv("TTS_NO_COMPILE", "1")
-    runner = _runner(models, 2)
+    runner = _runner(models, 2, compile="off")
     assert runner.stepper.compile_mode == "off" and runner.stepper.units is lm_step.EAGER
 
 
@@ -228,7 +227,8 @@ def test_cancellation_and_slot_reuse_under_graphs(full_models, prompts):
 def _engine_run(models, jobs, audio: list | None = None, **config) -> list[np.ndarray]:
     """Each job's codes (and, into `audio`, each job's whole audio [2, S]), and the runner."""
     runner = _runner(models, 4, **config.pop("runner", {}))
-    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config))
+    step_ahead = config.pop("step_ahead", True)
+    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config), step_ahead=step_ahead)
     try:
         handles = [engine.submit(job) for job in jobs]
         chunks = [[] for _ in handles]
@@ -346,7 +346,7 @@ def test_codec_on_its_own_stream_changes_nothing(full_models, prompts):
         assert _snr_db(want, got) >= 80, _snr_db(want, got)
 
 
-def test_step_ahead_changes_no_codes_under_graphs(full_models, prompts, monkeypatch):
+def test_step_ahead_changes_no_codes_under_graphs(full_models, prompts):
     """Graphed engines with and without step-ahead (a step launched before the one before is read):
     streams of two segments with caps of different lengths give the same codes. Batch-invariant
     runners, so the arrival timing (which differs between the two) cannot change a stream's codes."""
@@ -361,8 +361,7 @@ def test_step_ahead_changes_no_codes_under_graphs(full_models, prompts, monkeypa
 
     ahead, runner = _engine_run(models, jobs(), runner={"batch_invariant": True})
     assert runner.stepper.use_graphs
-    monkeypatch.setenv("TTS_NO_STEP_AHEAD", "1")
-    synchronous, _ = _engine_run(models, jobs(), runner={"batch_invariant": True})
+    synchronous, _ = _engine_run(models, jobs(), runner={"batch_invariant": True}, step_ahead=False)
     for i, (got, want) in enumerate(zip(ahead, synchronous)):
         assert len(got) == 9 + 5 * i + 12
         np.testing.assert_array_equal(got, want)

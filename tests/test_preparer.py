@@ -12,7 +12,7 @@ import pytest
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.types import StreamHandle, StreamJob
 from tts_core.errors import EngineStalledError, InvalidRequestError, QueueFullError, TTSError
-from tts_core.preparer import NO_ENGINE_PREPARE_ENV, Preparer
+from tts_core.preparer import Preparer
 from tts_core.types import SynthesisRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -154,14 +154,18 @@ def test_when_the_last_engine_detaches_queued_and_new_requests_get_its_reason(pr
 # ---- through the Synthesizer ---------------------------------------------------------------------
 
 
-def _synthesizer(data_dir, cache_dir):
+def _synthesizer(data_dir, cache_dir, prepare_on_engine: bool = True):
     from tts_core import Synthesizer
+    from tts_core.loader import load_parts
 
     parity = data_dir / "parity"
-    return Synthesizer.from_pretrained(
-        str(parity / "tiny_lm"), str(parity / "tiny_codec"), tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-        voices_dir=data_dir / "presets", cache_dir=cache_dir, allow_download=False, warmup=False,
-        engine_config=EngineConfig(max_active_streams=4, max_queue=8))
+    config = EngineConfig(max_active_streams=4, max_queue=8)
+    parts = load_parts(lm=str(parity / "tiny_lm"), codec=str(parity / "tiny_codec"), device="cpu", dtype="auto",
+                       tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
+                       voices_dir=data_dir / "presets", engine_config=config, cache_dir=cache_dir,
+                       allow_download=False, quantize=None, report=lambda _line: None, devices=None)
+    return Synthesizer(tokenizer=parts.tokenizer, engine=parts.engine, voices=parts.voices, config=config,
+                       info=parts.info, lm_config=parts.lm_config, prepare_on_engine=prepare_on_engine)
 
 
 def _stream_all(synth, requests) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -180,13 +184,12 @@ def _stream_all(synth, requests) -> list[tuple[np.ndarray, np.ndarray]]:
     return results
 
 
-def test_the_synthesizer_gives_the_same_audio_whoever_prepares(data_dir, tmp_path, monkeypatch):
+def test_the_synthesizer_gives_the_same_audio_whoever_prepares(data_dir, tmp_path):
     requests = [SynthesisRequest(text=f"Number {i} says hello.", mode="continuation", seed=i, max_frames=6)
                 for i in range(4)]
     got = {}
     for threaded in (True, False):
-        monkeypatch.setenv(NO_ENGINE_PREPARE_ENV, "0" if threaded else "1")
-        synth = _synthesizer(data_dir, tmp_path / str(threaded))
+        synth = _synthesizer(data_dir, tmp_path / str(threaded), prepare_on_engine=threaded)
         assert (synth._preparer is not None) is threaded
         try:
             got[threaded] = _stream_all(synth, requests)

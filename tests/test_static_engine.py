@@ -18,7 +18,7 @@ from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.buckets import bucket_sizes, length_buckets, padded_step_input, pick_bucket
 from tts_core.engine.codec_passes import split_passes
 from tts_core.engine.engine import Engine
-from tts_core.engine.graphs import NO_GRAPH_ENV, graphs_enabled
+from tts_core.engine.graphs import graphs_enabled
 from tts_core.engine.pool import EnginePool, engine_load, route_order
 from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob
@@ -69,14 +69,12 @@ def test_split_passes_largest_first():
     assert split_passes(3, [1]) == [1, 1, 1]
 
 
-def test_graphs_flag_env_and_cpu(monkeypatch):
+def test_graphs_follow_the_one_eager_switch_and_the_device(monkeypatch):
     cuda = torch.device("cuda")
-    monkeypatch.delenv(NO_GRAPH_ENV, raising=False)
+    monkeypatch.setenv("TTS_NO_CUDA_GRAPH", "1")  # retired: the environment no longer reaches the engine
     assert graphs_enabled(cuda, enforce_eager=False)
     assert not graphs_enabled(cuda, enforce_eager=True)
     assert not graphs_enabled(CPU, enforce_eager=False)
-    monkeypatch.setenv(NO_GRAPH_ENV, "1")
-    assert not graphs_enabled(cuda, enforce_eager=False)
 
 
 def test_padded_step_input_puts_each_slot_on_its_row():

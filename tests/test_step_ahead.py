@@ -1,7 +1,7 @@
 """Step-ahead (`engine/stepping.py`): launching each LM step before reading the one before changes no
 stream's codes. Tiny parity checkpoints on the CPU, static runner (where step-ahead runs; the CPU
 launches synchronously, the bookkeeping is the same as on a GPU): the same jobs with step-ahead on,
-off (TTS_NO_STEP_AHEAD=1) and through the plain eager runner must give the same codes, with segments
+off (`Engine(step_ahead=False)`) and through the plain eager runner must give the same codes, with segments
 ending at their caps, streams arriving while a step is in flight, and a stream cancelled mid-way.
 """
 
@@ -18,7 +18,7 @@ from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
 from tts_core.engine.live import LiveStream
 from tts_core.engine.runner import Runner, StepTicket
-from tts_core.engine.stepping import NO_STEP_AHEAD_ENV, StepDriver
+from tts_core.engine.stepping import StepDriver
 from tts_core.engine.types import Segment, StreamHandle, StreamJob, StreamStatus
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -40,10 +40,10 @@ class _CountingRunner(Runner):
         return ticket
 
 
-def _engine(tiny_models, *, static: bool) -> Engine:
+def _engine(tiny_models, *, static: bool, step_ahead: bool = True) -> Engine:
     lm, codec = tiny_models
     runner = _CountingRunner(lm, codec, num_slots=3, max_context_rows=600, device="cpu", static=static)
-    return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4))
+    return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4), step_ahead=step_ahead)
 
 
 def _job(name: str, prompt: np.ndarray, seed: int, frames: tuple[int, ...]) -> StreamJob:
@@ -73,13 +73,12 @@ def _staggered(engine: Engine, prompts) -> list[np.ndarray]:
         engine.close()
 
 
-def test_step_ahead_gives_the_codes_of_synchronous_steps(tiny_models, prompts, monkeypatch):
+def test_step_ahead_gives_the_codes_of_synchronous_steps(tiny_models, prompts):
     ahead_engine = _engine(tiny_models, static=True)
     assert ahead_engine._steps.step_ahead
     got = _staggered(ahead_engine, prompts)
     assert ahead_engine.runner.most_outstanding == 2  # the runs really stepped ahead
-    monkeypatch.setenv(NO_STEP_AHEAD_ENV, "1")
-    sync_engine = _engine(tiny_models, static=True)
+    sync_engine = _engine(tiny_models, static=True, step_ahead=False)
     assert not sync_engine._steps.step_ahead
     want = _staggered(sync_engine, prompts)
     assert sync_engine.runner.most_outstanding == 1

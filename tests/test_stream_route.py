@@ -137,6 +137,11 @@ def test_health_and_voice_clips(client, voices):
     assert health["status"] == "ready"
     for key in ("active_streams", "queued", "max_active_streams", "device", "stats"):
         assert key in health
+    # The resolved engine features (engine/features.py): what runs on this CPU, nothing GPU-only.
+    [features] = health["engine_features"]
+    assert features["device"] == "cpu" and features["compile"] == "off"
+    assert not features["cuda_graphs"] and not features["fused_kernels"] and not features["step_ahead"]
+    assert features["engine_prepares"] and not features["split_readout"]
     name = voices["default"]
     clip = client.get(f"/api/voices/{name}/clip")
     assert clip.status_code == 200

@@ -2,7 +2,7 @@
 
 Every boolean variable accepts the same spellings, case-insensitive: 1/true/yes/on and
 0/false/no/off (empty or unset = the default). Anything else is an error that names the variable,
-so a typo such as `TTS_NO_CUDA_GRAPH=ture` fails loudly instead of being read as "off".
+so a typo such as `MOSS_TTS_ENFORCE_EAGER=ture` fails loudly instead of being read as "off".
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ iterations): nothing competes with its device work, and a burst is admitted in a
 possible. What may be slow and holds the lock little (resolving the voice, which may encode an
 uploaded clip) stays in the caller's thread (`Synthesizer._check`).
 
-TTS_NO_ENGINE_PREPARE=1 prepares in the caller's thread instead (A/B benches).
+An engine without intake (ZeroGPU's worker) is prepared for in the caller's thread.
 """
 
 from __future__ import annotations
@@ -27,20 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .engine.types import StreamHandle
-from .env import env_flag
 from .errors import TTSError
 
 logger = logging.getLogger(__name__)
 
-NO_ENGINE_PREPARE_ENV = "TTS_NO_ENGINE_PREPARE"
 _POLL_S = 0.05  # how often a waiting caller looks at its cancel event
 # At most this long preparing per engine iteration: a flood of requests (each ~0.13 ms) must not keep
 # the engine thread from the streams it serves (they are ahead of their listeners by far more).
 PUMP_BUDGET_S = 0.1
-
-
-def engine_prepares() -> bool:
-    return not env_flag(NO_ENGINE_PREPARE_ENV)
 
 
 @dataclass(eq=False)

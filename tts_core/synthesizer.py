@@ -22,6 +22,7 @@ import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
 from .engine.engine import Engine
+from .engine.features import EngineFeatures
 from .engine.outbox import handle_chunks
 from .engine.pacing import default_max_frames, estimate_frames
 from .engine.pool import EnginePool
@@ -29,7 +30,7 @@ from .engine.types import Segment, StreamJob
 from .errors import InvalidRequestError, TTSError
 from .loader import load_parts
 from .model.lm_config import LMConfig
-from .preparer import Preparer, engine_prepares
+from .preparer import Preparer
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text, detect_language, normalize_text, pause_after_chunk_s, split_text
 from .tokenizer import TextTokenizer
@@ -63,7 +64,7 @@ class Synthesizer:
     sample_rate = SAMPLE_RATE_HZ
 
     def __init__(self, *, tokenizer: TextTokenizer, engine: Engine | EnginePool, voices: VoiceBank,
-                 config: EngineConfig, info: dict, lm_config: LMConfig):
+                 config: EngineConfig, info: dict, lm_config: LMConfig, prepare_on_engine: bool = True):
         self.tokenizer = tokenizer
         self.template = PromptTemplate.from_tokenizer(tokenizer, lm_config)
         self.engine = engine
@@ -71,9 +72,10 @@ class Synthesizer:
         self.config = config
         self.info = dict(info)
         self.warm = False
-        # Requests are turned into prompt rows on the engine's thread (`preparer.py`); None: in each caller's.
+        # Requests are turned into prompt rows on the engine's thread (`preparer.py`); None: in each
+        # caller's (an engine without intake; `prepare_on_engine=False` only for tests comparing the two).
         self._preparer = None
-        if hasattr(engine, "attach_intake") and engine_prepares():
+        if hasattr(engine, "attach_intake") and prepare_on_engine:
             self._preparer = Preparer(self._build_job, engine.submit, engine.cancel)
             engine.attach_intake(self._preparer)
 
@@ -118,6 +120,8 @@ class Synthesizer:
             # first request is already as fast as its later ones.
             threading.Thread(target=synth.warm_voices, name="voice-warm", daemon=True).start()
         logger.info("synthesizer ready: %s", json.dumps(synth.info))
+        for features in synth.features():
+            logger.info("engine on %s", features.summary())
         return synth
 
     def _count_tokens(self, text: str) -> int:
@@ -339,8 +343,14 @@ class Synthesizer:
     def stats(self) -> dict:
         return self.engine.stats()
 
+    def features(self) -> list[EngineFeatures]:
+        """What each engine runs (one per device; see `engine/features.py`)."""
+        features = self.engine.features()
+        return features if isinstance(features, list) else [features]
+
     def health(self) -> dict:
-        return {**self.info, "warm": self.warm, **self.engine.stats()}
+        return {**self.info, "warm": self.warm, **self.engine.stats(),
+                "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:
         if self._preparer is not None:

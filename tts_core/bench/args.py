@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
+
+from ..env import env_str
 
 
 def default_config_path(*parts: str) -> str | None:
     """A file of the shared data directory ($MOSS_TTS_PARITY_DIR, default ../shared/moss_tts_nano_data
     from the repo root), or None when it is not there."""
-    root = os.environ.get("MOSS_TTS_PARITY_DIR") or str(Path(__file__).resolve().parents[3] / "shared"
+    root = env_str("MOSS_TTS_PARITY_DIR") or str(Path(__file__).resolve().parents[3] / "shared"
                                                          / "moss_tts_nano_data")
     path = Path(root, *parts)
     return str(path) if path.is_file() else None

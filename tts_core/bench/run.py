@@ -15,13 +15,9 @@ from pathlib import Path
 import torch
 
 from ..config import SamplingParams
-from ..engine.pipeline import NO_SPLIT_READOUT_ENV
-from ..engine.stepping import NO_STEP_AHEAD_ENV
-from ..env import env_flag
 from ..fidelity import compare_models
 from ..model.fused_ops import fused_enabled
 from ..model.quant import quantize_codec, quantize_lm
-from ..preparer import engine_prepares
 from .extras import time_components
 from .machine import machine_info
 from .memory import PeakMemory
@@ -171,9 +167,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  "quantize": args.quantize, "prompt_rows": args.prompt_rows, "frames": frames,
                  "repeats": args.repeats, "sampling": "greedy" if args.greedy else "default",
                  "context_rows": context_rows, "fused_kernels": fused_enabled(device),
-                 "step_ahead": is_cuda and not env_flag(NO_STEP_AHEAD_ENV),
-                 "engine_prepares": engine_prepares(),
-                 "split_readout": is_cuda and not env_flag(NO_SPLIT_READOUT_ENV),
+                 "step_ahead": is_cuda, "engine_prepares": True, "split_readout": is_cuda,
                  "switch_interval_ms": round(sys.getswitchinterval() * 1000, 3),
                  "voice": "cold (new for every request)" if args.cold_voice else "warm (prefix cached)"}
         record = new_record("engine", args, machine_info(devices), setup)
@@ -187,8 +181,6 @@ def run_bench(args: argparse.Namespace) -> int:
                                  cold_voice=args.cold_voice, sampling=sampling, enforce_eager=enforce_eager)
                 row, timed = bench_level(models, devices, plan, tokenizer, context_rows, Path(cache),
                                          args.components and level == levels[0])
-                if is_cuda and not enforce_eager and not row["graphs"]:
-                    label = "eager (graphs off by TTS_NO_CUDA_GRAPH)"
                 if timed is not None:
                     record.setdefault("components", {})[label] = {k: round(v, 3) for k, v in timed.items()}
                 rows.append(row)

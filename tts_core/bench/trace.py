@@ -155,7 +155,7 @@ class EngineTrace:
 
     def attach_synthesizer(self, synth) -> None:
         """Also record request preparation: its checks (in the caller's thread) and the prompt
-        building (on the engine thread, or the caller's with TTS_NO_ENGINE_PREPARE=1)."""
+        building (on the engine thread, or the caller's for an engine without intake)."""
         synth._check = self._timed("check", synth._check)
         synth._build_job = self._timed("prepare", synth._build_job)
         if synth._preparer is not None:

@@ -22,6 +22,7 @@ from ..config import EngineConfig
 from ..devices import available_cpus
 from ..errors import EngineStalledError, TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
+from .features import EngineFeatures, resolve_features
 from .live import LiveStream
 from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
@@ -47,10 +48,10 @@ class Engine:
 
     Args:
         runner: owns the model, KV cache and codec state for `config.max_active_streams` slots.
-        config: limits (slots, queue).
+        config: limits (slots, queue); `step_ahead` off only for tests comparing with synchronous steps.
     """
 
-    def __init__(self, runner: Runner, config: EngineConfig):
+    def __init__(self, runner: Runner, config: EngineConfig, *, step_ahead: bool = True):
         self.runner = runner
         self.config = config
         self._scheduler = Scheduler(num_slots=runner.num_slots, max_queue=config.max_queue)
@@ -61,17 +62,16 @@ class Engine:
         self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
         self._intakes: list = []  # request queues this thread prepares and submits (`preparer.Preparer`)
-        self._steps = StepDriver(runner, self._live)  # the LM steps, one ahead where possible
+        self._steps = StepDriver(runner, self._live, step_ahead)  # the LM steps, one ahead where possible
         self._stopping = False
         self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)
         self._watch = StallWatch(config.stall_timeout_s, self._on_stall)
         pipelined = config.pipeline_codec
         if pipelined is None:  # default: on CUDA (a second stream), on a CPU with a core to spare
             pipelined = runner.device.type == "cuda" or available_cpus() >= 2
-        split = None if runner.device.type == "cuda" else False  # (a readout thread pays where decodes are async)
-        self._pipeline = CodecPipeline(split=split) if pipelined else None
-        # On a GPU a decode overlapping an LM step takes about twice as long (H200: 5.4 against 2.7 ms for
-        # one stream's first frame): a stream's first chunk is decoded with the LM paused instead.
+        # A readout thread pays only where decodes are asynchronous (CUDA).
+        self._pipeline = CodecPipeline(split=runner.device.type == "cuda") if pipelined else None
+        # On a GPU a decode overlapping an LM step runs much slower: a first chunk is decoded with the LM paused.
         self._first_chunk_alone = runner.device.type == "cuda"
         self._last_busy = time.monotonic()
         self._upgrade_ready_since: float | None = None
@@ -132,6 +132,10 @@ class Engine:
                 "stalled": self._stalled is not None,
             }
 
+    def features(self) -> EngineFeatures:
+        return resolve_features(self.runner, step_ahead=self._steps.step_ahead, pipeline=self._pipeline,
+                                engine_prepares=bool(self._intakes))
+
     def close(self, timeout_s: float = 5.0) -> None:
         with self._wake:
             self._stopping = True
@@ -140,10 +144,6 @@ class Engine:
         self._thread.join(timeout_s)
         if self._pipeline is not None:  # (an engine thread stuck in the device may have the codec thread stuck too)
             self._pipeline.close(wait=not self._thread.is_alive())
-
-    @property
-    def pipelined(self) -> bool:
-        return self._pipeline is not None
 
     # ---- engine thread ------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ Start-up: with `defer=True` the stepper starts on the plain (eager, uncompiled) 
 engine thread calls `upgrade` between steps to switch over and capture the graphs (seconds, once).
 
 Per-stream uniforms are drawn on the host from each stream's own generator, so codes never depend
-on which streams share the batch. With graphs off (`enforce_eager`, TTS_NO_CUDA_GRAPH=1, a CPU) the
+on which streams share the batch. With graphs off (`enforce_eager`, a CPU) the
 same functions run eagerly. This module only captures and replays: the math is the model's.
 """
 
@@ -31,7 +31,6 @@ import numpy as np
 import torch
 
 from ..config import SamplingParams
-from ..env import env_flag
 from ..model import fused_ops, lm_step
 from .buckets import length_buckets, pick_bucket
 from .capture_guard import no_gc_during_capture
@@ -43,8 +42,6 @@ from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm
 
 logger = logging.getLogger(__name__)
 
-NO_GRAPH_ENV = "TTS_NO_CUDA_GRAPH"
-NO_COMPILE_ENV = "TTS_NO_COMPILE"
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
 
 
@@ -57,8 +54,8 @@ class StepLaunch:
 
 
 def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
-    """CUDA graphs are used on CUDA unless `enforce_eager` or TTS_NO_CUDA_GRAPH=1."""
-    return device.type == "cuda" and not enforce_eager and not env_flag(NO_GRAPH_ENV)
+    """CUDA graphs are used on CUDA unless `enforce_eager` (the one eager switch)."""
+    return device.type == "cuda" and not enforce_eager
 
 
 COMPILE_MODES = ("inductor", "aot_eager", "off")
@@ -68,13 +65,13 @@ def compile_mode(device: torch.device, requested: str | None = None) -> str:
     """How the LM step's units run: "inductor" (torch.compile), "aot_eager" (traced but not
     compiled: tests check tracing quickly on the CPU) or "off" (plain functions).
 
-    Default: "inductor" on CUDA unless TTS_NO_COMPILE=1; "off" on CPU (the CPU path never compiles).
+    Default: "inductor" on CUDA, "off" on CPU (the CPU path never compiles).
     """
     if requested is not None:
         if requested not in COMPILE_MODES:
             raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
         return requested
-    return "inductor" if device.type == "cuda" and not env_flag(NO_COMPILE_ENV) else "off"
+    return "inductor" if device.type == "cuda" else "off"
 
 
 class StaticStepper:

@@ -10,7 +10,7 @@ A job may hand back a second part (`submit`): on a GPU the first part queues a d
 device and returns at once, and the second waits for its audio, copies it out and emits it, on a
 second thread, so the first thread launches the next decode while this one is read out (at 256
 streams reading out 8 frames took about as long as decoding them, H200 host). Both threads keep
-submission order. TTS_NO_SPLIT_READOUT=1 runs both parts on the first thread (A/B benches).
+submission order.
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
-
-from ..env import env_flag
-
-NO_SPLIT_READOUT_ENV = "TTS_NO_SPLIT_READOUT"
 
 
 def _settle(done: Future, error: BaseException | None = None) -> None:
@@ -37,8 +33,8 @@ def _settle(done: Future, error: BaseException | None = None) -> None:
 class CodecPipeline:
     """A two-stage FIFO of codec work. Not thread-safe: one engine thread submits and drains."""
 
-    def __init__(self, split: bool | None = None) -> None:
-        self.split = not env_flag(NO_SPLIT_READOUT_ENV) if split is None else split
+    def __init__(self, split: bool = True) -> None:
+        self.split = split
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-codec")
         self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-codec-out") if self.split else None
         self._inflight: deque[Future] = deque()

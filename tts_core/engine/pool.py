@@ -85,6 +85,9 @@ class EnginePool:
         total["per_engine_active"] = [s["active_streams"] for s in per_engine]
         return total
 
+    def features(self) -> list:
+        return [engine.features() for engine in self.engines]
+
     def close(self, timeout_s: float = 5.0) -> None:
         for engine in self.engines:
             engine.close(timeout_s)

@@ -4,8 +4,7 @@ Only the engine thread calls it. Every method works on slots (rows of the static
 subset of streams can be stepped or decoded together; a slot's state never touches another's.
 
 Two paths behind the same methods: on CUDA the static-shape step of `graphs.StaticStepper`
-(CUDA graphs per batch-size bucket, or the same functions eagerly with `enforce_eager` /
-TTS_NO_CUDA_GRAPH=1); on CPU the plain eager step over exactly the given slots.
+(CUDA graphs per batch-size bucket, or the same functions eagerly with `enforce_eager`); on CPU the plain eager step over exactly the given slots.
 """
 
 from __future__ import annotations
@@ -49,14 +48,14 @@ class Runner:
         codec: `MossAudioCodec` (eval mode, on `device`).
         num_slots: streams that can run at once.
         max_context_rows: KV length per slot (prompt + generated rows).
-        enforce_eager: never capture CUDA graphs (also env TTS_NO_CUDA_GRAPH=1).
+        enforce_eager: never capture CUDA graphs.
         static: use the static-shape step (default: on CUDA); on CPU it runs eagerly (tests).
         buckets: batch-size buckets of the static step (default 1, 2, 4, ... >= num_slots).
         batch_invariant: static path with a single bucket (every step runs all rows) and one prefill
             per stream: a stream's codes are then bit-identical whatever else runs beside it, in
             bf16 too, at the cost of full-size steps for small batches.
         compile: how the static LM step's units run (`graphs.compile_mode`): torch.compile'd on CUDA
-            by default (off with TTS_NO_COMPILE=1), plain functions on CPU.
+            by default, plain functions on CPU.
         defer: static path: serve at once on the plain step while the compiled units build in a
             background thread; the engine calls `upgrade` when they are ready (then captures graphs).
     """

@@ -14,11 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..env import env_flag
 from .live import LiveStream
 from .runner import Runner, StepTicket
-
-NO_STEP_AHEAD_ENV = "TTS_NO_STEP_AHEAD"  # off (A/B benches); the CPU's eager runner never steps ahead
 
 
 @dataclass(slots=True)
@@ -36,12 +33,14 @@ class StepDriver:
     Args:
         runner: the engine's runner.
         live: the engine's running streams by request id (read, never changed, here).
+        step_ahead: step ahead where the runner can (the CPU's eager runner cannot); off only for
+            tests that compare against synchronous steps.
     """
 
-    def __init__(self, runner: Runner, live: Mapping[str, LiveStream]):
+    def __init__(self, runner: Runner, live: Mapping[str, LiveStream], step_ahead: bool = True):
         self.runner = runner
         self._live = live
-        self.step_ahead = runner.can_step_ahead and not env_flag(NO_STEP_AHEAD_ENV)
+        self.step_ahead = runner.can_step_ahead and step_ahead
         self._inflight: _Flight | None = None
         self._newcomers = False  # streams admitted since the step in flight was launched
 

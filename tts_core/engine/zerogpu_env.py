@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
+from ..env import env_str
 
 ZEROGPU_ENV = "SPACES_ZERO_GPU"  # set by Hugging Face on ZeroGPU hardware (read by `spaces` too)
 
 
 def on_zerogpu_space() -> bool:
     """True on ZeroGPU hardware, spelled as the `spaces` package reads the variable (1/t/true)."""
-    return os.environ.get(ZEROGPU_ENV, "").strip().lower() in ("1", "t", "true", "yes", "on")
+    return (env_str(ZEROGPU_ENV) or "").lower() in ("1", "t", "true", "yes", "on")

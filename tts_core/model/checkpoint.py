@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from ..env import env_str
 from ..errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -52,8 +53,8 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, *, what: str = "chec
 
 
 def _hf_cache_hint() -> str:
-    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    return os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+    home = env_str("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return env_str("HF_HUB_CACHE") or os.path.join(home, "hub")
 
 
 def read_state_dict(directory: Path) -> dict[str, torch.Tensor]:

@@ -19,8 +19,9 @@ Each row is computed alone, so batch invariance holds.
 Ties: scores are ordered by value, then by ascending id (a total order, so the draw is fully
 defined); top-k keeps every score equal to the k-th, as the plain path does.
 
-Off with TTS_NO_FUSED_KERNELS=1, or where Triton is not installed. Tests on a machine without a
-GPU run the kernels in Triton's interpreter (TRITON_INTERPRET=1, CPU tensors).
+Off where Triton is not installed or cannot build for the GPU (`check_device`), chosen at start-up
+and logged. Tests on a machine without a GPU run the kernels in Triton's interpreter
+(TRITON_INTERPRET=1, CPU tensors).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ import logging
 import math
 
 import torch
-
-from ..env import env_flag
 
 try:  # Triton ships with CUDA builds of torch; a CPU install may lack it
     import triton
@@ -41,7 +40,6 @@ except ImportError:  # pragma: no cover - depends on the install
 
 logger = logging.getLogger(__name__)
 
-NO_FUSED_ENV = "TTS_NO_FUSED_KERNELS"
 # Triton builds for Volta (7.0) and newer NVIDIA GPUs.
 MIN_CAPABILITY = (7, 0)
 
@@ -49,9 +47,9 @@ _disabled: str | None = None  # why the kernels were turned off for this process
 
 
 def fused_enabled(device: torch.device) -> bool:
-    """The fused kernels serve this device: CUDA with Triton present, unless TTS_NO_FUSED_KERNELS=1
-    or they were turned off for this process (`disable`)."""
-    return triton is not None and _disabled is None and device.type == "cuda" and not env_flag(NO_FUSED_ENV)
+    """The fused kernels serve this device: CUDA with Triton present, unless they were turned off for
+    this process (`disable`)."""
+    return triton is not None and _disabled is None and device.type == "cuda"
 
 
 def disable(reason: str) -> None:

@@ -50,7 +50,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="CPU weight precision: auto measures and takes the most faithful mode that runs in real "
                         "time here; fp32 is bit-faithful; fp16 / int8 are faster (ignored on CUDA) [MOSS_TTS_QUANTIZE]")
     p.add_argument("--enforce-eager", action="store_true", default=env_flag("MOSS_TTS_ENFORCE_EAGER"),
-                   help="GPU: no CUDA graphs (debugging; TTS_NO_CUDA_GRAPH=1 also works) [MOSS_TTS_ENFORCE_EAGER]")
+                   help="GPU: no CUDA graphs (debugging) [MOSS_TTS_ENFORCE_EAGER]")
     p.add_argument("--defer-compile", action=argparse.BooleanOptionalAction,
                    default=env_flag("MOSS_TTS_DEFER_COMPILE", True),
                    help="GPU: serve at once on the plain step while torch.compile and CUDA graphs are built in the "

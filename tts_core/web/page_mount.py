@@ -27,6 +27,7 @@ from pathlib import Path
 import gradio as gr
 from fastapi import FastAPI
 
+from ..env import env_str
 from .gradio_files import GradioFileGuard, UploadPaths
 from .upload_disk import UploadDiskBound
 
@@ -51,7 +52,7 @@ class PageFiles:
 
 def upload_folder() -> Path:
     """Gradio's upload (and cache) folder: GRADIO_TEMP_DIR, else <temp dir>/gradio."""
-    return Path(os.path.realpath(os.environ.get("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio"))
+    return Path(os.path.realpath(env_str("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio"))
 
 
 def blocked_paths(private: list[str | os.PathLike], folder: Path) -> list[str]:

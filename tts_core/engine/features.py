@@ -1,0 +1,53 @@
+"""What an engine actually runs, resolved once from its config and its device.
+
+The only switch a user sets is `EngineConfig.enforce_eager` (no CUDA graphs). Everything else
+follows the device: a CPU has no graphs, no compile, no step-ahead and no readout thread; a CUDA
+device without Triton (or one Triton cannot build for) runs the plain ops instead of the fused
+kernels. The server logs this at start-up and shows it in `/health`, so a run can be told apart
+from another without reading its environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..model import fused_ops
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFeatures:
+    """One engine's resolved features (see the module doc)."""
+
+    device: str
+    cuda_graphs: bool  # the frame step replays captured CUDA graphs
+    compile: str  # how the step's units run: "inductor", "aot_eager" or "off"
+    fused_kernels: bool  # Triton kernels for the pick and the attentions (CUDA only)
+    step_ahead: bool  # each LM step is launched before the previous one is read
+    codec_thread: bool  # codec decodes overlap the LM's next step on a thread of their own
+    split_readout: bool  # a second codec thread reads the audio out (CUDA: decodes are async)
+    engine_prepares: bool  # requests are turned into prompt rows on the engine's thread
+    fallback: str | None = None  # why a feature the device would normally run is off
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        on = [name for name in ("cuda_graphs", "fused_kernels", "step_ahead", "codec_thread", "split_readout",
+                                "engine_prepares") if getattr(self, name)]
+        text = f"{self.device}: compile={self.compile}, on: {', '.join(on) or 'none'}"
+        return text + (f" (fallback: {self.fallback})" if self.fallback else "")
+
+
+def resolve_features(runner, *, step_ahead: bool, pipeline, engine_prepares: bool) -> EngineFeatures:
+    """The features of an engine built around `runner` (see `Engine.features`)."""
+    device = runner.device
+    stepper = getattr(runner, "stepper", None)
+    fused = fused_ops.fused_enabled(device)
+    fallback = None
+    if device.type == "cuda" and not fused:
+        fallback = fused_ops.disabled_reason() or "Triton is not installed: plain ops instead of fused kernels"
+    return EngineFeatures(
+        device=str(device), cuda_graphs=bool(runner.uses_graphs),
+        compile=stepper.compile_mode if stepper is not None else "off", fused_kernels=fused,
+        step_ahead=step_ahead, codec_thread=pipeline is not None,
+        split_readout=pipeline is not None and pipeline.split, engine_prepares=engine_prepares, fallback=fallback)
