@@ -24,3 +24,28 @@ def _caption(title: str, record: dict, source: str) -> str:
     busy = f" (load average {load:.1f} at the start)" if load is not None else ""
     return (f"**{title}.** {_machine(record)}; run {_date(record)}{busy}: `{record['command']}` "
             f"(`bench/results/{source}`).{notes}")
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _rtf(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _times(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def _ranged(figure: dict, fmt) -> str:
+    """The median, and the range over the runs when they differ at the shown precision."""
+    low, mid, high = fmt(figure["min"]), fmt(figure["median"]), fmt(figure["max"])
+    return mid if low == high else f"{mid} ({low}–{high})"
+
+
+def _memory(memory: dict) -> str:
+    if memory.get("peak_mib") is None:
+        return "–"
+    kind = {"rss": "RSS", "cuda_allocated": "GPU"}.get(memory["kind"], memory["kind"])
+    return f"{memory['peak_mib']:.0f} MiB {kind} (+{memory['growth_mib']:.0f})"

@@ -1,21 +1,26 @@
-"""Rewrite the figures in README.md and docs/RELIABILITY.md from the benchmark records in bench/results/.
+"""Rewrite the figures in the README and docs/ from the benchmark records in bench/results/.
 
     python scripts/render_figures.py            # rewrite the marked blocks in place
-    python scripts/render_figures.py --check    # exit 1, naming the block, if a document is out of date
+    python scripts/render_figures.py --check    # exit 1, naming the document, if one is out of date
 
 Every figure in those blocks comes from a JSON record written by a benchmark (`python -m tts_core
 bench --json ...`, `python bench/reliability_figures.py --json ...`); every table says which machine
 ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures:NAME:end -->`:
 
-    README.md             cpu-bench    engine records run on CPU
+    README.md             headline     per machine kind, the newest main record's one-stream and
+                                       most-streams figures
+    docs/PERFORMANCE.md   cpu-bench    engine records run on CPU
                           gpu-bench    engine records run on CUDA (a "pending" line while there are none)
-                          spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
-                                       measured figures (engine, cold-start and ZeroGPU records)
+                          gpu-trace    where the wall time goes (bench/engine_trace.py)
                           precision    fidelity and speed of each precision mode (bench/fidelity.py)
                           reference    side by side with the upstream implementation (bench/reference.py)
+    docs/DEPLOY.md        spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
+                                       measured figures (engine, cold-start and ZeroGPU records)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
 
+A figure under a heading comes from a record that measured it (the newest such record), never from
+another row. Records in bench/results/archive/ (superseded by newer runs) are not rendered.
 Pure text in, text out: the same records always give the same bytes, and a rendered document
 renders to itself.
 """
@@ -31,13 +36,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from figures_common import _caption, _date
+from figures_common import _caption, _date, _memory, _ms, _ranged, _rtf, _times
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
+from figures_trace import render_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "gpu-trace", "spaces-hardware", "precision", "reference"),
+DOCUMENTS = {"README.md": ("headline",),
+             "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
+             "docs/DEPLOY.md": ("spaces-hardware",),
              "docs/RELIABILITY.md": ("reliability",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
@@ -48,34 +56,6 @@ def load_records(folder: Path) -> list[tuple[str, dict]]:
     return [(path.name, json.loads(path.read_text())) for path in sorted(folder.glob("*.json"))]
 
 
-# ---- formatting --------------------------------------------------------------------------------
-
-
-def _ms(value: float) -> str:
-    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
-
-
-def _rtf(value: float) -> str:
-    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
-
-
-def _times(value: float) -> str:
-    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
-
-
-def _ranged(figure: dict, fmt) -> str:
-    """The median, and the range over the runs when they differ at the shown precision."""
-    low, mid, high = fmt(figure["min"]), fmt(figure["median"]), fmt(figure["max"])
-    return mid if low == high else f"{mid} ({low}–{high})"
-
-
-def _memory(memory: dict) -> str:
-    if memory.get("peak_mib") is None:
-        return "–"
-    kind = {"rss": "RSS", "cuda_allocated": "GPU"}.get(memory["kind"], memory["kind"])
-    return f"{memory['peak_mib']:.0f} MiB {kind} (+{memory['growth_mib']:.0f})"
-
-
 def engine_title(record: dict) -> str:
     setup = record["setup"]
     quantize = setup.get("quantize")
@@ -84,7 +64,7 @@ def engine_title(record: dict) -> str:
         title += ", a new voice for every request (`--cold-voice`)"
     for key, (name, env) in SWITCHES.items():
         if setup.get(key) is False and setup["device"].startswith("cuda"):
-            title += f", {name} off (`{env}=1`)"
+            title += f", {name} off (retired switch `{env}=1`)"
     return title
 
 
@@ -208,19 +188,24 @@ def _where(source: str, record: dict) -> str:
 
 
 def _engine_figure(chosen: list[tuple[str, dict]], mode: str | None = None) -> str | None:
-    """One stream's TTFP and RTF (medians) from the first engine record in `chosen` with warm voices."""
+    """One stream's TTFP and RTF (medians) from the newest main engine record in `chosen` (no precision
+    mode, warm voices, every feature on) that measured one stream, in `mode` when given. None when no
+    record did: never another concurrency level's figure under a one-stream heading."""
+    found = []
     for source, record in chosen:
-        if record["setup"].get("voice", "").startswith("cold"):
+        if not _is_main(record["setup"]):
             continue
         modes = record["modes"]
-        rows = modes.get(mode) if mode else next(iter(modes.values()))
-        if not rows:
-            continue
-        row = next((r for r in rows if r["streams"] == 1), rows[0])
-        label = f"{engine_title(record)}{f', {mode}' if mode else ''}"
-        return (f"TTFP {_ms(row['ttfp_p50_ms']['median'])} ms, RTF {_rtf(row['rtf_p50']['median'])} "
-                f"({label}; {_where(source, record)})")
-    return None
+        rows = modes.get(mode) if mode else next(iter(modes.values()), None)
+        row = next((r for r in rows or [] if r["streams"] == 1), None)
+        if row is not None:
+            found.append((record["date"], source, record, row))
+    if not found:
+        return None
+    _, source, record, row = max(found, key=lambda item: (item[0], item[1]))
+    label = f"{engine_title(record)}{f', {mode}' if mode else ''}"
+    return (f"TTFP {_ms(row['ttfp_p50_ms']['median'])} ms, RTF {_rtf(row['rtf_p50']['median'])} "
+            f"({label}; {_where(source, record)})")
 
 
 def _zerogpu_figure(records: list[tuple[str, dict]]) -> str:
@@ -261,10 +246,10 @@ def _cold_start_line(records: list[tuple[str, dict]]) -> str:
 def render_spaces(records: list[tuple[str, dict]]) -> str:
     """The Deploy-on-Spaces table: per hardware, the mode the app picks and the nearest measured figures."""
     engines = [(s, r) for s, r in records if r.get("kind") == "engine"]
-    cpu = sorted([(s, r) for s, r in engines if not r["setup"]["device"].startswith("cuda")], key=_engine_order)
+    cpu = [(s, r) for s, r in engines if not r["setup"]["device"].startswith("cuda")]
     gpu = [(s, r) for s, r in engines if r["setup"]["device"].startswith("cuda")]
-    cpu_figure = _engine_figure(cpu) or "pending (no CPU record)"
-    gpu_figure = _engine_figure(gpu, "graphed") or f"pending: `{GPU_COMMAND}`"
+    cpu_figure = _engine_figure(cpu) or "not measured (no one-stream CPU record)"
+    gpu_figure = _engine_figure(gpu, "graphed") or f"not measured (no one-stream GPU record): `{GPU_COMMAND}`"
     gpu_eager = _engine_figure(gpu, "eager")
     rows = [
         ("ZeroGPU (free accounts: up to 2 Spaces; H200 slice per call)",
@@ -288,39 +273,37 @@ def render_spaces(records: list[tuple[str, dict]]) -> str:
     return "\n".join([*lines, "", _cold_start_line(records)])
 
 
-# ---- where the time goes (bench/engine_trace.py) -------------------------------------------------
+# ---- the README's headline: one figure per machine kind ---------------------------------------------
 
 
-def _runs_per_level(runs: list[dict]) -> str:
-    most = max(sum(1 for r in runs if r["streams"] == level) for level in {r["streams"] for r in runs})
-    return "one traced run per level" if most == 1 else f"{most} traced runs per level (each shown)"
+def _newest_main(chosen: list[tuple[str, dict]], mode: str | None) -> tuple[str, dict, list[dict]] | None:
+    """The newest main engine record (see `_is_main`) with a one-stream row in `mode`, and its rows."""
+    found = []
+    for source, record in chosen:
+        rows = record["modes"].get(mode) if mode else next(iter(record["modes"].values()), None)
+        if _is_main(record["setup"]) and any(r["streams"] == 1 for r in rows or []):
+            found.append((record["date"], source, record, rows))
+    return max(found, key=lambda item: item[:2])[1:] if found else None
 
 
-def render_trace(records: list[tuple[str, dict]]) -> str:
-    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace"), key=lambda sr: sr[1]["date"])
-    if not chosen:
-        return "No engine trace yet: `python bench/engine_trace.py --json bench/results/engine-trace-h200.json` on a GPU."
-    source, record = chosen[-1]
-    runs = record["runs"]
-    lines = [_caption("Engine trace", record, source),
-             f"{_runs_per_level(runs)}, server defaults ({record['setup']['context_rows']}-row KV context); "
-             "the tracing's own cost is in these figures.", "",
-             "| streams | wall (ms) | × real time | TTFP p50 / p95 (ms) | admitted (ms after the start: streams) "
-             "| prompt building per request (median ms) | burst prefill (ms) | device busy (share of wall) "
-             "| LM / codec busy (ms) | readout after the device (p50 / p95 ms) |",
-             "|---" * 10 + "|"]
-    for r in runs:
-        engine, device = r["host"].get("engine", {}), r["device"]
-        prefill = engine.get("prefill", {})
-        readout = r.get("readout_after_device_ms") or {}
-        waves = ", ".join(f"{t:.0f}: {n}" for t, n in r["admissions_ms_count"])
-        lines.append(f"| {r['streams']} | {r['wall_ms']:.0f} | {_times(r['x_realtime'])} | "
-                     f"{_ms(r['ttfp_p50_ms'])} / {_ms(r['ttfp_p95_ms'])} | {waves} | "
-                     f"{engine.get('prepare', {}).get('median_ms', float('nan')):.2f} | "
-                     f"{prefill.get('total_ms', 0):.1f} ({prefill.get('count', 0)} pass) | "
-                     f"{device['any']['busy_ms']:.0f} ({100 * device['any']['share_of_wall']:.0f} %) | "
-                     f"{device['lm']['busy_ms']:.0f} / {device['codec']['busy_ms']:.0f} | "
-                     f"{readout.get('p50', float('nan')):.1f} / {readout.get('p95', float('nan')):.1f} |")
+def render_headline(records: list[tuple[str, dict]]) -> str:
+    """Per machine kind: one stream's first audio and RTF, and the most streams that record ran."""
+    engines = [(s, r) for s, r in records if r.get("kind") == "engine"]
+    lines = ["| machine | one stream: first audio, RTF | most streams in that run: × real time (RTF max) | record |",
+             "|---|---|---|---|"]
+    for on_gpu, mode in ((False, None), (True, "graphed")):
+        picked = _newest_main([(s, r) for s, r in engines if r["setup"]["device"].startswith("cuda") == on_gpu], mode)
+        if picked is None:
+            lines.append(f"| {'GPU' if on_gpu else 'CPU'} | not measured | not measured | – |")
+            continue
+        source, record, rows = picked
+        one, most = next(r for r in rows if r["streams"] == 1), max(rows, key=lambda r: r["streams"])
+        m = record["machine"]
+        machine = " + ".join(m["gpus"]) if on_gpu else f"{m['cpu_model']}, {m['usable_cpus']} vCPUs"
+        lines.append(f"| {machine} ({engine_title(record)}) | {_ms(one['ttfp_p50_ms']['median'])} ms, "
+                     f"RTF {_rtf(one['rtf_p50']['median'])} | {most['streams']} streams: "
+                     f"{_times(most['x_realtime']['median'])}× ({_rtf(most['rtf_max']['median'])}) | "
+                     f"`{source}`, {_date(record)} |")
     return "\n".join(lines)
 
 
@@ -331,7 +314,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
-            "gpu-trace": render_trace(records)}
+            "gpu-trace": render_trace(records), "headline": render_headline(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -75,7 +75,7 @@ def test_a_missing_or_doubled_marker_is_an_error():
 
 
 def test_committed_documents_match_the_committed_records():
-    assert render.main(["--check"]) == 0, "README.md / docs/RELIABILITY.md figures differ from bench/results"
+    assert render.main(["--check"]) == 0, "the README / docs figures differ from bench/results"
 
 
 def test_a_typed_number_in_a_figures_block_is_caught(tmp_path):
@@ -83,12 +83,12 @@ def test_a_typed_number_in_a_figures_block_is_caught(tmp_path):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / relative, tmp_path / relative)
     assert render.main(["--check", "--root", str(tmp_path)]) == 0
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "docs" / "PERFORMANCE.md"
     marker = "<!-- figures:cpu-bench:start -->\n"
     readme.write_text(readme.read_text().replace(marker, marker + "| fp32 | 1 | 342 ms | 1.78 |\n"))  # pasted
     assert render.main(["--check", "--root", str(tmp_path)]) == 1
     assert render.main(["--root", str(tmp_path)]) == 0  # rendering repairs it
-    assert readme.read_text() == (REPO_ROOT / "README.md").read_text()
+    assert readme.read_text() == (REPO_ROOT / "docs" / "PERFORMANCE.md").read_text()
 
 
 def test_reliability_tables_come_from_the_record():
@@ -128,3 +128,17 @@ def test_precision_and_reference_tables_name_their_figures():
     assert "**CPU, 1 torch thread.** Test CPU, 2 CPUs, torch 2.13.0; run 2026-01-02 03:04 UTC" in table
     assert "| ours, int8 weights, voice prefix reused | 92 (90–94) | 0.440 (0.430–0.450) | 6.5×, 5.2× |" in table
     assert "| reference implementation (upstream) | 600 (590–610) | 2.300 (2.200–2.400) | – |" in table
+
+
+def test_readme_is_short_and_its_headline_is_the_newest_main_record():
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200  # a README people read; the figures live in docs/
+    records = render.load_records(FIXTURES)
+    headline = render.render_blocks(records)["headline"].splitlines()
+    assert "| 342 ms, RTF 1.781 |" in headline[2] and "`cpu-fp32.json`" in headline[2]
+    assert "12.1 ms, RTF 0.041" in headline[3] and "`gpu-graphed.json`" in headline[3]
+    # Without a one-stream row a record is not the one-stream figure (nothing else is "measured").
+    gpu = [(n, r) for n, r in records if n == "gpu-graphed.json"]
+    without_one = [(n, {**r, "modes": {m: [x for x in rows if x["streams"] != 1] for m, rows in r["modes"].items()}})
+                   for n, r in gpu]
+    assert "| GPU | not measured |" in render.render_headline(without_one)

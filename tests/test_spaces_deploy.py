@@ -48,10 +48,13 @@ def test_front_matter_is_space_ready():
     assert meta["startup_duration_timeout"].endswith(("m", "h"))
 
 
-def test_readme_no_longer_promises_the_free_cpu_tier():
-    text = (REPO_ROOT / "README.md").read_text()
-    assert "free CPU tier" not in text and "free\n  CPU tier" not in text
-    assert "## Deploy on Spaces" in text and "<!-- figures:spaces-hardware:start -->" in text
+def test_docs_no_longer_promise_the_free_cpu_tier():
+    for relative in ("README.md", "docs/DEPLOY.md"):
+        text = (REPO_ROOT / relative).read_text()
+        assert "free CPU tier" not in text and "free\n  CPU tier" not in text
+    deploy = (REPO_ROOT / "docs" / "DEPLOY.md").read_text()
+    assert "## Hugging Face Spaces" in deploy and "<!-- figures:spaces-hardware:start -->" in deploy
+    assert "docs/DEPLOY.md" in (REPO_ROOT / "README.md").read_text()
 
 
 def test_zerogpu_mode_is_automatic_on_zerogpu_hardware_and_forceable(monkeypatch):
@@ -176,6 +179,30 @@ def test_hardware_table_says_pending_without_records(tmp_path):
     cpu_only = [(n, r) for n, r in render.load_records(FIXTURES) if n == "cpu-fp32.json"]
     zerogpu_on_cpu = {**_zerogpu_record(), "machine": {**_zerogpu_record()["machine"], "gpus": []}}
     assert "pending" in render.render_spaces([*cpu_only, ("z.json", zerogpu_on_cpu)]).splitlines()[2]
+    assert "not measured (no one-stream CPU record)" in render.render_spaces([]).splitlines()[3]
+
+
+def _level_row(streams: int, ttfp_ms: float, rtf: float) -> dict:
+    figure = lambda value: {"median": value, "min": value, "max": value}  # noqa: E731
+    return {"streams": streams, "ttfp_p50_ms": figure(ttfp_ms), "ttfp_p95_ms": figure(ttfp_ms), "rtf_p50": figure(rtf),
+            "rtf_max": figure(rtf), "x_realtime": figure(streams / rtf), "memory": {"peak_mib": None}, "repeats": 3}
+
+
+def test_one_stream_figure_is_the_newest_record_that_measured_one_stream():
+    """The bug this guards against: records were taken in file-name order and a record without a
+    one-stream row gave its first row (a 256-stream figure) under the "one stream" heading."""
+    [(_, base)] = [(n, r) for n, r in render.load_records(FIXTURES) if n == "gpu-graphed.json"]
+    older = {**base, "date": "2026-01-01T00:00:00Z", "modes": {"graphed": [_level_row(1, 6.9, 0.020),
+                                                                         _level_row(64, 37.7, 0.050)]}}
+    sweep = {**base, "date": "2026-01-03T00:00:00Z", "modes": {"graphed": [_level_row(256, 358.0, 0.392)]}}
+    newest = {**base, "date": "2026-01-02T00:00:00Z", "modes": {"graphed": [_level_row(1, 7.5, 0.021)]}}
+    # File names sort the 256-only record first, as `gpu-1xh200-256.json` did before `gpu-h200.json`.
+    row = render.render_spaces([("a-256.json", sweep), ("b-old.json", older)]).splitlines()[7]
+    assert "graphed: TTFP 6.9 ms, RTF 0.020" in row and "`b-old.json`" in row and "358" not in row
+    row = render.render_spaces([("a-256.json", sweep), ("b-old.json", older), ("c-new.json", newest)]).splitlines()[7]
+    assert "graphed: TTFP 7.5 ms, RTF 0.021" in row and "`c-new.json`" in row
+    row = render.render_spaces([("a-256.json", sweep)]).splitlines()[7]
+    assert "not measured (no one-stream GPU record)" in row and "358" not in row
 
 
 # ---- the benches, as smoke runs on the CPU -------------------------------------------------------

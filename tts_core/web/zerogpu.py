@@ -10,7 +10,7 @@ where:
   relay message: a JSON string written to a hidden component. static/bridge-zerogpu.js forwards each
   message to the player iframe (CONTRACTS D: tts:start / tts:pcm / tts:end / tts:error).
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
-  needs a Gradio request to be charged to; see README "Deploy on Spaces").
+  needs a Gradio request to be charged to; see docs/DEPLOY.md).
 
 Relay message (one JSON object per Gradio update): `relay` (this event's id) and `n` (0, 1, 2, ...:
 a gap means a lost update), `type` start | pcm | end | error, `requestId`, and per type: start:
