@@ -1,5 +1,5 @@
 """Test-only server pieces for the page's browser tests: a stand-in for the framed stream of
-CONTRACTS A.3 (until the real route has it) and a pacer that makes any stream arrive at a chosen RTF.
+docs/PROTOCOL.md §2.3 (until the real route has it) and a pacer that makes any stream arrive at a chosen RTF.
 
 `framed_stream_router` answers POST /api/tts/stream with the contract's extras on top of today's
 route: the `X-Estimated-Duration` header and `"framing": "events"` (PCM frames plus speech.segment

@@ -1,4 +1,4 @@
-"""Building blocks of the codec's causal transformer stages (CODEC.md §3.2, §3.3, §4.4).
+"""Building blocks of the codec's causal transformer stages (docs/spec/CODEC.md §3.2, §3.3, §4.4).
 
 Tensors inside a stage are time-major `[B, T, C]`; patch/unpatch work in that layout directly, so the
 reference's `(B, C, T)` conv layout never has to be materialised. Module and parameter names follow the
@@ -47,13 +47,14 @@ def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, ma
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
-    """[B, N, D] -> [B, N/patch, D*patch] with out[b, n, d*patch + j] = x[b, n*patch + j, d] (§3.2)."""
+    """[B, N, D] -> [B, N/patch, D*patch] with out[b, n, d*patch + j] = x[b, n*patch + j, d]
+    (docs/spec/CODEC.md §3.2)."""
     batch, length, dim = x.shape
     return x.reshape(batch, length // patch, patch, dim).transpose(2, 3).reshape(batch, length // patch, -1)
 
 
 def unpatchify(x: torch.Tensor, patch: int) -> torch.Tensor:
-    """[B, N, D*patch] -> [B, N*patch, D], the exact inverse of `patchify` (§4.2)."""
+    """[B, N, D*patch] -> [B, N*patch, D], the exact inverse of `patchify` (docs/spec/CODEC.md §4.2)."""
     batch, length, dim = x.shape
     return x.reshape(batch, length, dim // patch, patch).transpose(2, 3).reshape(batch, length * patch, -1)
 
@@ -86,7 +87,8 @@ class LayerScale(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Fused-QKV multi-head attention; rows 0..d-1 of in_proj are Q, then K, then V (§3.3)."""
+    """Fused-QKV multi-head attention; rows 0..d-1 of in_proj are Q, then K, then V
+    (docs/spec/CODEC.md §3.3)."""
 
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()

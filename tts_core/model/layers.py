@@ -1,4 +1,4 @@
-"""Building blocks of the MOSS-TTS-Nano transformers (LM.md §3.2-3.3).
+"""Building blocks of the MOSS-TTS-Nano transformers (docs/spec/LM.md §3.2-3.3).
 
 Pre-LN GPT-2 block with interleaved (GPT-J) rotary embeddings. Module and parameter names follow
 the reference state_dict (`ln_1`, `attn.c_attn`, `attn.c_proj`, `ln_2`, `mlp.fc_in`, `mlp.fc_out`),

@@ -1,4 +1,4 @@
-"""The LM's per-frame step: the one definition every path runs (LM.md §3.3, §5).
+"""The LM's per-frame step: the one definition every path runs (docs/spec/LM.md §3.3, §5).
 
 A frame of B streams: the local transformer runs over n_vq + 1 positions (position 0 holds the
 global hidden state and decides continue/stop; positions 1..n_vq each draw one codebook's code,
