@@ -70,8 +70,8 @@ class Engine:
             pipelined = runner.device.type == "cuda" or available_cpus() >= 2
         split = None if runner.device.type == "cuda" else False  # (a readout thread pays where decodes are async)
         self._pipeline = CodecPipeline(split=split) if pipelined else None
-        # On a GPU a decode overlapping an LM step takes about twice as long (H200: 5.4 against 2.7 ms for
-        # one stream's first frame): a stream's first chunk is decoded with the LM paused instead.
+        # On a GPU a decode overlapping an LM step takes about twice as long: a stream's first chunk,
+        # which its listener waits for, is decoded with the LM paused instead.
         self._first_chunk_alone = runner.device.type == "cuda"
         self._last_busy = time.monotonic()
         self._upgrade_ready_since: float | None = None

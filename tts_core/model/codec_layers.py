@@ -19,8 +19,8 @@ from .codec_config import TransformerSpec
 
 # Offline attention runs over blocks of queries, each against keys [q0 - W + 1, q1) only: memory stays
 # O(block x (block + window)) instead of O(N^2), and every query still sees exactly its window, so the
-# result equals the reference's full N x N mask up to rounding. 256 wastes the least work on masked keys
-# (measured on CPU: 10 s offline decode 1.17 s vs 1.43 s with 1024).
+# result equals the reference's full N x N mask up to rounding. Blocks of 256 waste less work on
+# masked keys than larger ones.
 QUERY_BLOCK = 256
 
 
@@ -36,8 +36,8 @@ def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, ma
     additive mask [B, 1, n, K].
 
     `explicit`: two batched GEMMs around a softmax instead of the fused SDPA kernel. For few rows the
-    fused kernel runs one thread block per (row, head, 64 queries) and walks all K keys serially
-    (on an H200 ~140 us per call for one row), while the GEMMs spread the keys over the whole GPU;
+    fused kernel runs one thread block per (row, head, 64 queries) and walks all K keys serially,
+    while the GEMMs spread the keys over the whole GPU;
     for many rows the fused kernel wins (the engine picks per batch size, see `engine/graphs.py`).
     """
     if not explicit:
