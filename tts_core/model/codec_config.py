@@ -80,10 +80,6 @@ class CodecConfig:
     compute_dtype: str = "fp32"
 
     @property
-    def frame_rate_hz(self) -> float:
-        return self.sample_rate / self.downsample_rate
-
-    @property
     def num_quantizers(self) -> int:
         return self.quantizer.num_quantizers
 
