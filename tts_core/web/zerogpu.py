@@ -12,11 +12,11 @@ where:
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
   needs a Gradio request to be charged to; see README "Deploy on Spaces").
 
-Relay message (one JSON object per Gradio update): `relay` (this event's id) and `n` (0, 1, 2, ...:
-a gap means a lost update), `type` start | pcm | end | error, `requestId`, and per type: start:
-`label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`; pcm: `pcm` (base64 of
-little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`, `elapsedMs`;
-error: `message`.
+Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's
+id) and `n` (0, 1, 2, ...: a gap means a lost update), `type` start | pcm | end | error,
+`requestId`, and per type: start: `label`, `item`, `items`, `sampleRate`, `channels`,
+`estimatedDuration`; pcm: `pcm` (base64 of little-endian float32, interleaved stereo); end:
+`audioSeconds`, `firstAudioMs`, `elapsedMs`; error: `message`.
 """
 
 from __future__ import annotations
