@@ -2,7 +2,7 @@
 // the player iframe, keeps the player's theme in step with the page's, sizes the iframe to its
 // content, and adds the keyboard path: Ctrl/Cmd+Enter runs the visible tab's primary action, Escape
 // stops. The ui/ event listeners call window.mossTTS.arm() on click (inside the user gesture), then
-// .play(payloadJson) once Python has validated the inputs.
+// .play(payloadJson) once Python has validated the inputs. Messages: docs/PROTOCOL.md §3.
 'use strict';
 
 (() => {

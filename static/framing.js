@@ -1,4 +1,4 @@
-// Byte streams of POST /api/tts/stream -> PCM and events (CONTRACTS A.3).
+// Byte streams of POST /api/tts/stream -> PCM and events (docs/PROTOCOL.md §2.3).
 //
 // Raw (no `framing`): little-endian float32, interleaved, whole frames only. Framed (`"framing":
 // "events"`): frames of [uint32 LE payload length L][1 byte kind][L bytes]; kind 0 = PCM as above,

@@ -4,7 +4,7 @@
 // Embedded in the Gradio page (player.html?embed=1) it is driven by postMessage (bridge.js):
 //   {type:'moss-tts:play', payload:{items:[{label, request}]}, clickedAt}  clickedAt = epoch ms of the click
 //   {type:'moss-tts:stop'}, {type:'moss-tts:theme', theme:'dark'|'light'}
-//   {type:'tts:start'|'tts:pcm'|'tts:event'|'tts:end'|'tts:error', requestId, ...}  (CONTRACTS D)
+//   {type:'tts:start'|'tts:pcm'|'tts:event'|'tts:end'|'tts:error', requestId, ...}  (docs/PROTOCOL.md §3.2)
 // Opened directly it shows its own form (standalone.js). Every figure it shows is also on
 // window.playerStats (read by the end-to-end tests). URL parameters: embed=1, theme, prebufferMs
 // (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
@@ -271,7 +271,7 @@ async function replayEntry(entry) {
   else view.setMessage('This result is no longer kept on the server; generate it again.');
 }
 
-// ---- pushed audio (CONTRACTS D) -----------------------------------------------------------------
+// ---- pushed audio (docs/PROTOCOL.md §3.2) ------------------------------------------------------
 
 function onPush(m) {
   if (m.type === 'tts:start') {   // {requestId, sampleRate, channels, estimatedDuration, label?, text?, item?, items?, clickedAt?}

@@ -1,14 +1,14 @@
 // Where the player's audio comes from. Every source is an async iterator of messages:
 //   {type: 'start', rate, channels, requestId, estimatedS}   before any audio
 //   {type: 'pcm', data}     interleaved float32 at `rate`, `channels` wide (whole frames)
-//   {type: 'event', event}  a caption event (CONTRACTS A.2) or speech.done
+//   {type: 'event', event}  a caption event (docs/PROTOCOL.md §2.4) or speech.done
 //   {type: 'read', bytes}   (fetch only) one network read, for the stats
 //   {type: 'end', trailingBytes}
 // and throws on failure (an AbortError when stopped).
 //
 // fetchSource: POST /api/tts/stream, framed with events when the server supports it (a server that
 // refuses the `framing` field is asked again without it, once per page). PushSource: the parent page
-// posts the audio itself (CONTRACTS D), e.g. from Gradio events.
+// posts the audio itself (docs/PROTOCOL.md §3.2), e.g. from Gradio events.
 
 import { FrameParser, RawParser } from './framing.js';
 
@@ -89,7 +89,7 @@ export async function* fetchSource(url, request, { signal, beforeRead }) {
 }
 
 /**
- * Audio posted by the parent page (CONTRACTS D): deliver() each `tts:*` message of one request id.
+ * Audio posted by the parent page (docs/PROTOCOL.md §3.2): deliver() each `tts:*` message of one request id.
  * Iterating yields them as source messages, waiting while none is queued.
  */
 export class PushSource {

@@ -19,7 +19,7 @@ from tts_core.env import env_flag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Test modules import helpers from these plugins directly as well: rewrite their asserts either way.
-pytest.register_assert_rewrite("e2e_helpers", "openai_helpers", "studio_helpers")
+pytest.register_assert_rewrite("codec_helpers", "e2e_helpers", "openai_helpers", "studio_helpers")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -1,139 +1,22 @@
-"""Test-only server pieces for the page's browser tests: a stand-in for the framed stream of
-CONTRACTS A.3 (until the real route has it) and a pacer that makes any stream arrive at a chosen RTF.
-
-`framed_stream_router` answers POST /api/tts/stream with the contract's extras on top of today's
-route: the `X-Estimated-Duration` header and `"framing": "events"` (PCM frames plus speech.segment
-and speech.done events); `speed` other than 1.0 is refused here. `install_contract_stream` puts it
-in front of the real route only while the real `StreamBody` lacks `framing`: once the API's
-implementation lands, the tests run against it unchanged.
+"""Test-only server piece for the page's browser tests: a pacer that makes any stream of
+POST /api/tts/stream arrive at a chosen RTF.
 
 `Pacer` is ASGI middleware: it holds each body message of /api/tts/stream until
 `first_ms + rtf x (audio seconds sent so far)` after the response began, so the player sees a
-generator of exactly that speed (as long as the real one is faster), not wall-clock luck.
+generator of exactly that speed (as long as the real one is faster), not wall-clock luck. It reads
+both bodies of the route, raw and framed (docs/PROTOCOL.md §2.2, §2.3).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import struct
 import time
-import uuid
-from typing import Literal
 
-import numpy as np
-from fastapi import APIRouter, FastAPI, Request
-from starlette.responses import StreamingResponse
+from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ
+from tts_core.web.speech_output import FRAME_AUDIO
 
-from tts_core.errors import InvalidRequestError
-from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
-from tts_core.web.requests import STREAM, StreamBody, prepare, stream_fields
-from tts_core.web.streaming import close_stream, next_chunk, open_stream
-
-KIND_PCM, KIND_EVENT = 0, 1
 STREAM_PATH = "/api/tts/stream"
-
-
-def frame(kind: int, payload: bytes) -> bytes:
-    return struct.pack("<IB", len(payload), kind) + payload
-
-
-def event_frame(event: dict) -> bytes:
-    return frame(KIND_EVENT, json.dumps(event, ensure_ascii=False).encode())
-
-
-class ContractBody(StreamBody):
-    framing: Literal["events"] | None = None
-    speed: float | None = None
-
-
-class Timeline:
-    """PCM frames and segment events in output seconds (speed 1.0): a segment's event goes out once
-    its speech is over (a pause, the next segment, or the end); pauses count as time only."""
-
-    def __init__(self) -> None:
-        self.cursor = 0.0
-        self.current: dict | None = None
-
-    def encode(self, chunk: AudioChunk) -> bytes:
-        out = b""
-        if self.current is not None and (chunk.is_pause or chunk.segment != self.current["index"]):
-            out += self._close()
-        n = chunk.pcm.shape[1]
-        if n and not chunk.is_pause and self.current is None:
-            self.current = {"type": "speech.segment", "index": chunk.segment, "text": chunk.segment_text,
-                            "start": round(self.cursor, 3)}
-        self.cursor += n / SAMPLE_RATE_HZ
-        if self.current is not None:
-            self.current["end"] = round(self.cursor, 3)
-        if n:
-            out += frame(KIND_PCM, np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes())
-        return out
-
-    def _close(self) -> bytes:
-        event, self.current = self.current, None
-        return event_frame(event)
-
-    def finish(self, request_id: str) -> bytes:
-        tail = self._close() if self.current is not None else b""
-        return tail + event_frame({"type": "speech.done", "audio_s": round(self.cursor, 3), "request_id": request_id})
-
-
-def framed_stream_router(service, settings, uploads) -> APIRouter:
-    router = APIRouter()
-
-    @router.post(STREAM_PATH)
-    async def stream(body: ContractBody, http_request: Request) -> StreamingResponse:
-        if body.speed not in (None, 1.0):
-            raise InvalidRequestError("the test stand-in plays speed 1.0 only", param="speed")
-        synth = service.get()
-        plain = StreamBody(**body.model_dump(exclude={"framing", "speed"}))
-        prepared = await prepare(stream_fields(plain), STREAM, synth=synth, settings=settings, uploads=uploads)
-        gen, first = await open_stream(synth, prepared.request, http_request)
-        request_id = uuid.uuid4().hex[:16]
-        store = getattr(http_request.app.state, "results", None)
-        timeline = Timeline()
-
-        async def chunks():
-            chunk = first
-            try:
-                while chunk is not None:
-                    if store is not None and chunk.pcm.shape[1]:
-                        store.add(request_id, chunk.pcm, last=chunk.is_last)
-                    if body.framing:
-                        data = timeline.encode(chunk)
-                    else:
-                        data = np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes()
-                    if data:
-                        yield data
-                    chunk = None if chunk.is_last else await next_chunk(gen)
-                if body.framing:
-                    yield timeline.finish(request_id)
-            finally:
-                await close_stream(gen)
-
-        estimate = first.estimated_audio_s if first is not None else None
-        headers = {"X-Sample-Rate": str(SAMPLE_RATE_HZ), "X-Channels": str(NUM_CHANNELS), "X-Sample-Format": "f32le",
-                   "X-Request-Id": request_id, "Cache-Control": "no-store"}
-        if estimate:
-            headers["X-Estimated-Duration"] = f"{estimate:.3f}"
-        return StreamingResponse(chunks(), media_type="application/octet-stream", headers=headers)
-
-    return router
-
-
-def real_route_has_framing() -> bool:
-    return "framing" in StreamBody.model_fields
-
-
-def install_contract_stream(app: FastAPI, service, settings) -> bool:
-    """Put the stand-in in front of the real stream route when that lacks framing; True if it did."""
-    if real_route_has_framing():
-        return False
-    router = framed_stream_router(service, settings, app.state.uploads)
-    for route in reversed(router.routes):
-        app.router.routes.insert(0, route)
-    return True
 
 
 class AudioCounter:
@@ -154,7 +37,7 @@ class AudioCounter:
             length, kind = struct.unpack_from("<IB", buf, at)
             if len(buf) - at - 5 < length:
                 break
-            if kind == KIND_PCM:
+            if kind == FRAME_AUDIO:
                 self.audio_bytes += length
             at += 5 + length
         self.rest = buf[at:]

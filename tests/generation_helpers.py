@@ -1,4 +1,4 @@
-"""Reference frame-generation loop over the LM (LM.md §5.1), batched over N prompts.
+"""Reference frame-generation loop over the LM (docs/spec/LM.md §5.1), batched over N prompts.
 
 Each prompt gets its own cache slot and `StreamSampler`; every frame runs one batched local pass
 for the active streams and one batched global decode step for those that continue. A stream that

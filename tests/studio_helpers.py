@@ -1,5 +1,5 @@
-"""The studio app in-process for the page's browser tests: the tiny model, the real app, the
-contract stand-in in front of the stream route where the real one lacks framing, and a pacer.
+"""The studio app in-process for the page's browser tests: the tiny model, the real app, and a
+pacer in front of it.
 
 Loaded as a plugin by the UI test modules (`pytest_plugins = ["e2e_helpers", "studio_helpers"]`).
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from contract_stream import Pacer, install_contract_stream
+from contract_stream import Pacer
 from server_helpers import ServerThread, tiny_synthesizer_factory
 
 AXE = Path(__file__).resolve().parent / "assets" / "axe.min.js"
@@ -24,7 +24,6 @@ DONE_STATES = "['finished', 'stopped', 'error']"
 class Studio:
     url: str  # ends with "/"
     pacer: Pacer
-    stand_in: bool  # the framed stream is the tests' stand-in (the real route has no framing yet)
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +39,10 @@ def studio(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     assert service.wait(0), f"tiny model failed to load: {service.error}"
     settings = ServerSettings()
     app = create_app(service, settings)
-    stand_in = install_contract_stream(app, service, settings)
     pacer = Pacer(app)
     try:
         with ServerThread(pacer) as server:
-            yield Studio(url=server.url + "/", pacer=pacer, stand_in=stand_in)
+            yield Studio(url=server.url + "/", pacer=pacer)
     finally:
         service.close()
 

@@ -1,7 +1,6 @@
 """Codec parity with the reference (tiny random codec + real quantizer weights), manifest and loader.
 
-Vectors: parity/tiny_codec_vectors.* (see parity/README.md). Waveforms have std ~1, so 1e-5 absolute
-is the reference's own streaming-vs-offline noise level.
+Vectors: parity/tiny_codec_vectors.* (see parity/README.md); fixtures and tolerance in codec_helpers.py.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from codec_helpers import ATOL, max_diff
 from safetensors.torch import load_file, save_file
 
 from tts_core.errors import ModelLoadError
@@ -19,84 +19,67 @@ from tts_core.model.codec import MossAudioCodec
 from tts_core.model.codec_config import CodecConfig, TransformerSpec
 from tts_core.model.codec_loading import load_codec
 
-ATOL = 1e-5
-
-
+pytest_plugins = ["codec_helpers"]  # fixtures codec_vectors, tiny_codec
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def vectors(parity_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(parity_dir / "tiny_codec_vectors.safetensors"))
-
-
-@pytest.fixture(scope="module")
-def tiny(parity_dir: Path) -> MossAudioCodec:
-    return load_codec(parity_dir / "tiny_codec")
-
-
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return (a - b).abs().max().item()
-
-
 # ---------------------------------------------------------------- encode
-def test_encode_codes_exact(tiny: MossAudioCodec, vectors, parity_dir: Path) -> None:
-    wav = vectors["encode.input_waveform"]  # [2, 48000], used as is
-    codes, lengths = tiny.encode(wav[None])
-    ref_len = int(vectors["encode.audio_codes_lengths"][0])
+def test_encode_codes_exact(tiny_codec: MossAudioCodec, codec_vectors, parity_dir: Path) -> None:
+    wav = codec_vectors["encode.input_waveform"]  # [2, 48000], used as is
+    codes, lengths = tiny_codec.encode(wav[None])
+    ref_len = int(codec_vectors["encode.audio_codes_lengths"][0])
     assert lengths.tolist() == [ref_len] == [48000 // 3840]
     assert codes.shape == (1, 16, ref_len) and codes.dtype == torch.long
-    reference = vectors["encode.audio_codes"][:, 0, :ref_len]  # [16, 12]
+    reference = codec_vectors["encode.audio_codes"][:, 0, :ref_len]  # [16, 12]
     mismatch = (codes[0] != reference).nonzero().tolist()
     # Any flip would be at a small LFQ argmax margin; the smallest valid one is 6e-4 (JSON), far above
     # fp32 noise, so every code must match.
     meta = json.loads((parity_dir / "tiny_codec_vectors.json").read_text())
     assert meta["results_summary"]["encode"]["min_lfq_margin_valid_frames"] > 1e-4
     assert not mismatch, f"codes differ at (codebook, frame) {mismatch}"
-    assert torch.equal(vectors["encode_streaming_chunk0p24.audio_codes"][:, 0], reference)
+    assert torch.equal(codec_vectors["encode_streaming_chunk0p24.audio_codes"][:, 0], reference)
 
 
-def test_encoder_latents_match(tiny: MossAudioCodec, vectors) -> None:
-    latents, frames = tiny.encode_latents(vectors["encode.input_waveform"][None])
+def test_encoder_latents_match(tiny_codec: MossAudioCodec, codec_vectors) -> None:
+    latents, frames = tiny_codec.encode_latents(codec_vectors["encode.input_waveform"][None])
     assert latents.shape == (1, 768, 13) and frames.tolist() == [12]
-    assert _max_diff(latents, vectors["encode.encoder_hidden_states"]) < 2e-5
+    assert max_diff(latents, codec_vectors["encode.encoder_hidden_states"]) < 2e-5
 
 
-def test_encode_batch_with_lengths_equals_single(tiny: MossAudioCodec, vectors) -> None:
-    wav = vectors["encode.input_waveform"]
+def test_encode_batch_with_lengths_equals_single(tiny_codec: MossAudioCodec, codec_vectors) -> None:
+    wav = codec_vectors["encode.input_waveform"]
     short = 30_000
     batch = torch.stack([wav, torch.nn.functional.pad(wav[:, :short], (0, wav.shape[1] - short), value=0.3)])
-    codes, lengths = tiny.encode(batch, lengths=torch.tensor([wav.shape[1], short]))
+    codes, lengths = tiny_codec.encode(batch, lengths=torch.tensor([wav.shape[1], short]))
     assert lengths.tolist() == [12, short // 3840]
-    alone_full, _ = tiny.encode(wav[None])
-    alone_short, _ = tiny.encode(wav[None, :, :short])
+    alone_full, _ = tiny_codec.encode(wav[None])
+    alone_short, _ = tiny_codec.encode(wav[None, :, :short])
     assert torch.equal(codes[0], alone_full[0])
     assert torch.equal(codes[1, :, : lengths[1]], alone_short[0])
 
 
-def test_encode_clip_layout(tiny: MossAudioCodec, vectors) -> None:
-    clip = tiny.encode_clip(vectors["encode.input_waveform"])
+def test_encode_clip_layout(tiny_codec: MossAudioCodec, codec_vectors) -> None:
+    clip = tiny_codec.encode_clip(codec_vectors["encode.input_waveform"])
     assert clip.shape == (12, 16)
-    assert torch.equal(clip, vectors["encode.audio_codes"][:, 0, :12].t())
-    assert tiny.encode_clip(torch.zeros(2, 3000)).shape == (0, 16)  # shorter than one frame
+    assert torch.equal(clip, codec_vectors["encode.audio_codes"][:, 0, :12].t())
+    assert tiny_codec.encode_clip(torch.zeros(2, 3000)).shape == (0, 16)  # shorter than one frame
 
 
 # ---------------------------------------------------------------- decode
-def test_offline_decode(tiny: MossAudioCodec, vectors) -> None:
-    audio = tiny.decode(vectors["decode.input_codes"][None])
+def test_offline_decode(tiny_codec: MossAudioCodec, codec_vectors) -> None:
+    audio = tiny_codec.decode(codec_vectors["decode.input_codes"][None])
     assert audio.shape == (1, 2, 46080) and audio.dtype == torch.float32
-    assert _max_diff(audio[0], vectors["decode_offline.audio"]) < ATOL
-    audio13 = tiny.decode(vectors["encode.audio_codes"].permute(1, 0, 2))
-    assert _max_diff(audio13[0], vectors["decode_offline_13frames.audio"]) < ATOL
+    assert max_diff(audio[0], codec_vectors["decode_offline.audio"]) < ATOL
+    audio13 = tiny_codec.decode(codec_vectors["encode.audio_codes"].permute(1, 0, 2))
+    assert max_diff(audio13[0], codec_vectors["decode_offline_13frames.audio"]) < ATOL
 
 
-def test_zh1_real_codes_decode(tiny: MossAudioCodec, vectors) -> None:
-    codes = vectors["zh1_first10.input_codes"][None]  # [1, 16, 10]
-    assert _max_diff(tiny.decode(codes)[0], vectors["zh1_first10.decode_offline.audio"]) < ATOL
-    state = tiny.new_decode_state(1)
-    streamed = torch.cat([tiny.decode_step(codes[:, :, i : i + 1], state) for i in range(10)], dim=-1)
-    assert _max_diff(streamed[0], vectors["zh1_first10.decode_stream_session_1frame.audio"]) < ATOL
+def test_zh1_real_codes_decode(tiny_codec: MossAudioCodec, codec_vectors) -> None:
+    codes = codec_vectors["zh1_first10.input_codes"][None]  # [1, 16, 10]
+    assert max_diff(tiny_codec.decode(codes)[0], codec_vectors["zh1_first10.decode_offline.audio"]) < ATOL
+    state = tiny_codec.new_decode_state(1)
+    streamed = torch.cat([tiny_codec.decode_step(codes[:, :, i : i + 1], state) for i in range(10)], dim=-1)
+    assert max_diff(streamed[0], codec_vectors["zh1_first10.decode_stream_session_1frame.audio"]) < ATOL
 
 
 def _load_real_quantizer(codec: MossAudioCodec, npz_path: Path) -> None:
@@ -118,16 +101,16 @@ def _load_real_quantizer(codec: MossAudioCodec, npz_path: Path) -> None:
     codec.fuse()
 
 
-def test_real_quantizer_decode(data_dir: Path, vectors) -> None:
+def test_real_quantizer_decode(data_dir: Path, codec_vectors) -> None:
     config = CodecConfig.from_json(data_dir / "codec" / "config.json")
     codec = MossAudioCodec(config).eval()
     _load_real_quantizer(codec, data_dir / "codec" / "codec_quantizer.npz")
     real_codes = torch.from_numpy(np.load(data_dir / "codec" / "zh_1.prompt_codes.npy"))  # [99, 16]
     codes = real_codes[:10].t()[None]
-    assert torch.equal(codes[0], vectors["zh1_first10.input_codes"])
+    assert torch.equal(codes[0], codec_vectors["zh1_first10.input_codes"])
     latent = codec.quantizer_decode(codes)
     assert latent.shape == (1, 768, 10)
-    assert _max_diff(latent[0], vectors["zh1_first10.quantizer_decode_codes"]) < ATOL
+    assert max_diff(latent[0], codec_vectors["zh1_first10.quantizer_decode_codes"]) < ATOL
 
 
 # ---------------------------------------------------------------- manifest
@@ -195,11 +178,11 @@ def _write_checkpoint(directory: Path, parity_dir: Path) -> Path:
 
 
 def test_legacy_and_sharded_checkpoints_load_identically(
-    tiny, vectors, parity_dir: Path, tmp_path: Path
+    tiny_codec, codec_vectors, parity_dir: Path, tmp_path: Path
 ) -> None:
     state = load_file(str(parity_dir / "tiny_codec" / "model.safetensors"))
-    codes = vectors["decode.input_codes"][None]
-    expected = tiny.decode(codes)
+    codes = codec_vectors["decode.input_codes"][None]
+    expected = tiny_codec.decode(codes)
 
     legacy = _write_checkpoint(tmp_path / "legacy", parity_dir)
     legacy_state = {_legacy_name(k): v for k, v in state.items()}
@@ -242,24 +225,25 @@ def test_loader_reports_bad_keys_and_shapes(parity_dir: Path, tmp_path: Path) ->
         load_codec(directory)
 
 
-def test_loaded_model_state_dict_keeps_reference_names(tiny: MossAudioCodec, parity_dir: Path) -> None:
+def test_loaded_model_state_dict_keeps_reference_names(tiny_codec: MossAudioCodec, parity_dir: Path) -> None:
     state = load_file(str(parity_dir / "tiny_codec" / "model.safetensors"))
-    ours = tiny.state_dict()
+    ours = tiny_codec.state_dict()
     assert set(ours) == set(state)
     assert all(torch.equal(ours[k], state[k]) for k in state)
-    conv = tiny.quantizer.quantizers[0].out_proj
+    conv = tiny_codec.quantizer.quantizers[0].out_proj
     assert conv.fused_weight is not None  # weight norm folded once at load
     assert torch.equal(conv.fused_weight, conv.compute_weight())
 
 
-def test_query_blocking_does_not_change_results(tiny: MossAudioCodec, vectors, monkeypatch) -> None:
+def test_query_blocking_does_not_change_results(tiny_codec: MossAudioCodec, codec_vectors,
+                                                monkeypatch) -> None:
     from tts_core.model import codec_layers
 
-    codes = vectors["decode.input_codes"][None]
-    wav = vectors["encode.input_waveform"][None]
+    codes = codec_vectors["decode.input_codes"][None]
+    wav = codec_vectors["encode.input_waveform"][None]
     results = []
     for block in (10_000, 32):  # one block (the reference's full mask) vs many small ones
         monkeypatch.setattr(codec_layers, "QUERY_BLOCK", block)
-        results.append((tiny.encode(wav)[0], tiny.decode(codes)))
+        results.append((tiny_codec.encode(wav)[0], tiny_codec.decode(codes)))
     assert torch.equal(results[0][0], results[1][0])
-    assert _max_diff(results[0][1], results[1][1]) < ATOL
+    assert max_diff(results[0][1], results[1][1]) < ATOL

@@ -1,8 +1,7 @@
 """The studio page as a visitor meets it, in headless Chromium (issue 17, and the player part of 16).
 
-The real app runs in-process on the tiny model (`studio_helpers.studio`); where the stream route
-lacks the framed stream of CONTRACTS A.3, the tests' stand-in answers it (contract_stream.py).
-Screenshots go to test-artifacts/.
+The real app runs in-process on the tiny model (`studio_helpers.studio`), its stream route
+answering the framed stream of docs/PROTOCOL.md §2.3 itself. Screenshots go to test-artifacts/.
 """
 
 from __future__ import annotations

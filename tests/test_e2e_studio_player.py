@@ -118,7 +118,8 @@ SEGMENTS = [("First sentence, one second long.", 0.0, 1.0), ("Second sentence he
 
 
 def test_pushed_audio_plays_with_read_along_following_the_sentence_heard(browser_context, studio, artifacts_dir):
-    """CONTRACTS D: the parent page pushes PCM and events; the player plays, times and captions it."""
+    """Pushed audio (docs/PROTOCOL.md §3.2): the parent page posts PCM and events; the player plays,
+    times and captions it."""
     page = browser_context.new_page()
     page.goto(studio.url + "player/player.html?embed=1")
     page.wait_for_function("window.playerStats.workletLoaded")

@@ -1,4 +1,4 @@
-"""Prompt rows: template id blocks (LM.md §4.2) and the four parity cases A-D."""
+"""Prompt rows: template id blocks (docs/spec/LM.md §4.2) and the four parity cases A-D."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _case_rows(case: dict, tokenizer, template, codes) -> np.ndarray:
     kwargs = case["build_inference_input_ids_kwargs"]
     text = kwargs["text"]
     if kwargs.get("prompt_text") is not None:
-        text = kwargs["prompt_text"] + text  # one string, one encode call (LM.md §4.4)
+        text = kwargs["prompt_text"] + text  # one string, one encode call (docs/spec/LM.md §4.4)
     prompt_codes = codes if "prompt_audio_codes" in kwargs else None
     return build_prompt_rows(template, kwargs["mode"], tokenizer.encode(text), prompt_codes)
 
@@ -104,7 +104,7 @@ def test_voice_clone_layout(template, zh1_codes):
 
 def test_text_only_continuation_layout(template):
     rows = build_prompt_rows(template, "continuation", [])
-    assert rows.shape == (78, 17)  # 13 + 2 + 56 + 0 + 6 + 1 (LM.md §4.2)
+    assert rows.shape == (78, 17)  # 13 + 2 + 56 + 0 + 6 + 1 (docs/spec/LM.md §4.2)
     assert rows[-1, 0] == 6 and (rows[:, 1:] == 1024).all()
 
 

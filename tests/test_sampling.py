@@ -1,4 +1,4 @@
-"""Sampling math (LM.md §5.2), per-stream RNG isolation, and seeded generation determinism."""
+"""Sampling math (docs/spec/LM.md §5.2), per-stream RNG isolation, and seeded generation determinism."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _reference_probs(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """Straight transcription of LM.md §5.2 steps 3-6 for one row [V] -> probabilities [V]."""
+    """Straight transcription of docs/spec/LM.md §5.2 steps 3-6 for one row [V] -> probabilities [V]."""
     scores = logits / temperature
     if top_k > 0:
         k = min(top_k, scores.shape[-1])

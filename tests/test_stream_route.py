@@ -153,7 +153,7 @@ def test_health_and_voice_clips(client, voices):
     assert client.get("/api/voices/..%2F..%2Fetc%2Fpasswd/clip").status_code == 404
 
 
-# ---- round 2: speed, X-Estimated-Duration, event framing, saved voices (CONTRACTS A.3, C) ----------
+# ---- round 2: speed, X-Estimated-Duration, event framing, saved voices (docs/PROTOCOL.md §2.3) ----------
 
 
 def test_speed_and_estimated_duration(client):

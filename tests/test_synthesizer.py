@@ -85,7 +85,7 @@ def test_greedy_continuation_with_prompt_matches_reference(synth, vectors, zh1_c
     result = synth.synthesize(_greedy(CASE_TEXT["B_voice_clone_zh"], voice, mode="continuation"))
     np.testing.assert_array_equal(result.codes, vectors["C_continuation_prompted.greedy.audio_token_ids"].numpy())
     # The decoder was primed with the reference codes: the output equals the tail of an offline
-    # decode of reference + generated codes (LM.md §4.4).
+    # decode of reference + generated codes (docs/spec/LM.md §4.4).
     both = np.concatenate([zh1_codes, result.codes])
     with torch.inference_mode():
         offline = synth.engine.runner.codec.decode(torch.as_tensor(both.T[None]))[0].numpy()

@@ -120,7 +120,7 @@ def to_codec_input(wav: np.ndarray, sample_rate: int) -> np.ndarray:
     Mono is duplicated to both channels and stereo kept, as the reference runtime does. With more than
     two channels the first two are kept (the reference's fine-tuning data prep does the same): in
     common layouts they are front left/right, while a downmix could cancel out-of-phase content.
-    No loudness or DC normalisation: the codec was trained without it (CODEC.md §3.1).
+    No loudness or DC normalisation: the codec was trained without it (docs/spec/CODEC.md §3.1).
     """
     wav = np.asarray(wav)
     if wav.ndim == 1:

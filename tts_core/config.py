@@ -29,7 +29,7 @@ def _check_range(name: str, value: float, low: float, high: float, *, low_open: 
 class SamplingParams:
     """How codes and the continue/stop decision are drawn.
 
-    Defaults are the official runtime's (LM.md §5.3): audio temperature 0.8, top-p 0.95, top-k 25,
+    Defaults are the official runtime's (docs/spec/LM.md §5.3): audio temperature 0.8, top-p 0.95, top-k 25,
     repetition penalty 1.2; text temperature 1.0 for the 2-way continue/stop decision.
     `do_sample=False` means argmax everywhere (the repetition penalty still applies, as in the
     reference); `SamplingParams.greedy()` also sets the penalty to 1.0.
@@ -73,7 +73,7 @@ class EngineConfig:
     max_queue: int = 16  # requests waiting for a slot before new ones are refused
     max_text_chars: int = 4096
     max_context_rows: int = 2048  # global KV length per stream (prompt + generated rows)
-    voice_clone_max_text_tokens: int = 75  # long-text chunk budget (LM.md §4.7)
+    voice_clone_max_text_tokens: int = 75  # long-text chunk budget (docs/spec/LM.md §4.7)
     enforce_eager: bool = False  # GPU: skip CUDA graphs
     # GPU: serve at once on the plain step while the compiled step and its CUDA graphs are built in
     # a background thread (the engine switches over between steps); off = build them before serving.

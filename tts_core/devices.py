@@ -63,8 +63,8 @@ def default_cpu_threads(cpus: int | None = None) -> int:
     """Half the CPUs this process may use, at least 1, at most 8.
 
     The frame loop is batch-1 matrix-vector work bound by memory bandwidth: on the 2-vCPU machine
-    this project targets (a free HF Space's size), 1 thread measured faster than 2 (RTF 1.65 vs
-    1.92 fp32, 0.69 vs 0.99 int8; `bench`), and the other vCPU serves HTTP and audio encoding.
+    this project targets (a free HF Space's size), 1 thread runs it faster than 2 (`bench`), and
+    the other vCPU serves HTTP and audio encoding.
     """
     cpus = available_cpus() if cpus is None else cpus
     return max(1, min(8, cpus // 2))

@@ -1,17 +1,14 @@
 """Request preparation on the engine's thread: text in, a submitted engine stream out, in arrival order.
 
 Turning a request into prompt rows (normalising and splitting the text, tokenising, building the
-rows) is pure Python: 0.13 ms per request on one core of the 2-CPU test machine, 0.2-0.3 ms on the
-H200 host (`bench/engine_trace.py`). Done in each caller's thread, a burst of callers runs it all at
-once, handing the interpreter lock back and forth at every native call inside it: on the H200 host
-63 requests of a 64-request burst reached the engine 52-54 ms after the start, and every
-listener's first audio waited for that. On a thread of its own it held the lock while the engine
-thread was launching a burst's prefill, whose every torch call gives the lock up and then waits up
-to a switch interval (5 ms) to get it back: a 42-prompt prefill took 27-30 ms where 63 prompts had
-taken 7-8. So the engine thread prepares the queued requests itself (`pump`, between its
-iterations): nothing competes with its device work, and a burst is admitted in as few waves as
-possible. What may be slow and holds the lock little (resolving the voice, which may encode an
-uploaded clip) stays in the caller's thread (`Synthesizer._check`).
+rows) is pure Python that holds the interpreter lock. Run in the callers' threads, or on a thread
+of its own, it contends for the lock with the engine thread's launches (each torch call gives the
+lock up and may wait a switch interval to get it back), and every listener's first audio waits.
+So the engine thread prepares the queued requests itself (`pump`, between its iterations): nothing
+competes with its device work, and a burst is admitted in as few waves as possible. What may be
+slow but holds the lock little (resolving the voice, which may encode an uploaded clip) stays in
+the caller's thread (`Synthesizer._check`). The side-by-side records (`gpu-h200.json` against
+`gpu-h200-callers-prepare.json` in bench/results/) are rendered in docs/PERFORMANCE.md.
 
 An engine without intake (ZeroGPU's worker) is prepared for in the caller's thread.
 """
@@ -32,8 +29,8 @@ from .errors import TTSError
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.05  # how often a waiting caller looks at its cancel event
-# At most this long preparing per engine iteration: a flood of requests (each ~0.13 ms) must not keep
-# the engine thread from the streams it serves (they are ahead of their listeners by far more).
+# At most this long preparing per engine iteration: a flood of requests must not keep the engine
+# thread from the streams it serves (they are ahead of their listeners by far more).
 PUMP_BUDGET_S = 0.1
 
 

@@ -1,4 +1,4 @@
-"""Prompt rows of the global transformer (LM.md §4.2-4.4): pure functions of token ids and codes.
+"""Prompt rows of the global transformer (docs/spec/LM.md §4.2-4.4): pure functions of token ids and codes.
 
 A row has `n_vq + 1` integer columns: column 0 the text/slot token, columns 1.. the codes.
 Text rows carry the audio pad id in every code column; reference-audio rows carry a slot token
@@ -18,7 +18,7 @@ from .model.lm_config import LMConfig
 PromptMode = Literal["voice_clone", "continuation"]
 
 # Template pieces of the reference `prompting.py`. Each is tokenised by its own encode call: the
-# per-call dummy prefix is part of the trained layout (LM.md §4.2).
+# per-call dummy prefix is part of the trained layout (docs/spec/LM.md §4.2).
 USER_ROLE_PREFIX = "user\n"
 USER_TEMPLATE_REFERENCE_PREFIX = "<user_inst>\n- Reference(s):\n"
 USER_TEMPLATE_AFTER_REFERENCE = (
@@ -143,7 +143,7 @@ def build_prompt_rows(
         mode: "voice_clone" (needs `prompt_codes`: the reference audio sits in the user turn) or
             "continuation" (optional `prompt_codes`: the assistant turn starts with them).
         text_ids: the ids of the text to say. For continuation with reference codes the caller
-            encodes `prompt_text + text` as ONE string (LM.md §4.4).
+            encodes `prompt_text + text` as ONE string (docs/spec/LM.md §4.4).
         prompt_codes: reference codes [F, n_vq].
     """
     ids = _validate_text_ids(text_ids)

@@ -261,7 +261,7 @@ class Synthesizer:
                 "pass ref_text (or use mode 'voice_clone', which needs no transcript)",
                 param="ref_text",
             )
-        # LM.md §4.4: the transcript and the new text are joined as one string, encoded once.
+        # docs/spec/LM.md §4.4: the transcript and the new text are joined as one string, encoded once.
         text_ids = self.tokenizer.encode(transcript + text)
         rows = build_prompt_rows(self.template, "continuation", text_ids, resolved.codes)
         self._check_rows_fit(rows)
@@ -271,13 +271,13 @@ class Synthesizer:
                         estimated_frames=estimate_frames(new_tokens))]
 
     def _voice_clone_prefix_rows(self, num_reference_frames: int) -> int:
-        """Rows before the text in a voice-clone prompt (LM.md §4.3): user prefix, audio start,
+        """Rows before the text in a voice-clone prompt (docs/spec/LM.md §4.3): user prefix, audio start,
         the reference frames, audio end, and the instruction block."""
         t = self.template
         return len(t.user_prefix) + 1 + num_reference_frames + 1 + len(t.after_reference)
 
     def _continuation_prefix_rows(self) -> int:
-        """Rows before the text in a continuation prompt (LM.md §4.4)."""
+        """Rows before the text in a continuation prompt (docs/spec/LM.md §4.4)."""
         t = self.template
         return len(t.user_prefix) + len(t.no_reference) + len(t.after_reference)
 

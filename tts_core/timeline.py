@@ -3,9 +3,9 @@
 The engine tags every chunk with the segment (sentence chunk) it speaks; a pause chunk belongs to
 the segment before it. `CaptionTimeline` follows the chunks and, as soon as a segment's end is known
 (a pause, the next segment, or the end of the stream), gives its event:
-`{"type": "speech.segment", "index": i, "text": t, "start": s, "end": s}`. Pauses count as time but
-not as a segment. Times are seconds of output audio: input sample p is heard at round(p / speed),
-the mapping `stretch.Stretcher` keeps exactly at its block edges.
+`{"type": "speech.segment", "index": i, "text": t, "start": s, "end": s}` (docs/PROTOCOL.md §2.4).
+Pauses count as time but not as a segment. Times are seconds of output audio: input sample p is
+heard at round(p / speed), the mapping `stretch.Stretcher` keeps exactly at its block edges.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SentencePiece text tokenizer of MOSS-TTS-Nano (LM.md §4.1).
+"""SentencePiece text tokenizer of MOSS-TTS-Nano (docs/spec/LM.md §4.1).
 
 Plain `SentencePieceProcessor.encode` semantics, which is what the reference calls for ordinary
 text: no BOS/EOS, the model's own `nmt_nfkc` normalisation and dummy prefix. Control pieces

@@ -98,7 +98,7 @@ class SynthesisRequest:
         sampling: `SamplingParams()` (official defaults) or `SamplingParams.greedy()`.
         seed: makes sampling reproducible; None draws a fresh seed.
         max_frames: cap on generated frames (80 ms each); None = proportional to the text length.
-        normalize_text: apply the text normalisation of LM.md §4.6 before tokenizing.
+        normalize_text: apply the text normalisation of docs/spec/LM.md §4.6 before tokenizing.
     """
 
     text: str

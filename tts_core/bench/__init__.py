@@ -7,7 +7,7 @@ normalisation, tokenizer, prompt building, the real engine with its scheduler, b
 batched streaming codec decode), so TTFP is what a caller of `stream()` waits for. Figures only:
 nothing here asserts a timing. `--json FILE` writes one record (machine, date, arguments, per-level
 medians with min-max over `--repeats` runs); `scripts/render_figures.py` turns such records into
-the README's tables.
+the tables of docs/PERFORMANCE.md.
 
 Modules: args (command line), models (random full-size models, prompts), machine (what ran it),
 memory (peak memory per level), streams (timed concurrent streams), extras (components, int8

@@ -4,8 +4,8 @@ torch no longer collects garbage when a capture begins (`torch.compiler.config.f
 is off by default), so a collection can start in the middle of a capture, triggered by whatever
 the captured body allocates. If the garbage holds a CUDA graph (a dropped runner in a reference
 cycle), destroying it is an operation CUDA forbids while the thread is capturing: the capture is
-invalidated and fails ("operation failed due to a previous error during capture"). Seen on the H200
-when a 64-slot runner was built in a process that had dropped graphed runners before.
+invalidated and fails ("operation failed due to a previous error during capture"), e.g. when a
+runner is built in a process that has dropped graphed runners before.
 
 So: collect once before the captures, and keep the collector off until they are done. The
 collector is process-wide; it is off for the seconds a capture takes, and back on afterwards

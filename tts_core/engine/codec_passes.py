@@ -4,10 +4,9 @@ runs its ring attention. Pure functions: the stepper (`graphs.py`) calls them.""
 from __future__ import annotations
 
 CODEC_PASS_FRAMES = (1, 2, 4)  # codec graphs per bucket: frames decoded by one pass (one replay)
-# Measured on an H200 over full rings (bench/results/codec-attention-h200.json, ms per graphed pass):
-# - from 16 rows on, the Triton ring kernel is fastest for passes of every length (256 rows x 4 frames:
-#   23.5 against 28.5 for SDPA and 31.4 for the GEMMs; x 1 frame: 8.5 against 10.9 for the GEMMs);
-# - below that, the GEMMs (4 rows x 4 frames: 2.7 against 3.1 for the kernel and 3.6 for SDPA);
+# Chosen from bench/results/codec-attention-h200.json (time per graphed pass over full rings):
+# - from 16 rows on, the Triton ring kernel is fastest for passes of every length;
+# - below that, the GEMMs;
 # - without the kernel (no Triton, or a reduced-precision codec), 1-frame passes and buckets up to 16
 #   rows take the GEMMs, larger passes SDPA.
 RING_KERNEL_ROWS = 16

@@ -276,8 +276,7 @@ class StaticStepper:
         pools = {"lm": torch.cuda.graph_pool_handle(), "codec": torch.cuda.graph_pool_handle()}
         # ... nor one cuBLAS workspace: torch keys it by the stream a call runs on, and a graph keeps
         # the one of the stream it was captured on. With one capture stream for both kinds, an LM
-        # replay and a codec replay running at once shared it, and the codec replay never finished
-        # (H200, compiled step, step-ahead: 64 streams hung in 3 runs of 3).
+        # replay and a codec replay running at once share it, and the codec replay can hang.
         streams = self.capture_streams = {kind: torch.cuda.Stream(self.device) for kind in pools}
         with torch.cuda.device(self.device), no_gc_during_capture():
             self.state.step_in.zero_()

@@ -1,12 +1,11 @@
 """Decoded audio from the device to host arrays the caller owns, through reused pinned buffers.
 
 A plain `.cpu()` of a batch's PCM copies into freshly allocated pageable memory: the driver stages
-the copy through its own pinned buffer and the new pages fault in while it runs. On an H200 host,
-256 rows x 8 frames (63 MB) took 37 ms that way, a third of that codec pass's GPU time
-(`.gpu` profile, 2026-12-01). Here the device writes into a pinned buffer that lives as long as
-the stepper, at the link's speed; the rows are then copied on the host into arrays of their own
-(blocks of one row's size, which the allocator reuses), so no caller ever holds a view of a reused
-buffer. `HostPcm` waits for its copy; `PinnedRing` returns at once and is read out later, by
+the copy through its own pinned buffer and the new pages fault in while it runs, which at large
+batch costs a sizeable share of the codec pass. Here the device writes into a pinned buffer that
+lives as long as the stepper, at the link's speed; the rows are then copied on the host into
+arrays of their own (blocks of one row's size, which the allocator reuses), so no caller ever
+holds a view of a reused buffer. `HostPcm` waits for its copy; `PinnedRing` returns at once and is read out later, by
 another thread (the codec readout thread, `pipeline.py`).
 """
 
@@ -20,10 +19,9 @@ import torch
 
 def copy_rows(host: torch.Tensor) -> list[np.ndarray]:
     """Rows of a host tensor [B, ...] as fresh float32 arrays, copied in one torch call: it releases
-    the interpreter lock once for all of them. (A clone per row released and re-took it once per
-    row, and with the engine thread and the listeners' threads busy each re-take could wait a
-    switch interval: at 256 rows, reading a decode out took up to 78 ms after the device was done,
-    H200 host.) A numpy copy would hold the lock throughout."""
+    the interpreter lock once for all of them; a clone per row would re-take it once per row, each
+    time possibly waiting a switch interval behind the busy engine and listener threads. A numpy
+    copy would hold the lock throughout."""
     rows = [np.empty(host.shape[1:], np.float32) for _ in range(host.shape[0])]
     torch._foreach_copy_([torch.from_numpy(row) for row in rows], list(host.unbind(0)))
     return rows
@@ -69,8 +67,8 @@ class PinnedRing:
     pinned buffers and returns at once, so the thread that launched the decode can launch the next
     one while another thread reads this one out (`PendingPcm.result`). A buffer is reused only once
     its last copy was read out: `copy_async` waits for that, so at most `count` copies are pending.
-    At 256 rows x 8 frames, reading a decode out took about as long as decoding it (H200 host,
-    `bench/engine_trace.py`), and the GPU sat idle meanwhile.
+    At large batch reading a decode out takes about as long as decoding it, and the GPU would sit
+    idle meanwhile (`bench/engine_trace.py` shows both).
     """
 
     def __init__(self, count: int = 3):

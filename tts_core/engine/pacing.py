@@ -1,5 +1,5 @@
 """How many frames to decode per audio chunk: small while the listener is close to starving,
-larger once the stream is comfortably ahead of real time (LM.md §6 budget, tuned for a player
+larger once the stream is comfortably ahead of real time (docs/spec/LM.md §6 budget, tuned for a player
 that prebuffers). Pure functions.
 """
 

@@ -8,8 +8,8 @@ released slot) or emits anything, it drains the queue, so each stream's chunks s
 
 A job may hand back a second part (`submit`): on a GPU the first part queues a decode on the
 device and returns at once, and the second waits for its audio, copies it out and emits it, on a
-second thread, so the first thread launches the next decode while this one is read out (at 256
-streams reading out 8 frames took about as long as decoding them, H200 host). Both threads keep
+second thread, so the first thread launches the next decode while this one is read out (at large
+batch reading out takes about as long as decoding). Both threads keep
 submission order.
 """
 

@@ -1,9 +1,9 @@
 """A single prompt's prefill captured as CUDA graphs, one per length bucket.
 
 A listener alone on the server waits for its prompt's prefill before the first frame. Run eagerly
-or compiled, that pass is bound by host work: on an H200 host ~5 ms for a 200-row prompt (about 250
-kernel launches, the row embedding and the bookkeeping around them) for ~1 ms of GPU work. One
-graph replay moves all of it to the GPU. The prompt is right-padded to its bucket with copies of
+or compiled, that pass is bound by host work (hundreds of kernel launches, the row embedding and
+the bookkeeping around them), several times its GPU work. One graph replay moves all of it to the
+GPU. The prompt is right-padded to its bucket with copies of
 its last row: causal attention means the real rows never see the padding, and the junk keys past
 the prompt stay hidden by the slot's length until its frames overwrite them. Several prompts at
 once, or one longer than the largest bucket, take the batched (compiled) pass instead.

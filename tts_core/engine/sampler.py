@@ -18,9 +18,9 @@ from ..config import SamplingParams
 from ..model.sampling import FilterParams, SamplingBatch, kth_index, top_p_bound
 
 # A stream's uniforms are drawn this many frames at a time: one generator call instead of one per
-# frame. At 256 streams the engine thread's draws for one step took 0.50 ms, now 0.22 ms (this 2-vCPU
-# machine, ad hoc timing, median of 7). The CPU generator fills a tensor element by element, so the
-# draws are the very ones of per-frame calls (tests/test_sampling.py pins the sequence).
+# frame, which halves the engine thread's drawing time per step at many streams. The CPU generator
+# fills a tensor element by element, so the draws are the very ones of per-frame calls
+# (tests/test_sampling.py pins the sequence).
 DRAW_BLOCK_FRAMES = 16
 
 

@@ -1,8 +1,8 @@
 """The engine's LM steps over its running streams, one step ahead where the runner allows.
 
 Step-ahead: each step is launched before the one before is read, so the device runs it while the
-engine thread books frames, decodes and emits (on a GPU the host work of a step, about 0.3 ms for
-one stream, is then hidden behind the next). A stream whose segment ends at a step was already
+engine thread books frames, decodes and emits (on a GPU the host work of a step is then hidden
+behind the next). A stream whose segment ends at a step was already
 launched into the next one: that frame is dropped and its draws go back to the stream
 (`Runner.collect`), so every stream's codes are those of synchronous steps. Not while a stream
 waits for its first chunk (that chunk is decoded with the LM idle), and a stream admitted while a

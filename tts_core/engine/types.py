@@ -21,7 +21,7 @@ class Segment:
         rows: int64 [T, 17] prompt rows.
         max_frames: generation cap for this segment (80 ms frames).
         prime_codes: int64 [F, 16] reference codes to push through the codec first and discard
-            (continuation mode: the decoder must continue the reference audio, LM.md §4.4).
+            (continuation mode: the decoder must continue the reference audio, docs/spec/LM.md §4.4).
         pause_after_s: silence emitted after this segment (0 for the last one).
         prefix_rows: how many leading rows depend only on the voice, not the text.
         text: the text this segment speaks (captions).

@@ -1,8 +1,8 @@
-"""MOSS-Audio-Tokenizer-Nano: 48 kHz stereo <-> 16 x 1024 RVQ codes at 12.5 frames/s (CODEC.md).
+"""MOSS-Audio-Tokenizer-Nano: 48 kHz stereo <-> 16 x 1024 RVQ codes at 12.5 frames/s (docs/spec/CODEC.md).
 
 Offline `encode`/`decode`, and a batched streaming decoder (`new_decode_state` + `decode_step`) whose
 state is an explicit object with one row per stream. Stereo is interleaved into one 96 kHz stream
-(L0 R0 L1 R1 ...) before patching and de-interleaved after unpatching (§3.1, §4.2).
+(L0 R0 L1 R1 ...) before patching and de-interleaved after unpatching (docs/spec/CODEC.md §3.1, §4.2).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class MossAudioCodec(nn.Module):
         self.quantizer = ResidualLFQ(config.quantizer)
         self.decoder = _build_stages(config.decoder)
         # fp32 is the reference; bf16/fp16 run the transformer stages under CUDA autocast while the
-        # quantiser stays fp32 (§4.3). Weights stay fp32 either way.
+        # quantiser stays fp32 (docs/spec/CODEC.md §4.3). Weights stay fp32 either way.
         self.compute_dtype = torch.float32
 
     # ------------------------------------------------------------------ setup
@@ -216,7 +216,7 @@ class MossAudioCodec(nn.Module):
 
     # ------------------------------------------------------------------ decode
     def quantizer_decode(self, codes: torch.Tensor) -> torch.Tensor:
-        """codes [B, nq, F] -> dequantised latent [B, 768, F] fp32 (§4.1)."""
+        """codes [B, nq, F] -> dequantised latent [B, 768, F] fp32 (docs/spec/CODEC.md §4.1)."""
         with torch.inference_mode():
             return self.quantizer.decode(self._check_codes(codes))
 

@@ -1,7 +1,7 @@
 """Architecture config of the MOSS-Audio-Tokenizer-Nano codec, read from its checkpoint config.json.
 
 Everything is taken from the file and validated; nothing falls back to the reference config class's
-defaults, which describe the large 24 kHz model (CODEC.md §1.3).
+defaults, which describe the large 24 kHz model (docs/spec/CODEC.md §1.3).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class PatchSpec:
 
 @dataclass(frozen=True, slots=True)
 class TransformerSpec:
-    """One projected causal transformer stage (CODEC.md §3.3).
+    """One projected causal transformer stage (docs/spec/CODEC.md §3.3).
 
     `rate_hz` is the token rate at this stage and `context_tokens` the sliding attention window,
     int(round(rate_hz * context_duration)) as the reference computes it.
@@ -54,7 +54,7 @@ StageSpec = PatchSpec | TransformerSpec
 
 @dataclass(frozen=True, slots=True)
 class QuantizerSpec:
-    """Residual LFQ sizes (CODEC.md §3.5); training-only keys of the JSON are ignored."""
+    """Residual LFQ sizes (docs/spec/CODEC.md §3.5); training-only keys of the JSON are ignored."""
 
     input_dim: int
     rvq_dim: int
@@ -78,10 +78,6 @@ class CodecConfig:
     decoder: tuple[StageSpec, ...]
     quantizer: QuantizerSpec
     compute_dtype: str = "fp32"
-
-    @property
-    def frame_rate_hz(self) -> float:
-        return self.sample_rate / self.downsample_rate
 
     @property
     def num_quantizers(self) -> int:

@@ -1,4 +1,4 @@
-"""Building blocks of the codec's causal transformer stages (CODEC.md §3.2, §3.3, §4.4).
+"""Building blocks of the codec's causal transformer stages (docs/spec/CODEC.md §3.2, §3.3, §4.4).
 
 Tensors inside a stage are time-major `[B, T, C]`; patch/unpatch work in that layout directly, so the
 reference's `(B, C, T)` conv layout never has to be materialised. Module and parameter names follow the
@@ -19,8 +19,8 @@ from .codec_config import TransformerSpec
 
 # Offline attention runs over blocks of queries, each against keys [q0 - W + 1, q1) only: memory stays
 # O(block x (block + window)) instead of O(N^2), and every query still sees exactly its window, so the
-# result equals the reference's full N x N mask up to rounding. 256 wastes the least work on masked keys
-# (measured on CPU: 10 s offline decode 1.17 s vs 1.43 s with 1024).
+# result equals the reference's full N x N mask up to rounding. Blocks of 256 waste less work on
+# masked keys than larger ones.
 QUERY_BLOCK = 256
 
 
@@ -36,8 +36,8 @@ def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, ma
     additive mask [B, 1, n, K].
 
     `explicit`: two batched GEMMs around a softmax instead of the fused SDPA kernel. For few rows the
-    fused kernel runs one thread block per (row, head, 64 queries) and walks all K keys serially
-    (on an H200 ~140 us per call for one row), while the GEMMs spread the keys over the whole GPU;
+    fused kernel runs one thread block per (row, head, 64 queries) and walks all K keys serially,
+    while the GEMMs spread the keys over the whole GPU;
     for many rows the fused kernel wins (the engine picks per batch size, see `engine/graphs.py`).
     """
     if not explicit:
@@ -47,13 +47,14 @@ def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, ma
 
 
 def patchify(x: torch.Tensor, patch: int) -> torch.Tensor:
-    """[B, N, D] -> [B, N/patch, D*patch] with out[b, n, d*patch + j] = x[b, n*patch + j, d] (§3.2)."""
+    """[B, N, D] -> [B, N/patch, D*patch] with out[b, n, d*patch + j] = x[b, n*patch + j, d]
+    (docs/spec/CODEC.md §3.2)."""
     batch, length, dim = x.shape
     return x.reshape(batch, length // patch, patch, dim).transpose(2, 3).reshape(batch, length // patch, -1)
 
 
 def unpatchify(x: torch.Tensor, patch: int) -> torch.Tensor:
-    """[B, N, D*patch] -> [B, N*patch, D], the exact inverse of `patchify` (§4.2)."""
+    """[B, N, D*patch] -> [B, N*patch, D], the exact inverse of `patchify` (docs/spec/CODEC.md §4.2)."""
     batch, length, dim = x.shape
     return x.reshape(batch, length, dim // patch, patch).transpose(2, 3).reshape(batch, length * patch, -1)
 
@@ -86,7 +87,8 @@ class LayerScale(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Fused-QKV multi-head attention; rows 0..d-1 of in_proj are Q, then K, then V (§3.3)."""
+    """Fused-QKV multi-head attention; rows 0..d-1 of in_proj are Q, then K, then V
+    (docs/spec/CODEC.md §3.3)."""
 
     def __init__(self, d_model: int, num_heads: int):
         super().__init__()

@@ -15,7 +15,7 @@ from .codec_config import CodecConfig
 
 logger = logging.getLogger(__name__)
 
-# Older spellings the reference's load hooks accept (CODEC.md §2.2), mapped to the canonical names.
+# Older spellings the reference's load hooks accept (docs/spec/CODEC.md §2.2), mapped to the canonical names.
 _ALIASES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\.weight_g$"), ".parametrizations.weight.original0"),
     (re.compile(r"\.weight_v$"), ".parametrizations.weight.original1"),
@@ -74,7 +74,7 @@ def load_codec(
 
     Weights (safetensors, sharded or not, or pytorch_model.bin) are read as fp32 and checked strictly.
     `dtype` is the compute dtype of the transformer stages (bf16/fp16 = CUDA autocast); the weights
-    and the quantiser stay fp32 (CODEC.md §4.3).
+    and the quantiser stay fp32 (docs/spec/CODEC.md §4.3).
     """
     directory = resolve_checkpoint_dir(name_or_path, what="codec checkpoint")
     config = CodecConfig.from_json(directory / "config.json")

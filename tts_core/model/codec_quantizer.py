@@ -1,4 +1,4 @@
-"""Residual LFQ quantiser of the codec (CODEC.md §3.5 encode, §4.1 decode). Always runs in fp32."""
+"""Residual LFQ quantiser of the codec (docs/spec/CODEC.md §3.5 encode, §4.1 decode); always fp32."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class LFQ(nn.Module):
         encodings = F.normalize(latents.transpose(1, 2).reshape(batch * frames, -1))  # [B*F, 8]
         codebook = F.normalize(self.codebook.weight.float())  # [K, 8]
         # The expanded squared distance, literally as the reference writes it: codes are argmax
-        # decisions, and a cosine-argmax shortcut could flip near-ties (CODEC.md §3.5).
+        # decisions, and a cosine-argmax shortcut could flip near-ties (docs/spec/CODEC.md §3.5).
         dist = (
             encodings.pow(2).sum(1, keepdim=True)
             - 2 * encodings @ codebook.t()

@@ -1,14 +1,14 @@
 """Fused GPU kernels (Triton) for the two small, launch-bound parts of a frame step.
 
-An H200 profile of one batch-1 frame (606 kernels, 1.74 ms of GPU time) put two items on top:
+A batch-1 frame is hundreds of tiny kernels; two parts dominate it:
 - each codebook's pick (repetition penalty, temperature, top-k, top-p, the draw, and the greedy
-  alternative) took about 24 us over six kernels, 17 us of it a full radix sort of 1,024 scores;
-- each local-transformer attention (at most 17 keys) took about 15 us over five kernels: two
-  cache writes, a mask, an arange and a general attention kernel sized for long sequences.
+  alternative): six kernels in plain torch, one of them a full sort of 1,024 scores;
+- each local-transformer attention (at most 17 keys): cache writes, a mask and a general
+  attention kernel sized for long sequences.
 Here each becomes one kernel with one program per row (pick) or per (row, head) (attention).
-The global decode attention (one query over up to 2,048 cached keys per row) was 17 us per layer
-for one stream, because a general kernel runs one program per (row, head), 12 in all, plus two
-cache-write kernels; here it is split over chunks of keys and combined (two kernels).
+The global decode attention (one query over up to 2,048 cached keys per row) gets only one program
+per (row, head) from a general kernel; here it is split over chunks of keys and combined (two
+kernels). The fused-off records are rendered in docs/PERFORMANCE.md.
 
 Same math as `sampling.pick_codes` and `kv_cache.attend_local`, not the same rounding: sums run in
 another order, so codes equal the plain path's except where a draw lands within a rounding step

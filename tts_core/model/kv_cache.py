@@ -200,10 +200,6 @@ class LocalKVCache:
         self.cos = [cos[p : p + 1].to(device=device, dtype=dtype).clone() for p in range(positions)]  # [1, D/2]
         self.sin = [sin[p : p + 1].to(device=device, dtype=dtype).clone() for p in range(positions)]
 
-    @property
-    def num_positions(self) -> int:
-        return len(self.index)
-
     def keys_values(self, batch: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Per-layer views of rows 0..batch-1."""
         if batch > self.rows:

@@ -1,6 +1,6 @@
 """MOSS-TTS-Nano language model: global transformer over frame rows + local transformer per frame.
 
-State-dict names and shapes are exactly the reference's (LM.md §2.2), including the tied aliases
+State-dict names and shapes are exactly the reference's (docs/spec/LM.md §2.2), including the tied aliases
 `text_lm_head.weight` (= `transformer.wte.weight`) and `audio_lm_heads.k.weight`
 (= `audio_embeddings.k.weight`).
 

@@ -1,7 +1,7 @@
-"""Architecture of the MOSS-TTS-Nano LM, read from the checkpoint's config.json (LM.md §1).
+"""Architecture of the MOSS-TTS-Nano LM, read from the checkpoint's config.json (docs/spec/LM.md §1).
 
 Every value comes from the file. The Python config class of the reference has Qwen-style defaults
-that do not match the released checkpoint (LM.md §1.2), so a missing key is an error here rather
+that do not match the released checkpoint (docs/spec/LM.md §1.2), so a missing key is an error here rather
 than a silent fallback.
 """
 

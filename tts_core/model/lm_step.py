@@ -1,4 +1,4 @@
-"""The LM's per-frame step: the one definition every path runs (LM.md §3.3, §5).
+"""The LM's per-frame step: the one definition every path runs (docs/spec/LM.md §3.3, §5).
 
 A frame of B streams: the local transformer runs over n_vq + 1 positions (position 0 holds the
 global hidden state and decides continue/stop; positions 1..n_vq each draw one codebook's code,
@@ -148,16 +148,13 @@ class StepUnits:
     def compiled(cls, backend: str = "inductor") -> StepUnits:
         """Each unit through torch.compile (whole-graph; batch dims dynamic from B = 2 up). One set
         per backend for the process, so every runner (and every model: their tensors are inputs to
-        the compiled graphs) reuses what was compiled before instead of tracing again.
-
-        (Compiling a whole frame as one graph instead was measured on an H200: LM step 2.05 ms vs
-        2.11 ms unit by unit, for a much longer compile; not worth it.)
+        the compiled graphs) reuses what was compiled before instead of tracing again. (A whole frame
+        as one graph ran no faster than unit by unit and took far longer to compile.)
         """
         compile_unit = _compiler(backend)
         # Second argument: positions of the arguments whose dim 0 is the batch. The prefill compiles
-        # once for any prompt length and cache size: (argument, dim) pairs marked dynamic.
-        # (A burst's prompts after a cached voice prefix went through eagerly before: on an H200 host
-        # ~18 ms of launches for 64 prompts, for ~1 ms of GPU work, ahead of all of their first audio.)
+        # once for any prompt length and cache size: (argument, dim) pairs marked dynamic. Eager, a
+        # burst's prefill after a cached voice prefix is bound by its kernel launches, not the GPU.
         prompt_dims = ((1, 1), (2, 1), (3, 1), (4, 0), (4, 2), (5, 0), (5, 2))
         return cls(local=compile_unit(local_position, (1, 5, 6)), decide=compile_unit(decide, (1, 2)),
                    pick=compile_unit(pick, (2, 3, 4, 5)), embed=compile_unit(embed_frame, (2, 3)),

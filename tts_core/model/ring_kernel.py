@@ -1,10 +1,8 @@
 """The codec's streaming ring attention as one Triton kernel (fp32 codec, CUDA).
 
-At large batch the ring attention is the biggest part of a streaming codec pass: on an H200, a
-4-frame pass over 256 rows spent 13 of its 30 ms in PyTorch's fp32 memory-efficient attention
-(12 calls of 1.1 ms, `.gpu` profile of 2026-12-01). That kernel runs fp32 on CUDA cores and reads
-an additive mask [B, 1, n, K] that each stage first builds and writes (226 MB for the last stage
-at 256 rows x 4 frames). Here:
+At large batch the ring attention is the biggest part of a streaming codec pass. PyTorch's fp32
+attention runs on CUDA cores and reads an additive mask [B, 1, n, K] that each stage first builds
+and writes (hundreds of MB at a few hundred rows). Here:
 - visibility comes from the ring's positions inside the kernel (no mask tensor at all);
 - slots that cannot hold a visible key are never read: until a ring wraps, slot = position, so a
   block of queries walks the slots up to its last position only, i.e. early in a stream what was

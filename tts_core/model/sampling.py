@@ -1,4 +1,4 @@
-"""Token selection for the local transformer (LM.md §5.2), vectorised over a batch of streams.
+"""Token selection for the local transformer (docs/spec/LM.md §5.2), vectorised over a batch of streams.
 
 Pure functions: they take their randomness as uniforms supplied by the caller, so nothing here
 touches a global RNG, and they know nothing of requests (the engine turns each stream's

@@ -1,5 +1,5 @@
-"""Text front-end, pure functions: cleanup and number reading (LM.md §4.6), long-text chunking
-and pauses (§4.7).
+"""Text front-end, pure functions: cleanup and number reading (docs/spec/LM.md §4.6), long-text chunking
+and pauses (docs/spec/LM.md §4.7).
 
 `normalize` (cleanup, language guess, validation) uses `numbers` (numbers in words); `chunking`
 (sentence splitting within a token budget) stands alone.

@@ -1,4 +1,4 @@
-"""Long text -> chunks that fit the model's text budget, and the pause after each (LM.md §4.7).
+"""Long text -> chunks that fit the model's text budget, and the pause after each (docs/spec/LM.md §4.7).
 
 Pure functions: the token counter is passed in, so this module knows nothing of the tokenizer.
 """
@@ -13,7 +13,8 @@ _CHUNK_CLOSERS = frozenset("\"'”’)]}）】》」』")
 
 
 def pause_after_chunk_s(chunk: str) -> float:
-    """Silence after a chunk (§4.7): 0.40 s for ≤ 4 whitespace words (all CJK chunks), else 0.24 s."""
+    """Silence after a chunk (docs/spec/LM.md §4.7): 0.40 s for ≤ 4 whitespace words (all CJK
+    chunks), else 0.24 s."""
     return 0.40 if len(chunk.split()) <= 4 else 0.24
 
 
@@ -81,7 +82,7 @@ def _cut_to_budget(text: str, count_tokens: Callable[[str], int], max_tokens: in
 
 
 def split_text(text: str, count_tokens: Callable[[str], int], max_tokens: int = 75) -> list[str]:
-    """Split long text into chunks of at most `max_tokens` tokens (§4.7, HF/ONNX algorithm).
+    """Split long text into chunks of at most `max_tokens` tokens (docs/spec/LM.md §4.7).
 
     Sentences (after .!?。！？；; plus closers), then clauses (,，、；;：:) for sentences over budget,
     then a greedy cut; pieces are packed greedily (joined with "" next to CJK, else " "). A single

@@ -1,4 +1,4 @@
-"""Text cleanup (LM.md §4.6), language guess and validation of user text.
+"""Text cleanup (docs/spec/LM.md §4.6), language guess and validation of user text.
 
 Pure functions, no state. `normalize_text` is our own implementation of the upstream
 non-semantic cleanup (`normalize_tts_text`); WeTextProcessing is not used. In its place
@@ -45,7 +45,7 @@ _CLOSERS = frozenset("\"')]}）】》〉」』”’")
 
 
 def normalize_text(text: str, *, read_numbers: bool = True, language: str | None = None) -> str:
-    """Non-semantic cleanup of LM.md §4.6 (+ optional number reading). Never raises on a str.
+    """Non-semantic cleanup of docs/spec/LM.md §4.6 (+ optional number reading). Never raises on a str.
 
     Args:
         text: raw user text (any Unicode).
@@ -218,7 +218,7 @@ def _ensure_terminal(text: str) -> str:
 
 
 def detect_language(text: str, voice_language: str | None = None) -> str:
-    """The upstream WeText rule (§4.6) plus kana -> "ja" and hangul -> "ko".
+    """The upstream WeText rule (docs/spec/LM.md §4.6) plus kana -> "ja" and hangul -> "ko".
 
     Kana anywhere -> "ja"; else any U+3400-U+9FFF ideograph -> "zh"; else hangul -> "ko"; else
     any ASCII letter -> "en"; else the voice's language if given, else "zh" (upstream default).

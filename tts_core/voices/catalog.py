@@ -1,4 +1,4 @@
-"""The preset catalog (`catalog.json`, ARCHITECTURE §7) and the prompt-codes contract.
+"""The preset catalog (`catalog.json`, docs/spec/LM.md §7) and the prompt-codes contract.
 
 Each preset lists its sources in preference order: pre-encoded codes from the official ONNX
 release's `browser_poc_manifest.json`, then a reference clip pinned by sha256. Parsing validates

@@ -1,7 +1,7 @@
 """The web app around one Synthesizer: raw-PCM streaming, health, metrics, preset clips, player, Gradio UI.
 
 `create_app(service, settings)` returns a FastAPI app. Its own routes are declared first and the
-Gradio page is mounted last at `/`, so nothing of ours is shadowed (TOOLCHAIN §3). The player's
+Gradio page is mounted last at `/`: its catch-all would shadow any route added after it. The player's
 static files live under `/player`, never `/static` or `/assets` (Gradio owns those prefixes).
 
 Middlewares, outermost first: request metrics, body limits and deadlines (`guards.py`), CORS,

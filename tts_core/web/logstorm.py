@@ -1,7 +1,7 @@
 """Log storms: at most a few lines per cause per interval.
 
-A flood of bad connections makes uvicorn and asyncio log one warning or traceback per connection
-(188k tracebacks, 83 MB in 40 s were seen). `LogStormFilter`, on the log handlers, passes the
+A flood of bad connections makes uvicorn and asyncio log one warning or traceback per connection,
+enough to fill a disk within minutes. `LogStormFilter`, on the log handlers, passes the
 first `burst` records of each cause (logger + message template + exception type) per
 `interval_s`, drops the rest, and notes with the next record of that cause how many it dropped.
 """

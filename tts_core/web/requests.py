@@ -95,7 +95,7 @@ class StreamBody(BaseModel):
     text_top_p: float | None = None
     text_top_k: int | None = None
     speed: float | None = None  # 0.25-4, pitch-preserving (the page offers 0.5-2)
-    framing: Literal["events"] | None = None  # length-prefixed PCM and JSON event frames (CONTRACTS A.3)
+    framing: Literal["events"] | None = None  # PCM and JSON event frames (docs/PROTOCOL.md §2.3)
 
 
 # A saved voice id -> (the voice, its label); blocking (reads the library, may re-encode the clip).

@@ -8,9 +8,9 @@ same samples however the stream is cut, so a streamed response and a buffered on
 Three writers wrap a render for `streaming.chunk_bytes` (each is called per chunk, then `finish()`):
 - `RawWriter`: the format's bytes as they come (`stream_format: "audio"`, `stream: true`, the player);
 - `SseWriter`: OpenAI's server-sent events, `speech.audio.delta` (base64 audio), `speech.segment`
-  captions when asked, then `speech.audio.done` with usage;
+  captions when asked, then `speech.audio.done` with usage (docs/PROTOCOL.md §4);
 - `FrameWriter`: the player's `"framing": "events"`: [u32 LE length][u8 kind][payload] frames, kind 0
-  = float32 PCM, kind 1 = a JSON event (`speech.segment`, then `speech.done`).
+  = float32 PCM, kind 1 = a JSON event (`speech.segment`, then `speech.done`; docs/PROTOCOL.md §2.3).
 """
 
 from __future__ import annotations

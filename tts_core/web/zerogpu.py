@@ -8,15 +8,15 @@ where:
   charges the visitor's quota) whose generator `PageRelay.relay` checks and prepares each request on
   the CPU (text, voice, prompt rows), then calls the GPU generator and turns every chunk into one
   relay message: a JSON string written to a hidden component. static/bridge-zerogpu.js forwards each
-  message to the player iframe (CONTRACTS D: tts:start / tts:pcm / tts:end / tts:error).
+  message to the player iframe (docs/PROTOCOL.md §3.2: tts:start / tts:pcm / tts:end / tts:error).
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
   needs a Gradio request to be charged to; see docs/DEPLOY.md).
 
-Relay message (one JSON object per Gradio update): `relay` (this event's id) and `n` (0, 1, 2, ...:
-a gap means a lost update), `type` start | pcm | end | error, `requestId`, and per type: start:
-`label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`; pcm: `pcm` (base64 of
-little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`, `elapsedMs`;
-error: `message`.
+Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's
+id) and `n` (0, 1, 2, ...: a gap means a lost update), `type` start | pcm | end | error,
+`requestId`, and per type: start: `label`, `item`, `items`, `sampleRate`, `channels`,
+`estimatedDuration`; pcm: `pcm` (base64 of little-endian float32, interleaved stereo); end:
+`audioSeconds`, `firstAudioMs`, `elapsedMs`; error: `message`.
 """
 
 from __future__ import annotations
