@@ -7,8 +7,8 @@ lock up and may wait a switch interval to get it back), and every listener's fir
 So the engine thread prepares the queued requests itself (`pump`, between its iterations): nothing
 competes with its device work, and a burst is admitted in as few waves as possible. What may be
 slow but holds the lock little (resolving the voice, which may encode an uploaded clip) stays in
-the caller's thread (`Synthesizer._check`). The side-by-side records (`gpu-h200.json` against
-`gpu-h200-callers-prepare.json` in bench/results/) are rendered in docs/PERFORMANCE.md.
+the caller's thread (`Synthesizer._check`). The side-by-side records that decided it are in
+bench/results/archive/ (`gpu-h200-callers-prepare.json` beside `gpu-h200-2026-12-02-0109.json`).
 
 An engine without intake (ZeroGPU's worker) is prepared for in the caller's thread.
 """
