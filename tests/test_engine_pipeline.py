@@ -69,9 +69,9 @@ def _run(engine: Engine, jobs: list[StreamJob]) -> list[list]:
 def test_pipelined_engine_emits_what_the_serial_engine_emits(models, prompts):
     jobs = [_job(f"s{i}", prompt, 40 + i, (9, 7)) for i, prompt in enumerate(prompts)]
     pipelined_engine = _engine(models, pipelined=True)
-    assert pipelined_engine.features().codec_thread
+    assert pipelined_engine.features()[0].codec_thread
     serial_engine = _engine(models, pipelined=False)
-    assert not serial_engine.features().codec_thread
+    assert not serial_engine.features()[0].codec_thread
     want = _run(serial_engine, jobs)
     got = _run(pipelined_engine, [_job(j.request_id, j.segments[0].rows, j.seed, (9, 7)) for j in jobs])
     for want_chunks, got_chunks in zip(want, got):
@@ -154,7 +154,7 @@ def test_pipeline_second_parts_run_in_order_and_drain_waits_for_them():
 
                 return second
 
-            pipeline.submit(first)
+            pipeline.push(first)
         deadline = time.monotonic() + 10
         while sum(1 for kind, _ in ran if kind == "first") < 5 and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -174,11 +174,11 @@ def test_pipeline_errors_of_either_part_reach_the_drain(stage):
         raise ValueError(f"{stage} failed")
 
     try:
-        pipeline.submit(boom if stage == "first" else (lambda: boom))
-        pipeline.submit(lambda: None)
+        pipeline.push(boom if stage == "first" else (lambda: boom))
+        pipeline.push(lambda: None)
         with pytest.raises(ValueError, match=f"{stage} failed"):
             pipeline.drain()
-        pipeline.submit(lambda: (lambda: None))  # still serving
+        pipeline.push(lambda: (lambda: None))  # still serving
         pipeline.drain()
     finally:
         pipeline.close()

@@ -13,7 +13,7 @@ from tts_core.web.errors import http_status
 def test_admits_fifo_into_lowest_free_slots() -> None:
     sched = Scheduler(num_slots=2, max_queue=4)
     for name in "abcd":
-        sched.submit(name)
+        sched.add(name)
     assert sched.admit() == [("a", 0), ("b", 1)]
     assert sched.num_waiting == 2 and sched.num_running == 2
     assert sched.admit() == []  # nothing free
@@ -22,7 +22,7 @@ def test_admits_fifo_into_lowest_free_slots() -> None:
 def test_finished_slot_is_reused_by_the_oldest_waiter() -> None:
     sched = Scheduler(num_slots=2, max_queue=4)
     for name in "abcd":
-        sched.submit(name)
+        sched.add(name)
     sched.admit()
     assert sched.finish("a") == 0
     assert sched.admit() == [("c", 0)]
@@ -33,31 +33,31 @@ def test_finished_slot_is_reused_by_the_oldest_waiter() -> None:
 
 def test_queue_limit_refuses_with_queue_full() -> None:
     sched = Scheduler(num_slots=1, max_queue=1)
-    sched.submit("a")
+    sched.add("a")
     sched.admit()
-    sched.submit("b")
+    sched.add("b")
     with pytest.raises(QueueFullError) as info:
-        sched.submit("c")
+        sched.add("c")
     assert http_status(info.value) == (503, "server_busy") and info.value.retry_after_s > 0
     assert sched.stats.refused == 1
     # Once a slot frees, the queue drains and new work is accepted again.
     sched.finish("a")
     assert sched.admit() == [("b", 0)]
-    sched.submit("c")
+    sched.add("c")
 
 
 def test_zero_queue_still_accepts_while_slots_are_free() -> None:
     sched = Scheduler(num_slots=2, max_queue=0)
-    sched.submit("a")
-    sched.submit("b")
+    sched.add("a")
+    sched.add("b")
     with pytest.raises(QueueFullError):
-        sched.submit("c")
+        sched.add("c")
 
 
 def test_cancel_while_waiting_removes_from_queue() -> None:
     sched = Scheduler(num_slots=1, max_queue=2)
-    sched.submit("a")
-    sched.submit("b")
+    sched.add("a")
+    sched.add("b")
     sched.admit()
     assert sched.finish("b", cancelled=True) is None
     assert sched.num_waiting == 0
@@ -66,9 +66,9 @@ def test_cancel_while_waiting_removes_from_queue() -> None:
 
 def test_duplicate_submit_is_a_bug() -> None:
     sched = Scheduler(num_slots=1, max_queue=2)
-    sched.submit("a")
+    sched.add("a")
     with pytest.raises(ValueError):
-        sched.submit("a")
+        sched.add("a")
 
 
 def test_fairness_under_churn() -> None:
@@ -76,7 +76,7 @@ def test_fairness_under_churn() -> None:
     sched = Scheduler(num_slots=3, max_queue=100)
     order = [f"s{i}" for i in range(20)]
     for name in order:
-        sched.submit(name)
+        sched.add(name)
     admitted: list[str] = []
     running: list[str] = []  # admission order
     while len(admitted) < len(order):

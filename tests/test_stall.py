@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -159,28 +160,38 @@ def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, cl
 
 
 def test_requests_waiting_to_be_prepared_get_the_stall_error(models, prompt, clock) -> None:
-    """The engine thread prepares queued requests between iterations (`preparer.py`): stuck in the
+    """The engine thread builds queued requests between iterations (`intake.py`): stuck in the
     device it never will, so the stall fails those still queued, and refuses later ones at once."""
-    from tts_core.preparer import Preparer
-
     runner = _StuckRunner(models, stuck_in="launch", stick_at=1)
     engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2))
-    preparer = Preparer(lambda name: _job(name, prompt, 5), engine.submit, engine.cancel)
-    engine.attach_intake(preparer)
     try:
-        running = preparer.enqueue("running")
-        assert preparer.wait(running, threading.Event()) is not None  # (prepared and submitted)
+        running = engine.enqueue(_Named("running", prompt))
+        deadline = time.monotonic() + 30
+        while engine.stats()["submitted"] < 1 and time.monotonic() < deadline:  # (built and admitted)
+            time.sleep(0.01)
+        assert running.job is not None
         assert runner.stuck.wait(30)
-        queued = preparer.enqueue("queued")  # the engine thread is stuck: nobody prepares it
+        queued = engine.enqueue(_Named("queued", prompt))  # the engine thread is stuck: nobody builds it
         _stall(engine, clock)
-        with pytest.raises(EngineStalledError, match="must be restarted"):
-            preparer.wait(queued)
+        error = queued.outbox.get(timeout=30)
+        assert isinstance(error, EngineStalledError) and "must be restarted" in str(error)
         with pytest.raises(EngineStalledError):
-            preparer.enqueue("later")
+            engine.enqueue(_Named("later", prompt))
     finally:
         runner.unstick.set()
         engine.close(timeout_s=30)
     assert not engine._thread.is_alive()
+
+
+@dataclass(frozen=True)
+class _Named:
+    """A request the engine's intake builds into `_job(name, prompt, 5)`."""
+
+    name: str
+    prompt: object
+
+    def build(self, request_id: str):
+        return replace(_job(self.name, self.prompt, 5), request_id=request_id)
 
 
 def test_an_engine_that_never_stalls_says_so(models) -> None:

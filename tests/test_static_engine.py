@@ -237,14 +237,16 @@ class _FakeEngine:
                 "submitted": len(self.jobs), "finished": 0, "cancelled": self.cancels, "refused": 0,
                 "stalled": self.stalled}
 
-    def submit(self, job):
+    def admit(self, handle):
         if self.stalled:
             raise EngineStalledError("the GPU stopped responding")
         if self.full:
             raise QueueFullError("full", retry_after_s=1.0)
-        self.jobs.append(job)
+        self.jobs.append(handle.request_id)
         self.active += 1
-        return job
+
+    def attach_intake(self, intake):
+        pass
 
     def cancel(self, handle):
         self.cancels += 1
@@ -253,22 +255,26 @@ class _FakeEngine:
         pass
 
 
+def _named(name: str) -> StreamJob:
+    return StreamJob(request_id=name, segments=(), sampling=SamplingParams(), seed=0, submitted_at=0.0)
+
+
 def test_pool_routes_to_least_loaded_and_skips_full_engines():
     engines = [_FakeEngine(2, 0), _FakeEngine(0, 0), _FakeEngine(1, 0)]
     pool = EnginePool(engines)
     for name in "abc":  # loads 2,0,1 -> a to 1; 2,1,1 -> b to 1 (tie: first); 2,2,1 -> c to 2
-        pool.submit(name)
+        pool.submit(_named(name))
     assert [e.jobs for e in engines] == [[], ["a", "b"], ["c"]]
-    pool.submit("d")  # loads 2,2,2: a three-way tie goes to the first engine
+    pool.submit(_named("d"))  # loads 2,2,2: a three-way tie goes to the first engine
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c"]]
     engines[0].active, engines[1].active = 4, 1  # loads 4,1,2
     engines[1].full = True
-    pool.submit("e")  # engine 1 is least loaded but full: the next least loaded, engine 2, takes it
+    pool.submit(_named("e"))  # engine 1 is least loaded but full: the next least loaded, engine 2, takes it
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     for e in engines:
         e.full = True
     with pytest.raises(QueueFullError):
-        pool.submit("f")
+        pool.submit(_named("f"))
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     stats = pool.stats()
     assert stats["engines"] == 3 and stats["active_streams"] == sum(e.active for e in engines) == 8
@@ -357,13 +363,13 @@ def test_pool_routes_around_a_stalled_engine_and_stalls_only_with_all():
     stalled; a refusal prefers "busy, retry" while any engine still serves."""
     stuck, busy, free = _FakeEngine(0, 0, stalled=True), _FakeEngine(1, 0, full=True), _FakeEngine(3, 0)
     pool = EnginePool([stuck, busy, free])
-    pool.submit("job")
+    pool.submit(_named("job"))
     assert free.jobs == ["job"]
     assert pool.stats()["stalled"] is False and pool.stats()["stalled_engines"] == 1
     free.full = True
     with pytest.raises(QueueFullError):
-        pool.submit("job 2")
+        pool.submit(_named("job 2"))
     pool = EnginePool([_FakeEngine(0, 0, stalled=True), _FakeEngine(0, 0, stalled=True)])
     with pytest.raises(EngineStalledError):
-        pool.submit("job 3")
+        pool.submit(_named("job 3"))
     assert pool.stats()["stalled"] is True

@@ -148,7 +148,8 @@ def test_a_step_in_flight_is_settled_when_no_stream_is_left_running(prompts):
     runner = _ScriptedRunner()
     live = {}
     for i in range(2):
-        stream = LiveStream(handle=StreamHandle(job=_job(f"s{i}", prompts[i], i, (5,))), slot=i)
+        job = _job(f"s{i}", prompts[i], i, (5,))
+        stream = LiveStream(handle=StreamHandle(request_id=job.request_id, job=job), slot=i)
         stream.first_audio_at = 0.0  # past their first chunks: step-ahead is on
         live[stream.job.request_id] = stream
     driver = StepDriver(runner, live)

@@ -208,7 +208,7 @@ def test_uploads_in_common_formats_clone(synth, data_dir, fmt, rate, channels):
 
 def test_long_multi_sentence_text_streams_as_one(synth, zh1_codes, monkeypatch):
     # A small chunk budget makes three sentences three prompts without a minutes-long run.
-    monkeypatch.setattr(synth, "config", replace(synth.config, voice_clone_max_text_tokens=8))
+    monkeypatch.setattr(synth, "plan", replace(synth.plan, config=replace(synth.config, voice_clone_max_text_tokens=8)))
     text = "One two three. Four five six. Seven eight nine."
     request = SynthesisRequest(text=text, voice=Voice.from_codes(zh1_codes), seed=2)
     job = synth.prepare(request)

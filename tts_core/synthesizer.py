@@ -10,50 +10,29 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import secrets
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
-from .engine.engine import Engine
 from .engine.features import EngineFeatures
 from .engine.outbox import handle_chunks
-from .engine.pacing import default_max_frames, estimate_frames
-from .engine.pool import EnginePool
-from .engine.types import Segment, StreamJob
+from .engine.types import EngineLike, StreamJob
 from .errors import InvalidRequestError, TTSError
+from .jobs import CheckedRequest, JobPlan, JobRequest, continuation_prefix_rows, voice_clone_prefix_rows
 from .loader import load_parts
 from .model.lm_config import LMConfig
-from .preparer import Preparer
 from .prompt import PromptTemplate, build_prompt_rows
-from .text import check_text, detect_language, normalize_text, pause_after_chunk_s, split_text
+from .text import check_text
 from .tokenizer import TextTokenizer
 from .types import SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, SynthesisResult, Timings, Voice
-from .voices import PresetInfo, ResolvedVoice, VoiceBank
+from .voices import PresetInfo, VoiceBank
 
 logger = logging.getLogger(__name__)
-
-# Room left in a stream's KV cache for generated rows when checking prompt length.
-_MIN_GENERATION_ROWS = 32
-
-
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    """A request past the checks that may be slow but hold the interpreter lock little (see
-    `Synthesizer.prepare`): its text and resolved voice."""
-
-    request: SynthesisRequest
-    text: str
-    voice: Voice | None
-    resolved: ResolvedVoice | None
-    submitted_at: float
-
 
 class Synthesizer:
     """Text in, 48 kHz stereo chunks out. Thread-safe: many `stream()` calls may run at once.
@@ -63,7 +42,7 @@ class Synthesizer:
 
     sample_rate = SAMPLE_RATE_HZ
 
-    def __init__(self, *, tokenizer: TextTokenizer, engine: Engine | EnginePool, voices: VoiceBank,
+    def __init__(self, *, tokenizer: TextTokenizer, engine: EngineLike, voices: VoiceBank,
                  config: EngineConfig, info: dict, lm_config: LMConfig, prepare_on_engine: bool = True):
         self.tokenizer = tokenizer
         self.template = PromptTemplate.from_tokenizer(tokenizer, lm_config)
@@ -72,12 +51,10 @@ class Synthesizer:
         self.config = config
         self.info = dict(info)
         self.warm = False
-        # Requests are turned into prompt rows on the engine's thread (`preparer.py`); None: in each
-        # caller's (an engine without intake; `prepare_on_engine=False` only for tests comparing the two).
-        self._preparer = None
-        if hasattr(engine, "attach_intake") and prepare_on_engine:
-            self._preparer = Preparer(self._build_job, engine.submit, engine.cancel)
-            engine.attach_intake(self._preparer)
+        self.plan = JobPlan(self.template, tokenizer, config, voices.catalog)
+        # Jobs are built on the engine's thread (`engine/intake.py`); in the caller's only for an
+        # engine without an intake, and with `prepare_on_engine=False` in tests comparing the two.
+        self._prepare_on_engine = prepare_on_engine and hasattr(engine, "enqueue")
 
     @classmethod
     def from_pretrained(cls, lm: str = DEFAULT_LM_ID, codec: str = DEFAULT_CODEC_ID, *, device: str = "auto",
@@ -124,9 +101,6 @@ class Synthesizer:
             logger.info("engine on %s", features.summary())
         return synth
 
-    def _count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text))
-
     # ---- voices --------------------------------------------------------------------------------
 
     def list_voices(self) -> list[PresetInfo]:
@@ -150,17 +124,10 @@ class Synthesizer:
         (e.g. a request still queued when its HTTP client goes away); the iterator then ends.
         """
         submitted_at = time.monotonic()
-        if self._preparer is None:
-            handle = self.engine.submit(self.prepare(request, submitted_at=submitted_at))
+        if self._prepare_on_engine:
+            handle = self.engine.enqueue(self._job_request(self._check(request, submitted_at)))
         else:
-            pending = self._preparer.enqueue(self._check(request, submitted_at))
-            try:
-                handle = self._preparer.wait(pending, cancel)
-            except BaseException:  # (its own error too, where abandoning changes nothing)
-                self._preparer.abandon(pending)
-                raise
-            if handle is None:  # cancelled while it waited to be prepared
-                return
+            handle = self.engine.submit(self.prepare(request, submitted_at=submitted_at))
         yield from handle_chunks(self.engine, handle, lambda: self._next_item(handle, cancel))
 
     @staticmethod
@@ -196,9 +163,13 @@ class Synthesizer:
     def prepare(self, request: SynthesisRequest, *, submitted_at: float | None = None) -> StreamJob:
         """Validate and turn a request into prompt segments (pure CPU work, no model calls
         except encoding an uploaded reference clip once)."""
-        return self._build_job(self._check(request, submitted_at if submitted_at is not None else time.monotonic()))
+        checked = self._check(request, submitted_at if submitted_at is not None else time.monotonic())
+        return self._job_request(checked).build(uuid.uuid4().hex)
 
-    def _check(self, request: SynthesisRequest, submitted_at: float) -> _Checked:
+    def _job_request(self, checked: CheckedRequest) -> JobRequest:
+        return JobRequest(self.plan, checked)
+
+    def _check(self, request: SynthesisRequest, submitted_at: float) -> CheckedRequest:
         """Prepare's first half, in the caller's thread: type and length checks, and the voice (which
         may encode an uploaded clip, model work that mostly runs without the interpreter lock)."""
         if not isinstance(request, SynthesisRequest):
@@ -208,102 +179,7 @@ class Synthesizer:
         resolved = None
         if request.mode == "voice_clone" or voice is not None:
             resolved = self.voices.resolve(voice)  # None -> the default preset
-        return _Checked(request, text, voice, resolved, submitted_at)
-
-    def _build_job(self, checked: _Checked) -> StreamJob:
-        """Prepare's second half (pure Python: on the engine thread when it prepares, `preparer.py`)."""
-        request, text, voice, resolved = checked.request, checked.text, checked.voice, checked.resolved
-        if request.normalize_text:
-            text = normalize_text(text, language=detect_language(text, self._voice_language(resolved)))
-        seed = request.seed if request.seed is not None else secrets.randbits(63)
-        if request.mode == "voice_clone":
-            segments = self._voice_clone_segments(text, resolved)
-        else:
-            segments = self._continuation_segments(text, voice, resolved)
-        segments = self._apply_frame_cap(segments, request.max_frames)
-        return StreamJob(request_id=uuid.uuid4().hex, segments=tuple(segments), sampling=request.sampling,
-                         seed=seed, submitted_at=checked.submitted_at,
-                         notice=resolved.notice if resolved is not None else None)
-
-    def _voice_language(self, resolved: ResolvedVoice | None) -> str | None:
-        if resolved is None or resolved.name is None:
-            return None
-        preset = self.voices.catalog.find(resolved.name)
-        return preset.language if preset is not None else None
-
-    def _voice_clone_segments(self, text: str, resolved: ResolvedVoice) -> list[Segment]:
-        chunks = split_text(text, self._count_tokens, max_tokens=self.config.voice_clone_max_text_tokens)
-        segments = []
-        for index, chunk in enumerate(chunks):
-            text_ids = self.tokenizer.encode(chunk)
-            rows = build_prompt_rows(self.template, "voice_clone", text_ids, resolved.codes)
-            self._check_rows_fit(rows)
-            last = index == len(chunks) - 1
-            segments.append(Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
-                                    pause_after_s=0.0 if last else pause_after_chunk_s(chunk),
-                                    prefix_rows=self._voice_clone_prefix_rows(len(resolved.codes)),
-                                    text=chunk, estimated_frames=estimate_frames(len(text_ids))))
-        return segments
-
-    def _continuation_segments(self, text: str, voice: Voice | None,
-                               resolved: ResolvedVoice | None) -> list[Segment]:
-        if voice is None or resolved is None:
-            text_ids = self.tokenizer.encode(text)
-            rows = build_prompt_rows(self.template, "continuation", text_ids, None)
-            self._check_rows_fit(rows)
-            return [Segment(rows=rows, max_frames=default_max_frames(len(text_ids)),
-                            prefix_rows=self._continuation_prefix_rows(), text=text,
-                            estimated_frames=estimate_frames(len(text_ids)))]
-        transcript = voice.transcript or resolved.transcript
-        if not transcript:
-            raise InvalidRequestError(
-                "continuation mode with a reference voice needs the reference clip's transcript: "
-                "pass ref_text (or use mode 'voice_clone', which needs no transcript)",
-                param="ref_text",
-            )
-        # docs/spec/LM.md §4.4: the transcript and the new text are joined as one string, encoded once.
-        text_ids = self.tokenizer.encode(transcript + text)
-        rows = build_prompt_rows(self.template, "continuation", text_ids, resolved.codes)
-        self._check_rows_fit(rows)
-        new_tokens = max(1, len(text_ids) - self._count_tokens(transcript))
-        return [Segment(rows=rows, max_frames=default_max_frames(new_tokens), prime_codes=resolved.codes,
-                        prefix_rows=self._continuation_prefix_rows(), text=text,
-                        estimated_frames=estimate_frames(new_tokens))]
-
-    def _voice_clone_prefix_rows(self, num_reference_frames: int) -> int:
-        """Rows before the text in a voice-clone prompt (docs/spec/LM.md §4.3): user prefix, audio start,
-        the reference frames, audio end, and the instruction block."""
-        t = self.template
-        return len(t.user_prefix) + 1 + num_reference_frames + 1 + len(t.after_reference)
-
-    def _continuation_prefix_rows(self) -> int:
-        """Rows before the text in a continuation prompt (docs/spec/LM.md §4.4)."""
-        t = self.template
-        return len(t.user_prefix) + len(t.no_reference) + len(t.after_reference)
-
-    def _check_rows_fit(self, rows: np.ndarray) -> None:
-        limit = self.config.max_context_rows - _MIN_GENERATION_ROWS
-        if rows.shape[0] > limit:
-            raise InvalidRequestError(
-                f"the prompt is {rows.shape[0]} rows but at most {limit} fit: use a shorter reference clip "
-                "or shorter text (voice_clone mode splits long text automatically)",
-                param="input",
-            )
-
-    @staticmethod
-    def _apply_frame_cap(segments: list[Segment], max_frames: int | None) -> list[Segment]:
-        if max_frames is None:
-            return segments
-        capped, left = [], max_frames
-        for segment in segments:
-            if left <= 0:
-                break
-            take = min(segment.max_frames, left)
-            capped.append(replace(segment, max_frames=take))
-            left -= take
-        if capped:
-            capped[-1] = replace(capped[-1], pause_after_s=0.0)
-        return capped
+        return CheckedRequest(request, text, voice, resolved, submitted_at)
 
     # ---- service -------------------------------------------------------------------------------
 
@@ -324,7 +200,7 @@ class Synthesizer:
         engine precompute each voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap).
         Returns the number of prefixes queued."""
         rows = build_prompt_rows(self.template, "continuation", self.tokenizer.encode("."), None)
-        self.engine.warm_prefix(rows[: self._continuation_prefix_rows()])
+        self.engine.warm_prefix(rows[: continuation_prefix_rows(self.template)])
         count = 1
         for preset in self.voices.list_presets():
             if not preset.available:
@@ -335,7 +211,7 @@ class Synthesizer:
                 logger.info("voice %s not warmed: %s", preset.name, exc.message)
                 continue
             rows = build_prompt_rows(self.template, "voice_clone", self.tokenizer.encode("."), resolved.codes)
-            self.engine.warm_prefix(rows[: self._voice_clone_prefix_rows(len(resolved.codes))])
+            self.engine.warm_prefix(rows[: voice_clone_prefix_rows(self.template, len(resolved.codes))])
             count += 1
         logger.info("queued %d voice prefixes for precomputation", count)
         return count
@@ -345,14 +221,11 @@ class Synthesizer:
 
     def features(self) -> list[EngineFeatures]:
         """What each engine runs (one per device; see `engine/features.py`)."""
-        features = self.engine.features()
-        return features if isinstance(features, list) else [features]
+        return self.engine.features()
 
     def health(self) -> dict:
         return {**self.info, "warm": self.warm, **self.engine.stats(),
                 "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:
-        if self._preparer is not None:
-            self._preparer.close()
         self.engine.close()

@@ -157,9 +157,12 @@ class EngineTrace:
         """Also record request preparation: its checks (in the caller's thread) and the prompt
         building (on the engine thread, or the caller's for an engine without intake)."""
         synth._check = self._timed("check", synth._check)
-        synth._build_job = self._timed("prepare", synth._build_job)
-        if synth._preparer is not None:
-            synth._preparer._build = synth._build_job
+        make, timed = synth._job_request, self._timed
+
+        def traced_request(checked):
+            return _TimedBuild(timed("prepare", make(checked).build))
+
+        synth._job_request = traced_request
 
     def attach(self, engine) -> EngineTrace:
         """Wrap `engine`'s methods (and its runner's, stepper's and scheduler's) for this trace."""
@@ -221,6 +224,13 @@ class EngineTrace:
         if self._origin is None:
             return []
         return [(d.kind, d.rows, self.host_time(d.start), self.host_time(d.end), d.launch) for d in self.device]
+
+
+class _TimedBuild:
+    """A `JobRequest` whose `build` is timed (the engine's intake calls it)."""
+
+    def __init__(self, build) -> None:
+        self.build = build
 
 
 class _CountedAdmissions:

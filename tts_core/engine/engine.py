@@ -6,7 +6,7 @@ chunks go to the stream's own queue. Cancelled or finished streams leave the bat
 On a multi-core CPU the codec decodes run on a second thread (`pipeline.CodecPipeline`) while the
 LM makes the next frame; on a GPU the next LM step is also launched before the last one is read
 (`stepping.StepDriver`), so the device works while this thread books, decodes and emits. Between
-iterations the thread also prepares queued requests (`attach_intake`, `preparer.py`).
+iterations the thread also builds queued requests into jobs (`intake.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from ..devices import available_cpus
 from ..errors import EngineStalledError, TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 from .features import EngineFeatures, resolve_features
+from .intake import Buildable, Intake
 from .live import LiveStream
 from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
@@ -61,7 +62,7 @@ class Engine:
         self._live: dict[str, LiveStream] = {}
         self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
-        self._intakes: list = []  # request queues this thread prepares and submits (`preparer.Preparer`)
+        self._intakes: list[Intake] = []  # request queues this thread builds and admits (`intake.py`)
         self._steps = StepDriver(runner, self._live, step_ahead)  # the LM steps, one ahead where possible
         self._stopping = False
         self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)
@@ -77,32 +78,41 @@ class Engine:
         self._upgrade_ready_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()
+        self.intake = Intake(self.admit, self.cancel)  # requests built on this thread (`enqueue`)
+        self.attach_intake(self.intake)
         runner.start_background_compile(self._wait_until_quiet)
 
     # ---- caller side (any thread) -------------------------------------------------------------
 
     def submit(self, job: StreamJob) -> StreamHandle:
-        """Queue a job; raises QueueFullError at once when the engine cannot take it."""
-        handle = StreamHandle(job=job)
+        """Queue a built job; raises QueueFullError at once when the engine cannot take it."""
+        handle = StreamHandle(request_id=job.request_id, job=job)
+        self.admit(handle)
+        return handle
+
+    def enqueue(self, request: Buildable) -> StreamHandle:
+        """Queue a request whose job this thread builds (`intake.py`); errors arrive on its outbox."""
+        return self.intake.enqueue(request)
+
+    def admit(self, handle: StreamHandle) -> None:
+        """Take a stream whose job is built (raises QueueFullError when the queue is full)."""
         with self._wake:
             if self._stalled is not None:
                 raise EngineStalledError(self._stalled)
             if self._stopping:
                 raise TTSError("the engine is shutting down")
-            self._scheduler.submit(job.request_id)
-            self._handles[job.request_id] = handle
+            self._scheduler.add(handle.request_id)
+            self._handles[handle.request_id] = handle
             self._wake.notify()
-        return handle
 
     def warm_prefix(self, rows: np.ndarray) -> None:
-        """Queue a prompt prefix [P, 17] whose KV the runner should keep; computed when no stream
-        is running or waiting, so it never delays a listener by more than one prefill."""
+        """Queue a prompt prefix [P, 17] whose KV the runner keeps; computed only while idle."""
         with self._wake:
             self._warm_jobs.append(np.asarray(rows, dtype=np.int64))
             self._wake.notify()
 
-    def attach_intake(self, intake) -> None:
-        """This engine's thread prepares and submits `intake`'s requests between its iterations."""
+    def attach_intake(self, intake: Intake) -> None:
+        """This thread builds and admits `intake`'s requests between iterations (own or a pool's)."""
         with self._wake:
             self._intakes.append(intake)
         intake.attach(self._notify)
@@ -114,27 +124,16 @@ class Engine:
     def cancel(self, handle: StreamHandle) -> None:
         handle.cancelled.set()
         with self._wake:
-            self._cancels.add(handle.job.request_id)
+            self._cancels.add(handle.request_id)
             self._wake.notify()
 
     def stats(self) -> dict:
         with self._lock:
-            s = self._scheduler.stats
-            return {
-                "active_streams": self._scheduler.num_running,
-                "queued": self._scheduler.num_waiting,
-                "max_active_streams": self._scheduler.num_slots,
-                "max_queue": self._scheduler.max_queue,
-                "submitted": s.submitted,
-                "finished": s.finished,
-                "cancelled": s.cancelled,
-                "refused": s.refused,
-                "stalled": self._stalled is not None,
-            }
+            return {**self._scheduler.report(), "stalled": self._stalled is not None}
 
-    def features(self) -> EngineFeatures:
-        return resolve_features(self.runner, step_ahead=self._steps.step_ahead, pipeline=self._pipeline,
-                                engine_prepares=bool(self._intakes))
+    def features(self) -> list[EngineFeatures]:
+        return [resolve_features(self.runner, step_ahead=self._steps.step_ahead, pipeline=self._pipeline,
+                                 engine_prepares=bool(self._intakes))]
 
     def close(self, timeout_s: float = 5.0) -> None:
         with self._wake:
@@ -236,10 +235,9 @@ class Engine:
         self._sync()
         try:
             self.runner.upgrade()
+            logger.info("engine now runs the %s step%s", self.runner.step_kind, "" if self._live else " (idle)")
         except Exception:  # keep serving on the plain step rather than failing
             logger.exception("switching to the compiled step failed")
-            return
-        logger.info("engine now runs the %s step%s", self.runner.step_kind, "" if self._live else " (idle)")
 
     def _take_cancels(self) -> list[LiveStream]:
         """(Lock held.) End the cancelled streams still waiting; return the running ones, which the
@@ -323,7 +321,7 @@ class Engine:
                 self._sync()  # a stream's last chunk retires it here, after its earlier chunks
                 self._decode_group(lives, codes, last)()
             else:
-                self._pipeline.submit(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
+                self._pipeline.push(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
 
     def _decode_group(self, lives: list[LiveStream], codes: np.ndarray, last: list[bool]):
         """Queue the group's decode; returns what reads out and emits its audio (pipelined: on a second thread)."""

@@ -6,7 +6,7 @@ on two cores (one torch thread each) the slower one sets the pace. The engine th
 decode and goes on with the next LM step; before it touches codec state itself (a new segment, a
 released slot) or emits anything, it drains the queue, so each stream's chunks stay in order.
 
-A job may hand back a second part (`submit`): on a GPU the first part queues a decode on the
+A job may hand back a second part (`push`): on a GPU the first part queues a decode on the
 device and returns at once, and the second waits for its audio, copies it out and emits it, on a
 second thread, so the first thread launches the next decode while this one is read out (at large
 batch reading out takes about as long as decoding). Both threads keep
@@ -39,7 +39,7 @@ class CodecPipeline:
         self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tts-codec-out") if self.split else None
         self._inflight: deque[Future] = deque()
 
-    def submit(self, fn: Callable[[], Callable[[], None] | None]) -> None:
+    def push(self, fn: Callable[[], Callable[[], None] | None]) -> None:
         """Run `fn` on the codec thread; if it returns a callable, that runs next on the second
         thread. The job counts as done (`drain`) once both parts have run."""
         done: Future = Future()

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Sequence
 
 from ..errors import EngineStalledError, QueueFullError
+from .intake import Buildable, Intake
 from .types import StreamHandle, StreamJob
 
 logger = logging.getLogger(__name__)
@@ -30,7 +31,8 @@ def route_order(loads: Sequence[int]) -> list[int]:
 
 
 class EnginePool:
-    """Duck-types `Engine` (submit / cancel / stats / close) over several engines.
+    """The `Engine` interface (`types.EngineLike`) over several engines; requests enqueued here are
+    built by whichever engine thread is free first, then routed.
 
     Args:
         engines: one `Engine` per device (at least one).
@@ -40,6 +42,9 @@ class EnginePool:
         if not engines:
             raise ValueError("EnginePool needs at least one engine")
         self.engines = list(engines)
+        self.intake = Intake(self.admit, self.cancel)
+        for engine in self.engines:
+            engine.attach_intake(self.intake)
 
     @property
     def runner(self):
@@ -47,12 +52,20 @@ class EnginePool:
         return self.engines[0].runner
 
     def submit(self, job: StreamJob) -> StreamHandle:
+        handle = StreamHandle(request_id=job.request_id, job=job)
+        self.admit(handle)
+        return handle
+
+    def enqueue(self, request: Buildable) -> StreamHandle:
+        return self.intake.enqueue(request)
+
+    def admit(self, handle: StreamHandle) -> None:
         loads = [engine_load(engine.stats()) for engine in self.engines]
         full: QueueFullError | None = None
         stalled: EngineStalledError | None = None
         for index in route_order(loads):
             try:
-                return self.engines[index].submit(job)
+                return self.engines[index].admit(handle)
             except QueueFullError as exc:
                 full = exc
             except EngineStalledError as exc:
@@ -60,11 +73,6 @@ class EnginePool:
         refusal = full or stalled  # "busy, retry" when any engine still serves
         assert refusal is not None
         raise refusal
-
-    def attach_intake(self, intake) -> None:
-        """Every engine's thread prepares queued requests (whichever is free first)."""
-        for engine in self.engines:
-            engine.attach_intake(intake)
 
     def warm_prefix(self, rows) -> None:
         for engine in self.engines:
@@ -86,7 +94,7 @@ class EnginePool:
         return total
 
     def features(self) -> list:
-        return [engine.features() for engine in self.engines]
+        return [features for engine in self.engines for features in engine.features()]
 
     def close(self, timeout_s: float = 5.0) -> None:
         for engine in self.engines:

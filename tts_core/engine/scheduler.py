@@ -50,10 +50,17 @@ class Scheduler:
     def num_running(self) -> int:
         return len(self._slot_of)
 
-    def submit(self, stream_id: str) -> None:
+    def report(self) -> dict:
+        """Occupancy and counters, as the engine's `stats()` reports them."""
+        s = self.stats
+        return {"active_streams": self.num_running, "queued": self.num_waiting, "max_active_streams": self.num_slots,
+                "max_queue": self.max_queue, "submitted": s.submitted, "finished": s.finished,
+                "cancelled": s.cancelled, "refused": s.refused}
+
+    def add(self, stream_id: str) -> None:
         """Queue a stream, or refuse it when every slot is busy and the queue is full."""
         if stream_id in self._slot_of or stream_id in self._waiting:
-            raise ValueError(f"stream {stream_id} was already submitted")
+            raise ValueError(f"stream {stream_id} was already added")
         # Waiting streams first fill the free slots (the engine admits them on its next turn);
         # only those beyond that count against the queue limit.
         if len(self._waiting) >= len(self._free) + self.max_queue:

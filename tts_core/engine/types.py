@@ -6,6 +6,7 @@ import queue
 import threading
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -60,11 +61,34 @@ class StreamStatus(str, Enum):
     FAILED = "failed"
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class StreamHandle:
-    """The caller's end of a stream: chunks (or an exception, then None) arrive on `outbox`."""
+    """One request's stream from submit to its end, shared by the caller and the engine: made when
+    the request is submitted (its job may still have to be built, `intake.py`), its chunks (or an
+    exception, then None) arrive on `outbox`, `cancelled` asks the engine to end it."""
 
-    job: StreamJob
+    request_id: str
+    job: StreamJob | None = None  # set before the engine admits the stream
     outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     status: StreamStatus = StreamStatus.WAITING
+
+
+class EngineLike(Protocol):
+    """What the synthesizer uses of an engine: `engine.Engine` (one device) and `pool.EnginePool`."""
+
+    def submit(self, job: StreamJob) -> StreamHandle:
+        """Queue a built job (raises at once when it cannot be taken)."""
+
+    def enqueue(self, request: Any) -> StreamHandle:
+        """Queue an `intake.Buildable` whose job the engine thread builds."""
+
+    def cancel(self, handle: StreamHandle) -> None: ...
+
+    def warm_prefix(self, rows: np.ndarray) -> None: ...
+
+    def stats(self) -> dict: ...
+
+    def features(self) -> list: ...
+
+    def close(self, timeout_s: float = 5.0) -> None: ...
