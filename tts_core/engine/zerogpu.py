@@ -68,23 +68,26 @@ class GPUWeights:
         lm, codec: the models (eval mode, CPU, fp32), never used by the server process itself.
         dtype: the LM precision flag (`--dtype`); "auto" is resolved in the worker, by its GPU.
         max_context_rows: the KV length per stream (as the server's engine).
+        aoti_dir: where AOTInductor packages of the LM's step units are cached (per GPU
+            architecture); None runs the plain eager step. Used on CUDA only (`lm_aoti`).
     """
 
     lm: torch.nn.Module
     codec: torch.nn.Module
     dtype: str = "auto"
     max_context_rows: int = _CONTEXT_ROWS
+    aoti_dir: str | None = None
 
 
 def load_gpu_weights(lm_dir: str | Path, codec_dir: str | Path, *, dtype: str = "auto",
-                     max_context_rows: int = _CONTEXT_ROWS) -> GPUWeights:
+                     max_context_rows: int = _CONTEXT_ROWS, aoti_dir: str | None = None) -> GPUWeights:
     """Read both checkpoints onto the CPU (fp32). Call it in the server process, before any GPU call."""
     from ..model.codec_loading import load_codec
     from ..model.lm_loading import load_lm
 
     return GPUWeights(lm=load_lm(lm_dir, device="cpu", dtype=torch.float32),
                       codec=load_codec(codec_dir, device="cpu", dtype=torch.float32),
-                      dtype=dtype, max_context_rows=max_context_rows)
+                      dtype=dtype, max_context_rows=max_context_rows, aoti_dir=aoti_dir)
 
 
 def place_weights(weights: GPUWeights, backend: str) -> GPUWeights:
@@ -129,6 +132,12 @@ class WorkerEngine:
         codec = weights.codec.to(device)
         runner = Runner(lm, codec, num_slots=1, max_context_rows=weights.max_context_rows, device=device,
                         enforce_eager=True, compile="off")
+        self.aoti = None
+        if weights.aoti_dir and device.type == "cuda" and runner.stepper is not None:
+            # torch.compile is unavailable on ZeroGPU; AOTInductor packages are not (one stream: B = 1).
+            from ..model.lm_aoti import build_aoti_units
+
+            runner.stepper.units, self.aoti = build_aoti_units(lm, batch=1, device=device, cache_dir=weights.aoti_dir)
         self.engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0,
                                                   max_context_rows=weights.max_context_rows))
         logger.info("ZeroGPU worker %d: engine on %s (LM %s, %s step)", os.getpid(), device,

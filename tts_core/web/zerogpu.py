@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from ..engine.zerogpu_quota import Visitor, current_visitor
-from ..env import env_str
+from ..env import env_flag, env_str
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 from .errors import scrub_paths
@@ -78,7 +78,12 @@ class ZeroGPUMode:
         thread before serving: `spaces`' CUDA emulation covers that thread only."""
         from ..engine.zerogpu import load_gpu_weights, place_weights
 
-        weights = load_gpu_weights(lm, codec, dtype=dtype, max_context_rows=max_context_rows)
+        aoti_dir = None
+        if env_flag(AOTI_ENV):  # off by default: not yet measured on ZeroGPU's Blackwell cards
+            from ..loader import default_cache_dir
+
+            aoti_dir = str(default_cache_dir() / "aoti")
+        weights = load_gpu_weights(lm, codec, dtype=dtype, max_context_rows=max_context_rows, aoti_dir=aoti_dir)
         self.weights = place_weights(weights, self.backend)
 
     def gpu_seconds(self, job) -> int:
@@ -115,6 +120,7 @@ def disable_spaces_auto_wrap() -> None:
     spaces.disable_gradio_auto_wrap()
 
 
+AOTI_ENV = "MOSS_TTS_ZEROGPU_AOTI"  # 1: the GPU workers run the LM step as AOTInductor packages
 QUOTA_ENV = "MOSS_TTS_ZEROGPU_QUOTA"  # the harness's daily quota: "anonymous=120,free=300,pro=2400" or "off"
 QUOTA_WORDS = "Your ZeroGPU quota for today is used up"
 GPU_WORDS = "No ZeroGPU GPU is available right now"
