@@ -15,6 +15,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           reference    side by side with the upstream implementation (bench/reference.py)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
+    docs/DEPLOY.md        cold-start   every cold-start record: milestones and where the time went
+                          aoti         the AOTInductor step against eager (bench/aoti_step.py)
 
 Pure text in, text out: the same records always give the same bytes, and a rendered document
 renders to itself.
@@ -32,13 +34,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures_common import _caption, _date
+from figures_deploy import render_aoti, render_cold_start
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "gpu-trace", "spaces-hardware", "precision", "reference"),
-             "docs/RELIABILITY.md": ("reliability",)}
+             "docs/RELIABILITY.md": ("reliability",), "docs/DEPLOY.md": ("cold-start", "aoti")}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -235,7 +238,8 @@ def _zerogpu_figure(records: list[tuple[str, dict]]) -> str:
 
 
 def _cold_start_line(records: list[tuple[str, dict]]) -> str:
-    chosen = [(s, r) for s, r in records if r.get("kind") == "cold_start"]
+    # Machines with a GPU only: every start (CPU ones too) and its phases are in docs/DEPLOY.md.
+    chosen = [(s, r) for s, r in records if r.get("kind") == "cold_start" and r["machine"].get("gpus")]
     if not chosen:
         return (f"Process start → first audio: pending (`{COLD_START_COMMAND}` on the GPU; targets on an H200: "
                 "≤ 15 s with an empty compile cache, ≤ 8 s with a warm one).")
@@ -331,7 +335,8 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
-            "gpu-trace": render_trace(records)}
+            "gpu-trace": render_trace(records), "cold-start": render_cold_start(records),
+            "aoti": render_aoti(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -234,6 +234,6 @@ def test_cold_start_bench_times_the_engine_alone_where_the_web_stack_is_missing(
     assert record["setup"]["what"] == "the engine alone (no web server)"
     assert 0 < run["ready_s"] <= run["first_audio_s"] and run["first_request_ttfp_ms"] > 0
     assert run["step_at_end"] == "eager" and run["graphs_s"] is None  # the CPU path never compiles
-    line = render.render_spaces([("cold-start-cpu.json", record)]).splitlines()[-1]
-    assert line.startswith("Process start → first audio of `the engine alone (no web server)`")
-    assert "server answering" not in line
+    block = render.render_blocks([("cold-start-cpu.json", record)])["cold-start"]  # docs/DEPLOY.md
+    assert block.startswith("**Cold start of `the engine alone (no web server)`.**")
+    assert "| empty | – |" in block  # no server-up time without the server

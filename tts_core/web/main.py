@@ -86,15 +86,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     install_log_storm_filter()
 
     zerogpu = _zerogpu_mode(args)
+    from .service import SynthesizerService
+
+    service = SynthesizerService(make_factory(args, zerogpu))
+    # The model starts loading now, in its thread, so importing torch and reading the weights
+    # overlap with importing Gradio and building the page (the lifespan's start is then a no-op).
+    service.start()
     import uvicorn
 
     from .app import create_app
     from .connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
-    from .service import SynthesizerService
 
     raise_open_files_limit()
-    service = SynthesizerService(make_factory(args, zerogpu))
-    # the app's lifespan starts loading the model in the background
     app = create_app(service, server_settings(args), zerogpu)
     if zerogpu is not None:
         load_zerogpu_weights(args, zerogpu)
