@@ -3,7 +3,11 @@ AOTInductor-compiled step against the eager one (bench/aoti_step.py records)."""
 
 from __future__ import annotations
 
+import re
+
 from figures_common import _caption
+
+_PATH = re.compile(r"/[^\s…]+")  # a local path in an app's log line: not for a document
 
 COLD_START_COMMAND = "python bench/cold_start.py --device cpu --json bench/results/cold-start-cpu.json"
 AOTI_COMMAND = "python bench/aoti_step.py --json bench/results/aoti-step-h200.json"
@@ -31,7 +35,7 @@ def render_cold_start(records: list[tuple[str, dict]]) -> str:
                          f"{_s(run['first_audio_s'])} | {'–' if warm is None else f'{warm:.0f} ms'} |")
         for run in record["runs"]:
             if run.get("phases"):
-                steps = "; ".join(f"{t:.1f} s {what}" for t, what in run["phases"])
+                steps = "; ".join(f"{t:.1f} s {_PATH.sub('<path>', what)}" for t, what in run["phases"])
                 lines += ["", f"Where the time went ({run['scenario']} cache, seconds from process start): {steps}."]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
