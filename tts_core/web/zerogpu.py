@@ -1,14 +1,17 @@
 """ZeroGPU mode, web side: the server process stays on the CPU, the page's audio comes from GPU calls.
 
 `ZeroGPUMode` owns the decorated generator (`tts_core.engine.zerogpu.make_gpu_stream`) and the GPU
-copy of the weights, loaded by the service's loader thread next to the CPU synthesizer. What runs
-where:
+copy of the weights, read and placed "on cuda" in the main thread before serving (ZeroGPU's
+documented module-level placement: `load_weights`), while the CPU synthesizer loads in the
+service's thread. What runs where:
 
 - The page's Generate / Compare buttons: a Gradio event (so ZeroGPU sees the visitor's request and
   charges the visitor's quota) whose generator `PageRelay.relay` checks and prepares each request on
   the CPU (text, voice, prompt rows), then calls the GPU generator and turns every chunk into one
   relay message: a JSON string written to a hidden component. static/bridge-zerogpu.js forwards each
-  message to the player iframe (CONTRACTS D: tts:start / tts:pcm / tts:end / tts:error).
+  message to the player iframe (CONTRACTS D: tts:start / tts:pcm / tts:end / tts:error), and
+  static/zerogpu-notice.js shows the GPU time asked for, or, for an "unavailable" message, the
+  plain reason and the offer to generate on the server's CPU engine instead.
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
   needs a Gradio request to be charged to; see README "Deploy on Spaces").
 
