@@ -64,7 +64,12 @@
         stats.unavailable += 1;
         fallback = m.fallback || null;
         show(m.message, { warn: true, offer: Boolean(fallback) });
-        window.mossTTS && window.mossTTS.stop();   // the player was armed by the click: let it rest
+        if (!m.item) {   // nothing played yet: the player, told of a start, may rest
+          window.mossTTS && window.mossTTS.stop();
+        } else {         // a later item of a comparison: earlier audio keeps playing; this one ends
+          document.getElementById('moss-player')?.contentWindow?.postMessage(
+            { type: 'tts:error', requestId: m.requestId, message: m.message }, location.origin);
+        }
       }
     },
   };

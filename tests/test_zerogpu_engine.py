@@ -192,8 +192,25 @@ def test_page_relay_offers_the_cpu_engine_when_the_quota_is_out(tiny):
     assert start["gpuSeconds"] >= GPU_MIN_S > ledger.left_s(visitor)
     assert out["reason"] == "quota" and out["message"].startswith("Your ZeroGPU quota for today is used up.")
     assert f"({start['gpuSeconds']}s requested vs. 10s left)" in out["message"]
-    assert json.loads(out["fallback"]) == payload  # both items, for the CPU engine
+    assert json.loads(out["fallback"]) == payload and out["item"] == 0  # both items, for the CPU engine
     assert len(stream.calls) == calls, "the refused call never reached a worker"
+
+
+def test_a_comparison_whose_second_call_is_refused_plays_the_first_and_offers_the_rest(tiny):
+    _, stream = tiny
+    visitor = Visitor("comparing-visitor", "anonymous")
+    # Room for one call's reservation (charged whole), not two.
+    set_quota(QuotaLedger(QuotaPolicy(daily_s={"anonymous": GPU_MIN_S + 5}, charge="requested")))
+    try:
+        payload = {"items": [{"label": "A", "request": REQUEST}, {"label": "B", "request": {**REQUEST, "seed": 4}}]}
+        messages = [json.loads(m) for m in _relay(tiny).relay(json.dumps(payload), visitor)]
+    finally:
+        set_quota(None)
+    kinds = [m["type"] for m in messages]
+    assert kinds[0] == "start" and "pcm" in kinds and kinds[-3:] == ["end", "start", "unavailable"]
+    out = messages[-1]
+    assert out["item"] == 1 and json.loads(out["fallback"]) == {"items": payload["items"][1:]}
+    assert stream.usage[-1].visitor == visitor and stream.usage[-1].charged_s == GPU_MIN_S
 
 
 def test_page_relay_offers_the_cpu_engine_when_the_gpu_copy_is_missing(tiny):

@@ -21,7 +21,7 @@ type: start: `label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDurat
 (the GPU time the call asks ZeroGPU for, charged to the visitor's quota: shown on the page); pcm:
 `pcm` (base64 of little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`,
 `elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed before any audio:
-quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain words) and
+quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain words), `item` and
 `fallback` (the payload of the items not yet played, for the page's "generate on the server's
 CPU" offer: static/zerogpu-notice.js).
 """
@@ -222,7 +222,7 @@ class PageRelay:
                 if last is None:  # refused or failed before any audio: offer the CPU engine instead
                     reason = unavailable_reason(exc)
                     yield message("unavailable", request_id, reason=reason, message=unavailable_words(exc, reason),
-                                  fallback=json.dumps({"items": items[index:]}))
+                                  item=index, fallback=json.dumps({"items": items[index:]}))
                     return
                 text = exc.message if isinstance(exc, TTSError) else f"{type(exc).__name__}: {exc}"
                 yield message("error", request_id, message=scrub_paths(text) or "the GPU call failed")
