@@ -79,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
                         {"weights": "full-size, random weights", "streams": 1, "device": args.device},
                         program="python bench/aoti_step.py")
     record["args"].pop("cache_dir", None)
-    record["command"] = command_line(["bench", *(argv if argv is not None else sys.argv[1:])],
-                                     program="python bench/aoti_step.py")
+    given = argv if argv is not None else sys.argv[1:]
+    kept = [a for i, a in enumerate(given)  # the cache folder is a local path: not in the record
+            if not a.startswith("--cache-dir") and not (i and given[i - 1] == "--cache-dir")]
+    record["command"] = command_line(["bench", *kept], program="python bench/aoti_step.py")
     record["runs"] = runs
     if args.json:
         write_record(record, args.json)
