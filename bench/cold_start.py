@@ -196,7 +196,7 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
         result = {"scenario": name, "server_up_s": round(up_s, 3), "first_audio_s": round(audio_s, 3),
                   "refused_while_loading": refused, "ready_s": _round(log.first("model: ready")),
                   "warm_request_ttfp_ms": round(request_ttfp_ms(url), 1), "device": health.get("device"),
-                  "dtype": health.get("dtype")}
+                  "dtype": health.get("dtype"), "phases": app_phases(log)}
         if str(health.get("device", "")).startswith("cuda"):
             while log.first(GRAPHS_LINE) is None and time.monotonic() < deadline and process.poll() is None:
                 time.sleep(0.1)
@@ -213,6 +213,26 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
             process.wait()
         if process.returncode not in (0, -15) and args.verbose:
             print("\n".join(line for _, line in log.lines[-40:]), file=sys.stderr)
+
+
+# Log lines of app.py that mark where its start-up time goes (seconds from process start to each).
+APP_MARKERS = (("model: importing the engine", "engine import begins (model-loader thread)"),
+               ("CPU inference with", "torch and the engine imported"),
+               ("model: loading LM", "LM weights: reading"),
+               ("model: loading codec", "codec weights: reading"),
+               ("model: measuring CPU speed in fp32", "CPU mode: measuring"),
+               ("as measured at an earlier start", "CPU mode: kept from an earlier start"),
+               ("model: warming up", "warm-up"),
+               ("model: ready", "model ready"),
+               ("serving on http", "page built (Gradio imported), about to serve"),
+               ("Application startup complete", "server answering"),
+               ("encoding reference clip", "first request: encoding its voice clip"))
+
+
+def app_phases(log: LogWatch) -> list[list]:
+    """[seconds, what] for each marker the app's log showed, in order of time."""
+    found = [[_round(log.first(marker)), what] for marker, what in APP_MARKERS if log.first(marker) is not None]
+    return sorted(found, key=lambda item: item[0])
 
 
 def _round(value: float | None) -> float | None:

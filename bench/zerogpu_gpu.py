@@ -4,11 +4,15 @@
 
 What the app does in ZeroGPU mode, minus Gradio: this process builds the full-size models from the
 real configs with random weights on its CPU (`GPUWeights`) and never touches CUDA; each call of the
-decorated generator (`make_gpu_stream` + `zerogpu_harness.GPU`) runs in a forked worker that moves
-the weights to its GPU on its first call and runs the engine eagerly (no compile, no graphs). The
-first call pays the worker start (fork, CUDA initialisation, weights to the GPU, first kernels);
-later calls reuse the idle worker, as ZeroGPU does. TTFP is from the call to the first chunk with
-audio, RTF the call's time over the audio length (`--frames` frames, a 200-row voice-clone prompt).
+decorated generator (`make_gpu_stream` + `zerogpu_harness.GPU`) runs in a forked worker.
+`--placement module` (default, the documented pattern) places the weights "on cuda" here and the
+harness moves them to the worker's GPU before its call; `--placement in-call` leaves them on the CPU
+and the worker moves them inside its first call. Either way the first call pays the worker start
+(fork, CUDA initialisation, weights to the GPU, first kernels; the move's bytes and seconds are
+recorded per call); later calls reuse the idle worker, as ZeroGPU does. `--aoti-dir` runs the
+worker's LM step as AOTInductor packages (compiled in the first call when the folder has none).
+TTFP is from the call to the first chunk with audio, RTF the call's time over the audio length
+(`--frames` frames, a 200-row voice-clone prompt).
 
 Checked, not only timed: this process has not initialised CUDA after the calls, and (where
 nvidia-smi lists compute processes) only the worker holds a CUDA context. It exits 1 if either
@@ -39,7 +43,7 @@ from tts_core.bench.models import build_random_models, make_prompt  # noqa: E402
 from tts_core.bench.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
 from tts_core.engine.types import Segment, StreamJob  # noqa: E402
-from tts_core.engine.zerogpu import GPUWeights, make_gpu_stream  # noqa: E402
+from tts_core.engine.zerogpu import GPUWeights, make_gpu_stream, place_weights  # noqa: E402
 from tts_core.engine.zerogpu_harness import GPU, parent_cuda_initialized  # noqa: E402
 
 
@@ -59,7 +63,9 @@ def one_call(stream, job: StreamJob) -> dict:
     audio_s = samples / 48_000
     return {"ttfp_ms": round(1000 * first, 1) if first is not None else None, "elapsed_s": round(elapsed, 3),
             "audio_s": round(audio_s, 3), "rtf": round(elapsed / audio_s, 4) if audio_s else None,
-            "chunks": chunks, "worker_pid": stream.calls[-1].worker_pid, "duration_asked_s": stream.calls[-1].duration_s}
+            "chunks": chunks, "worker_pid": stream.calls[-1].worker_pid, "duration_asked_s": stream.calls[-1].duration_s,
+            "held_s": round(stream.usage[-1].used_s, 3), "moved_bytes": stream.usage[-1].moved_bytes,
+            "move_s": round(stream.usage[-1].move_s, 4)}
 
 
 def cuda_processes() -> list[int] | None:
@@ -86,13 +92,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codec-config", default=str(data / "codec" / "config.json"))
     parser.add_argument("--frames", type=int, default=100, help="frames per call (80 ms each)")
     parser.add_argument("--repeats", type=int, default=3, help="calls after the first (warm worker)")
+    parser.add_argument("--placement", choices=["module", "in-call"], default="module",
+                        help="module: the documented module-level placement (moved by the harness before the "
+                             "call, as spaces does); in-call: the worker moves the weights itself in its first call")
+    parser.add_argument("--aoti-dir", help="cache folder of AOTInductor packages: the worker's LM step runs them")
     parser.add_argument("--json", help="write the record here")
     parser.add_argument("--note", action="append")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
     lm, codec = build_random_models(args.lm_config, args.codec_config, torch.device("cpu"), torch.float32)
-    weights = GPUWeights(lm=lm, codec=codec, dtype="auto")
+    weights = GPUWeights(lm=lm, codec=codec, dtype="auto", aoti_dir=args.aoti_dir)
+    if args.placement == "module":
+        place_weights(weights, "harness")
     stream = make_gpu_stream(lambda: weights, GPU)
     prompt = make_prompt(lm.config, 200)
     print(f"models built on the CPU in {time.monotonic() - started:.1f} s", file=sys.stderr)
@@ -118,10 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info_without_cuda()
     record = new_record("zerogpu", args, machine, {"frames": args.frames, "prompt_rows": 200,
                                                    "weights": "full-size, random", "sampling": "default",
-                                                   "step": "eager (no compile, no graphs)"},
+                                                   "step": "AOTInductor units" if args.aoti_dir
+                                                   else "eager (no compile, no graphs)",
+                                                   "placement": args.placement},
                         program="python bench/zerogpu_gpu.py")
     record["args"].pop("lm_config", None)
     record["args"].pop("codec_config", None)
+    record["args"].pop("aoti_dir", None)
     warm = [r for r in runs if r["worker"] == "warm"]
     record.update(runs=runs, checks=checks, cold={k: runs[0][k] for k in ("ttfp_ms", "rtf")},
                   warm={"ttfp_ms": summary(warm, "ttfp_ms"), "rtf": summary(warm, "rtf")})

@@ -18,6 +18,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                                        measured figures (engine, cold-start and ZeroGPU records)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
+                          cold-start   every cold-start record: milestones and where the time went
+                          aoti         the AOTInductor step against eager (bench/aoti_step.py)
 
 A figure under a heading comes from a record that measured it (the newest such record), never from
 another row. Records in bench/results/archive/ (superseded by newer runs) are not rendered.
@@ -37,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures_common import _caption, _date, _memory, _ms, _ranged, _rtf, _times
+from figures_deploy import render_aoti, render_cold_start
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
 from figures_trace import render_trace
@@ -45,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
-             "docs/DEPLOY.md": ("spaces-hardware",),
+             "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
              "docs/RELIABILITY.md": ("reliability",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
@@ -220,7 +223,8 @@ def _zerogpu_figure(records: list[tuple[str, dict]]) -> str:
 
 
 def _cold_start_line(records: list[tuple[str, dict]]) -> str:
-    chosen = [(s, r) for s, r in records if r.get("kind") == "cold_start"]
+    # Machines with a GPU only: every start (CPU ones too) and its phases are in docs/DEPLOY.md.
+    chosen = [(s, r) for s, r in records if r.get("kind") == "cold_start" and r["machine"].get("gpus")]
     if not chosen:
         return (f"Process start → first audio: pending (`{COLD_START_COMMAND}` on the GPU; targets on an H200: "
                 "≤ 15 s with an empty compile cache, ≤ 8 s with a warm one).")
@@ -252,7 +256,7 @@ def render_spaces(records: list[tuple[str, dict]]) -> str:
     gpu_figure = _engine_figure(gpu, "graphed") or f"not measured (no one-stream GPU record): `{GPU_COMMAND}`"
     gpu_eager = _engine_figure(gpu, "eager")
     rows = [
-        ("ZeroGPU (free accounts: up to 2 Spaces; H200 slice per call)",
+        ("ZeroGPU (free accounts: up to 2 Spaces; half an RTX Pro 6000 Blackwell per call by default)",
          "ZeroGPU mode, automatic (`SPACES_ZERO_GPU`): the page generates in `@spaces.GPU` calls, eager; "
          "the API on the CPU engine", _zerogpu_figure(records)),
         ("CPU basic (2 vCPU, 16 GB; paid plan to create)", "CPU engine, 1 torch thread, `--quantize auto`",
@@ -314,7 +318,8 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
-            "gpu-trace": render_trace(records), "headline": render_headline(records)}
+            "gpu-trace": render_trace(records), "headline": render_headline(records),
+            "cold-start": render_cold_start(records), "aoti": render_aoti(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

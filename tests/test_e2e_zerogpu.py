@@ -35,7 +35,9 @@ def zerogpu_app(data_dir, artifacts_dir, tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
            "HF_HUB_DISABLE_TELEMETRY": "1", "MOSS_TTS_CACHE_DIR": str(tmp_path_factory.mktemp("zerogpu-cache")),
-           "PYTHONUNBUFFERED": "1", "MOSS_TTS_NUM_THREADS": os.environ.get("MOSS_TTS_NUM_THREADS", "1")}
+           "PYTHONUNBUFFERED": "1", "MOSS_TTS_NUM_THREADS": os.environ.get("MOSS_TTS_NUM_THREADS", "1"),
+           # a PRO-sized day for one visitor: the long text's call asks for more than the anonymous 2 min
+           "MOSS_TTS_ZEROGPU_QUOTA": "anonymous=2400"}
     env.pop("SPACE_ID", None)
     env.pop("SPACES_ZERO_GPU", None)
     # fp32 on the server's CPU engine too, so the API's audio can be compared with the page's.

@@ -24,8 +24,10 @@ from tts_core.engine.zerogpu import (
     gpu_seconds,
     load_gpu_weights,
     make_gpu_stream,
+    place_weights,
 )
-from tts_core.engine.zerogpu_harness import GPU, parent_cuda_initialized
+from tts_core.engine.zerogpu_harness import GPU, parent_cuda_initialized, set_quota
+from tts_core.engine.zerogpu_quota import QuotaLedger, QuotaPolicy, Visitor
 from tts_core.web.requests import UploadStore
 from tts_core.web.service import SynthesizerService
 from tts_core.web.settings import ServerSettings
@@ -41,7 +43,8 @@ def tiny(data_dir):
         str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
         tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"), voices_dir=data_dir / "presets",
         engine_config=EngineConfig(max_active_streams=2), warmup=False, allow_download=False)
-    weights = load_gpu_weights(parity / "tiny_lm", parity / "tiny_codec")
+    # the documented placement: "on cuda" in the server process, moved in the worker
+    weights = place_weights(load_gpu_weights(parity / "tiny_lm", parity / "tiny_codec"), "harness")
     stream = make_gpu_stream(lambda: weights, GPU)
     yield synth, stream
     stream.close_workers()
@@ -130,6 +133,7 @@ class _Mode:
     def __init__(self, stream):
         self.stream = stream
         self.concurrency = 2
+        self.gpu_seconds = gpu_seconds
 
 
 def _relay(tiny) -> PageRelay:
@@ -156,6 +160,7 @@ def test_page_relay_numbers_its_messages_and_carries_the_exact_samples(tiny):
         assert (start["label"], start["item"], start["items"], start["sampleRate"], start["channels"]) == (
             label, index, 2, 48_000, 2)
         assert start["estimatedDuration"] > 0
+        assert start["gpuSeconds"] == gpu_seconds(synth.prepare(SynthesisRequest(**{**REQUEST, "seed": 3 + index})))
         pcm = np.concatenate([np.frombuffer(base64.b64decode(m["pcm"]), "<f4") for m in mine if m["type"] == "pcm"])
         request = SynthesisRequest(**{**REQUEST, "seed": 3 if index == 0 else 4})
         expected = _pcm(synth.stream(request))
@@ -169,3 +174,82 @@ def test_page_relay_reports_a_bad_request_as_an_error_message(tiny):
     assert [m["type"] for m in messages] == ["error"]
     assert "No Such Voice" in messages[0]["message"]
     assert list(_relay(tiny).relay("")) == []
+
+
+def test_page_relay_offers_the_cpu_engine_when_the_quota_is_out(tiny):
+    _, stream = tiny
+    visitor = Visitor("page-visitor", "anonymous")
+    ledger = QuotaLedger(QuotaPolicy(daily_s={"anonymous": 10}))  # less than the shortest call asks
+    set_quota(ledger)
+    try:
+        payload = {"items": [{"label": "A", "request": REQUEST}, {"label": "B", "request": {**REQUEST, "seed": 4}}]}
+        calls = len(stream.calls)
+        messages = [json.loads(m) for m in _relay(tiny).relay(json.dumps(payload), visitor)]
+    finally:
+        set_quota(None)
+    assert [m["type"] for m in messages] == ["start", "unavailable"]
+    start, out = messages
+    assert start["gpuSeconds"] >= GPU_MIN_S > ledger.left_s(visitor)
+    assert out["reason"] == "quota" and out["message"].startswith("Your ZeroGPU quota for today is used up.")
+    assert f"({start['gpuSeconds']}s requested vs. 10s left)" in out["message"]
+    assert json.loads(out["fallback"]) == payload and out["item"] == 0  # both items, for the CPU engine
+    assert len(stream.calls) == calls, "the refused call never reached a worker"
+
+
+def test_a_comparison_whose_second_call_is_refused_plays_the_first_and_offers_the_rest(tiny):
+    _, stream = tiny
+    visitor = Visitor("comparing-visitor", "anonymous")
+    # Room for one call's reservation (charged whole), not two.
+    set_quota(QuotaLedger(QuotaPolicy(daily_s={"anonymous": GPU_MIN_S + 5}, charge="requested")))
+    try:
+        payload = {"items": [{"label": "A", "request": REQUEST}, {"label": "B", "request": {**REQUEST, "seed": 4}}]}
+        messages = [json.loads(m) for m in _relay(tiny).relay(json.dumps(payload), visitor)]
+    finally:
+        set_quota(None)
+    kinds = [m["type"] for m in messages]
+    assert kinds[0] == "start" and "pcm" in kinds and kinds[-3:] == ["end", "start", "unavailable"]
+    out = messages[-1]
+    assert out["item"] == 1 and json.loads(out["fallback"]) == {"items": payload["items"][1:]}
+    assert stream.usage[-1].visitor == visitor and stream.usage[-1].charged_s == GPU_MIN_S
+
+
+def test_page_relay_offers_the_cpu_engine_when_the_gpu_copy_is_missing(tiny):
+    synth, _ = tiny
+
+    def not_loaded():
+        from tts_core.errors import TTSError
+
+        raise TTSError("the GPU copy of the model is not loaded yet; try again in a few seconds")
+
+    stream = make_gpu_stream(not_loaded, GPU)
+    service = SynthesizerService(lambda report: synth)
+    service.start(background=False)
+    relay = PageRelay(_Mode(stream), service, ServerSettings(), UploadStore(max_total_bytes=1 << 20))
+    try:
+        messages = [json.loads(m) for m in relay.relay(json.dumps({"items": [{"label": "A", "request": REQUEST}]}))]
+    finally:
+        stream.close_workers()
+    assert [m["type"] for m in messages] == ["start", "unavailable"]
+    assert messages[1]["reason"] == "gpu" and messages[1]["message"].startswith("No ZeroGPU GPU is available")
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the worker's AoTI step is CUDA-only)")
+def test_a_worker_with_aoti_units_gives_the_eager_workers_codes_in_fp32(tiny, data_dir, tmp_path):
+    synth, _ = tiny
+    parity = data_dir / "parity"
+    plain = load_gpu_weights(parity / "tiny_lm", parity / "tiny_codec", dtype="float32")
+    compiled = load_gpu_weights(parity / "tiny_lm", parity / "tiny_codec", dtype="float32",
+                                aoti_dir=str(tmp_path / "aoti"))
+    eager_stream, aoti_stream = make_gpu_stream(lambda: plain, GPU), make_gpu_stream(lambda: compiled, GPU)
+    try:
+        job = synth.prepare(SynthesisRequest(**REQUEST))
+        eager = list(eager_stream(job))
+        aoti = list(aoti_stream(synth.prepare(SynthesisRequest(**REQUEST))))
+    finally:
+        eager_stream.close_workers()
+        aoti_stream.close_workers()
+    np.testing.assert_array_equal(_codes(aoti), _codes(eager))
+    assert list((tmp_path / "aoti").rglob("*.pt2")), "the worker compiled and cached its packages"
+    assert parent_cuda_initialized() is False

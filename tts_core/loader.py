@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import cpu_mode_cache
 from .config import EngineConfig
 from .cpu_mode import ModeChoice, choose_cpu_mode
 from .devices import available_cpus, configure_cpu_threads, resolve_device, resolve_lm_dtype
@@ -140,7 +141,17 @@ def _apply_precision(lm_model, codec_model, quantize: str | None, device: torch.
         pipelined = engine_config.pipeline_codec
         if pipelined is None:
             pipelined = available_cpus() >= 2
-        return choose_cpu_mode(lm_model, codec_model, pipelined=pipelined, report=report)
+        key = cpu_mode_cache.choice_key(lm_model.config, pipelined=pipelined)
+        known = cpu_mode_cache.load_choice(default_cache_dir(), key)
+        if known is None:
+            lm_model, codec_model, choice = choose_cpu_mode(lm_model, codec_model, pipelined=pipelined, report=report)
+            cpu_mode_cache.store_choice(default_cache_dir(), key, choice)
+            return lm_model, codec_model, choice
+        report(f"CPU mode {known.mode}, as measured at an earlier start on this machine")
+        if known.mode in QUANT_MODES:
+            quantize_lm(lm_model, known.mode)
+            quantize_codec(codec_model, known.mode)
+        return lm_model, codec_model, ModeChoice(known.mode, known.rtf, f"{known.reason} (measured at an earlier start)")
     if mode in QUANT_MODES:
         report(f"converting linear layers to {mode} weights…")
         quantize_lm(lm_model, mode)

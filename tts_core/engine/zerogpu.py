@@ -10,18 +10,20 @@ once at start-up; the server's own CPU engine has its own copy, which CPU precis
 convert). The decorated generator (`make_gpu_stream`) receives a prepared `StreamJob` (prompt rows,
 sampling, seed: everything the worker needs, all picklable), and in the worker:
 
-1. the first call of a worker moves the inherited CPU weights to the GPU (`.to(device)`; later
-   calls of the same worker reuse them: ZeroGPU keeps an idle worker for the next call);
+1. the weights are on the worker's GPU when the call starts: the server process placed them "on
+   cuda" at start-up (`place_weights`, the documented module-level `model.to("cuda")`), and the
+   worker got them there (`spaces` unpacks them onto its GPU; the harness moves them before the
+   call); a worker kept idle for the next call keeps them there;
 2. the server's own `Runner` + `Engine` run the job with one slot, eagerly: no compile, no CUDA
    graphs (the plain static step on CUDA, the usual eager path on a CPU);
 3. the engine's `AudioChunk`s are yielded as they are made; closing the generator cancels the job.
 
-With the real `spaces` package the documented pattern is `model.to("cuda")` at start-up in the
-main thread: `spaces` records those tensors, packs them to disk when Gradio launches and moves them
-to the GPU when a worker starts. That pattern needs the load in the main thread (its CUDA emulation
-is a thread-local torch mode) and Gradio's own `launch()` (which runs the packing); this server
-loads in a background thread and mounts Gradio in FastAPI, so it keeps the weights as plain CPU
-tensors and moves them inside the worker instead: same result, one host-to-device copy per worker.
+The placement needs, with the real `spaces`: the `.to("cuda")` made in the thread that imported
+`spaces` (its CUDA emulation is a torch mode entered in that thread only) and `spaces.zero.startup()`
+(which packs the placed tensors) before serving; Gradio's `launch()` runs it, and this server,
+which mounts Gradio in FastAPI, runs it itself (`tts_core.web.zerogpu.ZeroGPUMode.before_serving`).
+So the web server reads this copy in its main thread before it serves (see docs/DEPLOY.md for what
+that costs at start-up against moving the weights inside the call).
 
 `gpu_decorator()` picks `spaces.GPU` on a ZeroGPU Space and `zerogpu_harness.GPU` (the same
 contract, without Spaces) elsewhere.
@@ -66,23 +68,43 @@ class GPUWeights:
         lm, codec: the models (eval mode, CPU, fp32), never used by the server process itself.
         dtype: the LM precision flag (`--dtype`); "auto" is resolved in the worker, by its GPU.
         max_context_rows: the KV length per stream (as the server's engine).
+        aoti_dir: where AOTInductor packages of the LM's step units are cached (per GPU
+            architecture); None runs the plain eager step. Used on CUDA only (`lm_aoti`).
     """
 
     lm: torch.nn.Module
     codec: torch.nn.Module
     dtype: str = "auto"
     max_context_rows: int = _CONTEXT_ROWS
+    aoti_dir: str | None = None
 
 
 def load_gpu_weights(lm_dir: str | Path, codec_dir: str | Path, *, dtype: str = "auto",
-                     max_context_rows: int = _CONTEXT_ROWS) -> GPUWeights:
+                     max_context_rows: int = _CONTEXT_ROWS, aoti_dir: str | None = None) -> GPUWeights:
     """Read both checkpoints onto the CPU (fp32). Call it in the server process, before any GPU call."""
     from ..model.codec_loading import load_codec
     from ..model.lm_loading import load_lm
 
     return GPUWeights(lm=load_lm(lm_dir, device="cpu", dtype=torch.float32),
                       codec=load_codec(codec_dir, device="cpu", dtype=torch.float32),
-                      dtype=dtype, max_context_rows=max_context_rows)
+                      dtype=dtype, max_context_rows=max_context_rows, aoti_dir=aoti_dir)
+
+
+def place_weights(weights: GPUWeights, backend: str) -> GPUWeights:
+    """The documented module-level placement: both models "on cuda" in the server process.
+
+    With `spaces` (backend "spaces") that is `.to("cuda")`, which its CUDA emulation records without
+    touching a GPU (call it in the main thread, before serving); with the harness it is
+    `zerogpu_harness.place_on_cuda`, which moves them in each worker before its calls."""
+    if backend == "spaces":
+        weights.lm.to("cuda")
+        weights.codec.to("cuda")
+    else:
+        from .zerogpu_harness import place_on_cuda
+
+        place_on_cuda(weights.lm)
+        place_on_cuda(weights.codec)
+    return weights
 
 
 def gpu_seconds(job: StreamJob) -> int:
@@ -103,12 +125,19 @@ class WorkerEngine:
         self.weights = weights
         self.device = device = worker_device()
         lm_dtype = resolve_lm_dtype(weights.dtype, device)
-        # In the worker these are the inherited (copy-on-write) CPU modules: moving them changes
-        # nothing in the server process.
+        # Placed modules are on `device` already (a no-op move then); unplaced ones (a caller that
+        # skipped `place_weights`) are moved here. Either way the worker's copy: the server
+        # process's modules do not change.
         lm = weights.lm.to(device=device, dtype=lm_dtype)
         codec = weights.codec.to(device)
         runner = Runner(lm, codec, num_slots=1, max_context_rows=weights.max_context_rows, device=device,
                         enforce_eager=True, compile="off")
+        self.aoti = None
+        if weights.aoti_dir and device.type == "cuda" and runner.stepper is not None:
+            # torch.compile is unavailable on ZeroGPU; AOTInductor packages are not (one stream: B = 1).
+            from ..model.lm_aoti import build_aoti_units
+
+            runner.stepper.units, self.aoti = build_aoti_units(lm, batch=1, device=device, cache_dir=weights.aoti_dir)
         self.engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0,
                                                   max_context_rows=weights.max_context_rows))
         logger.info("ZeroGPU worker %d: engine on %s (LM %s, %s step)", os.getpid(), device,

@@ -13,10 +13,18 @@ What a ZeroGPU Space does to a decorated function, reproduced here so the app's 
 - a worker keeps none of the caller's open files (sockets, pipes) but its own pipe and stdio;
 - the caller's process must not initialise CUDA (a forked child cannot use it then): a call made
   after the caller did so is refused, as `spaces` refuses to start then;
-- `duration` (seconds, or a function of the call's arguments) is validated and recorded per call;
-  nothing is cut short when it runs over (ZeroGPU may).
+- `duration` (seconds, or a function of the call's arguments) is validated and recorded per call,
+  with the time the call held its worker (`usage`); nothing is cut short when it runs over
+  (ZeroGPU may);
+- the daily quota (`zerogpu_quota`, when `set_quota` gave a ledger): a call that asks for more
+  than its visitor has left is refused before it starts (`QuotaExceeded`, as `spaces` refuses with
+  "ZeroGPU quota exceeded"), and each finished call is charged (xlarge counts twice);
+- module-level placement: what the caller `place_on_cuda`s (the documented `model.to("cuda")` at
+  start-up, which `spaces` records and moves to the GPU in the worker) stays in the caller's memory
+  and is moved to the worker's device before its calls (on a machine without CUDA, the CPU).
 
-Not reproduced: the GPU queue and quotas of Hugging Face, the CUDA emulation in the caller.
+Not reproduced: the GPU queue of Hugging Face, the CUDA emulation in the caller (the placed modules
+keep reporting `cpu` there, where `spaces` makes them report `cuda`).
 """
 
 from __future__ import annotations
@@ -38,6 +46,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+from .zerogpu_quota import QuotaLedger, Visitor, current_visitor
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +71,61 @@ class CallRecord:
 
     duration_s: float
     worker_pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallUsage:
+    """One call, once over: asked for vs. held (seconds), whom it was charged to and how much,
+    whether it ran to its end, and what the worker moved to its device before it."""
+
+    duration_s: float
+    used_s: float
+    visitor: Visitor
+    charged_s: float
+    completed: bool
+    moved_bytes: int = 0
+    move_s: float = 0.0
+
+    @property
+    def overran(self) -> bool:
+        return self.used_s > self.duration_s
+
+
+_quota: QuotaLedger | None = None
+_placed: list = []  # modules placed "on cuda" at start-up, moved in the workers (see place_on_cuda)
+
+
+def set_quota(ledger: QuotaLedger | None) -> None:
+    """Keep (or, with None, stop keeping) a daily quota for every decorated function's calls."""
+    global _quota
+    _quota = ledger
+
+
+def place_on_cuda(module):
+    """The harness's `module.to("cuda")` at start-up: remembered here, moved in each worker.
+
+    Call it in the server process before the first GPU call (workers inherit the list through the
+    fork). Returns `module`, still on the CPU here."""
+    if not any(placed is module for placed in _placed):
+        _placed.append(module)
+    return module
+
+
+def _move_placed() -> tuple[int, float]:
+    """Move what was placed to this worker's device (its GPU; the CPU without CUDA): bytes, seconds."""
+    if not _placed:
+        return 0, 0.0
+    import torch  # a worker of a placing process has torch already
+
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    started, moved = time.perf_counter(), 0
+    for module in _placed:
+        tensors = [*module.parameters(), *module.buffers()]
+        moved += sum(t.numel() * t.element_size() for t in tensors if t.device != device)
+        module.to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return moved, time.perf_counter() - started
 
 
 def parent_cuda_initialized() -> bool:
@@ -122,7 +187,9 @@ def _worker_main(task: Callable, conn: Connection, stop, parent_pid: int, inheri
             return
         stop.clear()
         ok = True
+        moved = (0, 0.0)
         try:
+            moved = _move_placed()
             result = task(*args, **kwargs)
             if inspect.isgenerator(result):
                 for item in result:
@@ -136,7 +203,7 @@ def _worker_main(task: Callable, conn: Connection, stop, parent_pid: int, inheri
                 ok = _send(conn, ("item", result))
         except Exception as exc:
             ok = _send(conn, ("error", type(exc).__name__, str(exc), traceback.format_exc()))
-        if not (ok and _send(conn, ("end",))):
+        if not (ok and _send(conn, ("end", *moved))):
             return
 
 
@@ -243,10 +310,15 @@ def GPU(task: Callable | None = None, *, duration: Any = None, size: str | None 
         raise ValueError(f"size must be 'large' or 'xlarge', got {size!r}")
     pool = _Pool(task)
     calls: list[CallRecord] = []
+    usage: list[CallUsage] = []
+    weight = 2.0 if size == "xlarge" else 1.0  # a full card costs twice the quota
 
-    def start(args: tuple, kwargs: dict) -> _Worker:
+    def start(args: tuple, kwargs: dict) -> tuple[_Worker, float, Visitor, float]:
         seconds = _duration_s(duration, args, kwargs)
         payload = pickle.dumps((args, kwargs))  # an unpicklable argument fails here, in the caller
+        visitor = current_visitor.get()
+        if _quota is not None:
+            _quota.reserve(visitor, seconds * weight)
         worker = pool.take()
         calls.append(CallRecord(duration_s=seconds, worker_pid=worker.pid))
         try:
@@ -254,24 +326,33 @@ def GPU(task: Callable | None = None, *, duration: Any = None, size: str | None 
         except (BrokenPipeError, OSError):
             worker.close()
             raise GPUTaskError("GPU task aborted: the worker process is gone", "WorkerDied") from None
-        return worker
+        return worker, seconds, visitor, time.monotonic()
 
-    def results(worker: _Worker) -> Iterator[Any]:
+    def results(started: tuple[_Worker, float, Visitor, float]) -> Iterator[Any]:
+        worker, seconds, visitor, began = started
         finished = False
+        moved = (0, 0.0)
         try:
             while True:
                 message = worker.receive()
                 if message[0] == "item":
                     yield message[1]
                 elif message[0] == "error":
-                    finished = worker.receive()[0] == "end"
+                    end = worker.receive()
+                    finished = end[0] == "end"
+                    moved = end[1:] if finished else moved
                     _, error_cls, text, trace = message
                     logger.debug("ZeroGPU harness: the task failed in its worker:\n%s", trace)
                     raise GPUTaskError(text, error_cls)
                 else:
                     finished = True
+                    moved = message[1:]
                     return
         finally:
+            used = time.monotonic() - began
+            charged = _quota.charge(visitor, requested_s=seconds * weight, used_s=used * weight) if _quota else 0.0
+            usage.append(CallUsage(duration_s=seconds, used_s=used, visitor=visitor, charged_s=charged,
+                                   completed=finished, moved_bytes=int(moved[0]), move_s=float(moved[1])))
             if finished:
                 pool.give(worker)
             else:  # closed early, or the worker failed: stop its call, reuse it once it is done
@@ -301,6 +382,7 @@ def GPU(task: Callable | None = None, *, duration: Any = None, size: str | None 
             worker.close()
 
     wrapper.calls = calls
+    wrapper.usage = usage
     wrapper.close_workers = close_workers
     wrapper.harness_pid = os.getpid()
     return wrapper

@@ -77,7 +77,8 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     demo = build_ui(service, settings, uploads, relay)
     head = '<script src="/player/bridge.js" defer></script>'
     if zerogpu is not None:
-        head += '<script src="/player/bridge-zerogpu.js" defer></script>'
+        head += ('<script src="/player/bridge-zerogpu.js" defer></script>'
+                 '<script src="/player/zerogpu-notice.js" defer></script>')
     private = [p for p in (settings.lm_id, settings.codec_id) if Path(p).exists()]
     mount_page(  # installs the Gradio file guard (the innermost middleware)
         app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from ..env import env_flag, env_str
@@ -47,7 +48,7 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
     """Builds the Synthesizer in the service's loader thread; every failure becomes one clear line.
 
     ZeroGPU mode: the Synthesizer (API, /api/tts/stream, the page's checks) runs on this process's
-    CPU, and a second, pristine copy of the weights is read for the GPU workers."""
+    CPU; the GPU workers' copy is read in the main thread before serving (`load_zerogpu_weights`)."""
     device, devices = ("cpu", None) if zerogpu is not None else (args.device, args.devices)
 
     def factory(report):
@@ -61,9 +62,7 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
                 voices_dir=args.voices_dir, engine_config=config, report=report,
                 devices=devices, quantize=args.quantize,
             )
-            if zerogpu is not None:
-                report("reading the model for the ZeroGPU workers…")
-                zerogpu.load_weights(args.lm, args.codec, dtype=args.dtype, max_context_rows=config.max_context_rows)
+            if zerogpu is not None:  # its GPU copy was placed before serving (`load_zerogpu_weights`)
                 synth.info["mode"] = zerogpu.describe()
             return synth
         except TTSError:
@@ -87,17 +86,21 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     install_log_storm_filter()
 
     zerogpu = _zerogpu_mode(args)
+    from .service import SynthesizerService
+
+    service = SynthesizerService(make_factory(args, zerogpu))
+    # The model starts loading now, in its thread, so importing torch and reading the weights
+    # overlap with importing Gradio and building the page (the lifespan's start is then a no-op).
+    service.start()
     import uvicorn
 
     from .app import create_app
     from .connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
-    from .service import SynthesizerService
 
     raise_open_files_limit()
-    service = SynthesizerService(make_factory(args, zerogpu))
-    # the app's lifespan starts loading the model in the background
     app = create_app(service, server_settings(args), zerogpu)
     if zerogpu is not None:
+        load_zerogpu_weights(args, zerogpu)
         zerogpu.before_serving()
     config = uvicorn_config(app, host=args.host, port=args.port, limits=ConnectionLimits(),
                             counters=app.state.guard_counters, log_config=None, access_log=False)
@@ -118,3 +121,20 @@ def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:
     zerogpu = ZeroGPUMode(concurrency=engine_config(args).max_active_streams)
     logger.info("ZeroGPU mode (%s): page generations run in GPU worker processes", zerogpu.backend)
     return zerogpu
+
+
+def load_zerogpu_weights(args: argparse.Namespace, zerogpu: ZeroGPUMode) -> None:
+    """ZeroGPU's documented placement: the GPU workers' copy of the model read and put "on cuda"
+    here, in the main thread, before serving (see `tts_core.engine.zerogpu`). A failure is logged
+    with its hint and leaves the page offering the CPU engine (its relay reports the GPU as
+    unavailable) rather than stopping the server."""
+    started = time.perf_counter()
+    try:
+        zerogpu.load_weights(args.lm, args.codec, dtype=args.dtype,
+                             max_context_rows=engine_config(args).max_context_rows)
+    except Exception as exc:  # the CPU engine's load reports the same problem to clients
+        logger.error("ZeroGPU: %s", _load_hint(args, exc))
+        logger.debug("ZeroGPU weights failed to load", exc_info=True)
+        return
+    logger.info("ZeroGPU: the model is placed for the GPU workers (%.2f s, main thread, before serving)",
+                time.perf_counter() - started)

@@ -1,22 +1,29 @@
 """ZeroGPU mode, web side: the server process stays on the CPU, the page's audio comes from GPU calls.
 
 `ZeroGPUMode` owns the decorated generator (`tts_core.engine.zerogpu.make_gpu_stream`) and the GPU
-copy of the weights, loaded by the service's loader thread next to the CPU synthesizer. What runs
-where:
+copy of the weights, read and placed "on cuda" in the main thread before serving (ZeroGPU's
+documented module-level placement: `load_weights`), while the CPU synthesizer loads in the
+service's thread. What runs where:
 
 - The page's Generate / Compare buttons: a Gradio event (so ZeroGPU sees the visitor's request and
   charges the visitor's quota) whose generator `PageRelay.relay` checks and prepares each request on
   the CPU (text, voice, prompt rows), then calls the GPU generator and turns every chunk into one
   relay message: a JSON string written to a hidden component. static/bridge-zerogpu.js forwards each
-  message to the player iframe (docs/PROTOCOL.md §3.2: tts:start / tts:pcm / tts:end / tts:error).
+  message to the player iframe (docs/PROTOCOL.md §3.2: tts:start / tts:pcm / tts:end / tts:error), and
+  static/zerogpu-notice.js shows the GPU time asked for, or, for an "unavailable" message, the
+  plain reason and the offer to generate on the server's CPU engine instead.
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
   needs a Gradio request to be charged to; see docs/DEPLOY.md).
 
-Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's
-id) and `n` (0, 1, 2, ...: a gap means a lost update), `type` start | pcm | end | error,
-`requestId`, and per type: start: `label`, `item`, `items`, `sampleRate`, `channels`,
-`estimatedDuration`; pcm: `pcm` (base64 of little-endian float32, interleaved stereo); end:
-`audioSeconds`, `firstAudioMs`, `elapsedMs`; error: `message`.
+Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's id) and `n` (0, 1, 2, ...:
+a gap means a lost update), `type` start | pcm | end | error | unavailable, `requestId`, and per
+type: start: `label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`, `gpuSeconds`
+(the GPU time the call asks ZeroGPU for, charged to the visitor's quota: shown on the page); pcm:
+`pcm` (base64 of little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`,
+`elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed before any audio:
+quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain words), `item` and
+`fallback` (the payload of the items not yet played, for the page's "generate on the server's
+CPU" offer: static/zerogpu-notice.js).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from ..engine.zerogpu_quota import Visitor, current_visitor
+from ..env import env_flag, env_str
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 from .errors import scrub_paths
@@ -52,6 +61,12 @@ class ZeroGPUMode:
 
         self.concurrency = concurrency  # page generations at once, each its own GPU call
         self.gpu, self.backend = gpu_decorator()
+        if self.backend == "harness":  # Hugging Face keeps the quota on a Space; the harness here
+            from ..engine.zerogpu_harness import set_quota
+            from ..engine.zerogpu_quota import QuotaLedger, parse_policy
+
+            quota = env_str(QUOTA_ENV)
+            set_quota(None if quota == "off" else QuotaLedger(parse_policy(quota, QUOTA_ENV)))
         self.weights = None
         self.stream = make_gpu_stream(self._loaded_weights, self.gpu)
 
@@ -61,10 +76,23 @@ class ZeroGPUMode:
         return self.weights
 
     def load_weights(self, lm: str, codec: str, *, dtype: str, max_context_rows: int) -> None:
-        """Read both checkpoints onto the CPU for the GPU workers (the service's loader thread)."""
-        from ..engine.zerogpu import load_gpu_weights
+        """Read both checkpoints for the GPU workers and place them "on cuda" (the documented
+        module-level placement; `tts_core.engine.zerogpu.place_weights`). Call it in the main
+        thread before serving: `spaces`' CUDA emulation covers that thread only."""
+        from ..engine.zerogpu import load_gpu_weights, place_weights
 
-        self.weights = load_gpu_weights(lm, codec, dtype=dtype, max_context_rows=max_context_rows)
+        aoti_dir = None
+        if env_flag(AOTI_ENV):  # off by default: not yet measured on ZeroGPU's Blackwell cards
+            from ..loader import default_cache_dir
+
+            aoti_dir = str(default_cache_dir() / "aoti")
+        weights = load_gpu_weights(lm, codec, dtype=dtype, max_context_rows=max_context_rows, aoti_dir=aoti_dir)
+        self.weights = place_weights(weights, self.backend)
+
+    def gpu_seconds(self, job) -> int:
+        from ..engine.zerogpu import gpu_seconds
+
+        return gpu_seconds(job)
 
     def describe(self) -> str:
         where = "Hugging Face ZeroGPU" if self.backend == "spaces" else "the local ZeroGPU harness"
@@ -93,6 +121,26 @@ def disable_spaces_auto_wrap() -> None:
     except ImportError:
         return
     spaces.disable_gradio_auto_wrap()
+
+
+AOTI_ENV = "MOSS_TTS_ZEROGPU_AOTI"  # 1: the GPU workers run the LM step as AOTInductor packages
+QUOTA_ENV = "MOSS_TTS_ZEROGPU_QUOTA"  # the harness's daily quota: "anonymous=120,free=300,pro=2400" or "off"
+QUOTA_WORDS = "Your ZeroGPU quota for today is used up"
+GPU_WORDS = "No ZeroGPU GPU is available right now"
+
+
+def unavailable_reason(exc: BaseException) -> str:
+    """"quota" for a refusal by quota (the harness's `QuotaExceeded`, `spaces`' Gradio error titled
+    "ZeroGPU quota exceeded" / "... credits exceeded"), else "gpu"."""
+    title = str(getattr(exc, "title", "") or "")
+    return "quota" if "quota" in title.lower() or "credits" in title.lower() else "gpu"
+
+
+def unavailable_words(exc: BaseException, reason: str) -> str:
+    """What the page says: plain words first, then ZeroGPU's own detail (retry time, seconds left)."""
+    detail = exc.message if isinstance(exc, TTSError) else str(exc)
+    lead = QUOTA_WORDS if reason == "quota" else GPU_WORDS
+    return f"{lead}. {scrub_paths(detail)}".strip()
 
 
 class RelayMessages:
@@ -142,8 +190,9 @@ class PageRelay:
                                          settings=self.settings, uploads=self.uploads))
         return synth.prepare(prepared.request)
 
-    def relay(self, payload_json: str | None) -> Iterator[str]:
-        """Every item of the payload, one after another: start, its audio chunks, end (or error)."""
+    def relay(self, payload_json: str | None, visitor: Visitor | None = None) -> Iterator[str]:
+        """Every item of the payload, one after another: start, its audio chunks, end (or error);
+        the GPU calls are charged to `visitor` (the harness's quota; `spaces` reads the request)."""
         if not payload_json:
             return
         items = json.loads(payload_json).get("items", [])
@@ -157,8 +206,10 @@ class PageRelay:
                 return
             yield message("start", request_id, label=item.get("label", ""), item=index, items=len(items),
                           sampleRate=SAMPLE_RATE_HZ, channels=NUM_CHANNELS,
-                          estimatedDuration=round(job.estimated_audio_s, 3))
+                          estimatedDuration=round(job.estimated_audio_s, 3), gpuSeconds=self.mode.gpu_seconds(job))
             last = None
+            if visitor is not None:  # read when the GPU call starts, within this step of the generator
+                current_visitor.set(visitor)
             try:
                 for last in self.mode.stream(job):
                     if last.pcm.shape[1]:
@@ -168,6 +219,11 @@ class PageRelay:
                 raise
             except Exception as exc:
                 logger.warning("ZeroGPU stream %s failed: %s: %s", request_id, type(exc).__name__, exc)
+                if last is None:  # refused or failed before any audio: offer the CPU engine instead
+                    reason = unavailable_reason(exc)
+                    yield message("unavailable", request_id, reason=reason, message=unavailable_words(exc, reason),
+                                  item=index, fallback=json.dumps({"items": items[index:]}))
+                    return
                 text = exc.message if isinstance(exc, TTSError) else f"{type(exc).__name__}: {exc}"
                 yield message("error", request_id, message=scrub_paths(text) or "the GPU call failed")
                 if isinstance(exc, self.reraise):

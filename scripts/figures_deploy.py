@@ -1,0 +1,60 @@
+"""The figures of docs/DEPLOY.md: where a start's time goes (bench/cold_start.py records) and the
+AOTInductor-compiled step against the eager one (bench/aoti_step.py records)."""
+
+from __future__ import annotations
+
+import re
+
+from figures_common import _caption
+
+_PATH = re.compile(r"/[^\s…]+")  # a local path in an app's log line: not for a document
+
+COLD_START_COMMAND = "python bench/cold_start.py --device cpu --json bench/results/cold-start-cpu.json"
+AOTI_COMMAND = "python bench/aoti_step.py --json bench/results/aoti-step-h200.json"
+
+
+def _s(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f} s"
+
+
+def render_cold_start(records: list[tuple[str, dict]]) -> str:
+    """Per cold-start record: each scenario's milestones, then where the time went (its phases)."""
+    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "cold_start"), key=lambda sr: sr[1]["date"])
+    if not chosen:
+        return f"No cold-start record yet: `{COLD_START_COMMAND}`."
+    blocks = []
+    for source, record in chosen:
+        titled = {**record, "command": record.get("command", "python bench/cold_start.py")}
+        lines = [_caption(f"Cold start of `{record['setup'].get('what', 'python app.py')}`", titled, source),
+                 f"Weights: {record['setup']['weights']}; device {record['setup'].get('device', '?')}.", "",
+                 "| cache | server answering | model ready | first audio | first request's TTFP once warm |",
+                 "|---|---|---|---|---|"]
+        for run in record["runs"]:
+            warm = run.get("warm_request_ttfp_ms") or run.get("first_request_ttfp_ms")
+            lines.append(f"| {run['scenario']} | {_s(run.get('server_up_s'))} | {_s(run.get('ready_s'))} | "
+                         f"{_s(run['first_audio_s'])} | {'–' if warm is None else f'{warm:.0f} ms'} |")
+        for run in record["runs"]:
+            if run.get("phases"):
+                steps = "; ".join(f"{t:.1f} s {_PATH.sub('<path>', what)}" for t, what in run["phases"])
+                lines += ["", f"Where the time went ({run['scenario']} cache, seconds from process start): {steps}."]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def render_aoti(records: list[tuple[str, dict]]) -> str:
+    """Per AoTI record: per dtype, the frame time eager vs compiled and whether the codes agree."""
+    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "aoti_step"), key=lambda sr: sr[1]["date"])
+    if not chosen:
+        return f"Not measured yet (no GPU here): `{AOTI_COMMAND}` on a CUDA machine."
+    blocks = []
+    for source, record in chosen:
+        lines = [_caption("AOTInductor step vs eager, one stream", record, source), "",
+                 "| dtype | architecture | frame, eager | frame, AoTI | speed-up | greedy codes equal | units |",
+                 "|---|---|---|---|---|---|---|"]
+        for run in record["runs"]:
+            units = ", ".join(f"{k}: {v}" for k, v in run["units"].items())
+            lines.append(f"| {run['dtype']} | {run['arch']} | {run['frame_ms']['eager']:.2f} ms | "
+                         f"{run['frame_ms']['aoti']:.2f} ms | {run['speedup']:.2f}× | "
+                         f"{100 * run['codes_equal_share']:.1f} % | {units} |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
