@@ -28,7 +28,7 @@ from starlette.responses import StreamingResponse
 from tts_core.errors import InvalidRequestError
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 from tts_core.web.requests import STREAM, StreamBody, prepare, stream_fields
-from tts_core.web.streaming import close_stream, next_chunk, open_stream
+from tts_core.web.streaming import close_stream, open_stream
 
 KIND_PCM, KIND_EVENT = 0, 1
 STREAM_PATH = "/api/tts/stream"
@@ -94,19 +94,19 @@ def framed_stream_router(service, settings, uploads) -> APIRouter:
         store = getattr(http_request.app.state, "results", None)
         timeline = Timeline()
 
+        def write(chunk):
+            if store is not None and chunk.pcm.shape[1]:
+                store.add(request_id, chunk.pcm, last=chunk.is_last)
+            if body.framing:
+                return timeline.encode(chunk)
+            return np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes()
+
         async def chunks():
-            chunk = first
             try:
-                while chunk is not None:
-                    if store is not None and chunk.pcm.shape[1]:
-                        store.add(request_id, chunk.pcm, last=chunk.is_last)
-                    if body.framing:
-                        data = timeline.encode(chunk)
-                    else:
-                        data = np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes()
-                    if data:
+                if first is not None:
+                    gen.start(write)
+                    async for data in gen.output():
                         yield data
-                    chunk = None if chunk.is_last else await next_chunk(gen)
                 if body.framing:
                     yield timeline.finish(request_id)
             finally:
