@@ -46,7 +46,7 @@ from server_helpers import tiny_synthesizer_factory, wait_for_idle  # noqa: E402
 
 from tts_core.bench.machine import machine_info  # noqa: E402
 from tts_core.bench.playback import audio_timeline, simulate_playback  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from tts_core.bench.record import command_line, new_record, write_record  # noqa: E402
 from tts_core.bench.streams import run_streams, summarize_run  # noqa: E402
 
 logger = logging.getLogger("http_load")
@@ -170,6 +170,19 @@ def _median_run(runs: list[dict]) -> dict:
     return out
 
 
+def _without_data(argv: list[str]) -> list[str]:
+    """`argv` without `--data PATH` (a local path)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--data":
+            skip = True
+        elif not arg.startswith("--data="):
+            out.append(arg)
+    return out
+
+
 # ---- the whole bench ----------------------------------------------------------------------------
 
 
@@ -208,6 +221,7 @@ def main() -> None:
         "threads": args.threads, "frames": args.frames, "client": "openai.AsyncOpenAI (httpx), one process",
         "shared_machine": "other engineers' work ran on the same cores; compare runs of one record only",
     }, program="python bench/http_load.py")
+    record["command"] = command_line(_without_data(sys.argv), "python bench/http_load.py")
     record["encoder_check"] = encoder_check(args.data)
     record["levels"] = []
     with launch_app(args.data, work, log_path=work / "app.log", threads=args.threads,
