@@ -41,9 +41,10 @@ def sniff_audio_type(path: Path) -> str:
     return "application/octet-stream"
 
 
-def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> APIRouter:
+def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
+                        saved: SavedVoices | None = None) -> APIRouter:
     router = APIRouter()
-    saved = SavedVoices(service, settings)
+    saved = saved or SavedVoices(service, settings)
 
     @router.post("/api/tts/stream")
     async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
