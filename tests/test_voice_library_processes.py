@@ -11,8 +11,6 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing
-import os
-import sys
 import threading
 from pathlib import Path
 
@@ -21,12 +19,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 from e2e_helpers import free_port
-from server_helpers import app_process, wait_until_ready
+from replica_helpers import ReplicaApp, start_replica
+from server_helpers import wait_until_ready
 
 from tts_core.errors import InvalidRequestError
 from tts_core.voices.library import VoiceLibrary
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CODES = np.arange(64, dtype=np.int64).reshape(4, 16)
 
 
@@ -107,29 +105,6 @@ def _clip(data_dir: Path, seconds: float) -> bytes:
     return out.getvalue()
 
 
-class _App:
-    def __init__(self, process, url: str, log_path: Path):
-        self.process, self.url, self.log_path = process, url, log_path
-
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=10).json()
-
-    def log_tail(self, num_chars: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-num_chars:]
-
-
-def start_replica(data_dir: Path, cache_dir: Path, log_path: Path, port: int, *extra: str):
-    """`python app.py` (tiny checkpoints) on `port` with `cache_dir` as its cache (MOSS_TTS_CACHE_DIR)."""
-    env = {**os.environ, "PORT": str(port), "MOSS_TTS_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", "MOSS_TTS_NUM_THREADS": "1"}
-    env.pop("SPACE_ID", None)
-    command = [sys.executable, "app.py", "--lm", str(data_dir / "parity" / "tiny_lm"),
-               "--codec", str(data_dir / "parity" / "tiny_codec"),
-               "--tokenizer", str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-               "--voices-dir", str(data_dir / "presets"), *extra]
-    return app_process(command, cwd=REPO_ROOT, env=env, log_path=log_path)
-
-
 @pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.timeout(600)
@@ -139,7 +114,7 @@ def test_two_servers_on_one_cache_folder_save_list_and_delete_concurrently(data_
     clips = [_clip(data_dir, 1.0 + 0.25 * i) for i in range(6)]
     with start_replica(data_dir, cache, tmp_path / "a.log", ports[0]) as a, \
             start_replica(data_dir, cache, tmp_path / "b.log", ports[1]) as b:
-        apps = [_App(p, f"http://127.0.0.1:{port}", tmp_path / f"{n}.log") for p, port, n in zip((a, b), ports, "ab")]
+        apps = [ReplicaApp(p, f"http://127.0.0.1:{port}", tmp_path / f"{n}.log") for p, port, n in zip((a, b), ports, "ab")]
         for app in apps:
             wait_until_ready(app, 240)
         made: list[list[tuple[str, bytes]]] = [[], []]
