@@ -6,18 +6,30 @@ quality level (FFmpeg's `compression_level`, 0 = slowest/best ... 9 = fastest) a
 rate. Per case: CPU seconds per audio second in one thread (best of 3), and the decoded audio
 against the source: SNR (dB) and the mean mel-band level distance (dB, 40 bands), after aligning
 the decoder's delay. The server's choice must cost no quality against LAME's default (level 3).
+
+Run alone, it also measures whether PyAV releases the interpreter lock while it encodes (a pure
+Python thread's progress beside an encoding thread, against alone: near 1 = released, near 0.5 or
+below = held), and writes its own record:
+
+    python bench/encoder_check.py --json bench/results/encoders-cpu.json
 """
 
 from __future__ import annotations
 
+import argparse
 import io
+import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
-from tts_core.bench.audio_measures import mel_band_db
-from tts_core.encoders import StreamEncoder
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tts_core.bench.audio_measures import mel_band_db  # noqa: E402
+from tts_core.encoders import StreamEncoder  # noqa: E402
 
 SR = 48_000
 PIECE = 3840  # one codec frame, as the engine hands them out
@@ -116,3 +128,59 @@ def encoder_check(data_dir: Path) -> dict:
         data, cpu = _timed(lambda level=level: _lame(source, level, bit_rate))
         lame[str(level)] = {"cpu_s_per_audio_s": round(cpu / seconds, 5), **quality(source, data)}
     return {"audio_s": seconds, "served": served, "lame_levels": lame, "lame_bit_rate": bit_rate}
+
+
+def _spin(seconds: float) -> int:
+    count, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        count += 1
+    return count
+
+
+def gil_check(source: np.ndarray, seconds: float = 1.0, rounds: int = 5) -> dict:
+    """Per format: a Python thread's loop count beside a thread encoding that format non-stop, over
+    its count alone just before; the median of `rounds` such pairs. 1.0 = the encoder never held
+    the interpreter lock (on a machine with a core free for each thread)."""
+    out = {}
+    for fmt in ("mp3", "aac", "opus"):
+        ratios = []
+        for _ in range(rounds):
+            alone = _spin(seconds)
+            stop = threading.Event()
+
+            def encode(fmt: str = fmt, stop: threading.Event = stop) -> None:
+                while not stop.is_set():
+                    _served(source[:, : SR * 2], fmt)
+
+            worker = threading.Thread(target=encode, daemon=True)
+            worker.start()
+            ratios.append(_spin(seconds) / alone)
+            stop.set()
+            worker.join()
+        out[fmt] = round(float(np.median(ratios)), 3)
+    return out
+
+
+def main() -> None:
+    from tts_core.bench.machine import machine_info
+    from tts_core.bench.record import command_line, new_record, write_record
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "moss_tts_nano_data")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--note", action="append")
+    args = parser.parse_args()
+    recorded = argparse.Namespace(**{k: v for k, v in vars(args).items() if k != "data"})
+    record = new_record("encoder_check", recorded, machine_info([]), {"pieces": PIECE, "sample_rate": SR},
+                        program="python bench/encoder_check.py")
+    argv = [a for i, a in enumerate(sys.argv) if a != "--data" and (i == 0 or sys.argv[i - 1] != "--data")]
+    record["command"] = command_line(argv, "python bench/encoder_check.py")
+    record["encoders"] = encoder_check(args.data)
+    record["gil_progress_beside_encoder"] = gil_check(speech(args.data))
+    print(record["gil_progress_beside_encoder"])
+    if args.json:
+        write_record(record, args.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -15,6 +15,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           reference    side by side with the upstream implementation (bench/reference.py)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
+    docs/SERVING.md       serving      the server under N concurrent OpenAI clients, per format, beside the
+                                       in-process bench of the same run (bench/http_load.py)
 
 Pure text in, text out: the same records always give the same bytes, and a rendered document
 renders to itself.
@@ -34,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures_common import _caption, _date
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
+from figures_serving import render_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "gpu-trace", "spaces-hardware", "precision", "reference"),
-             "docs/RELIABILITY.md": ("reliability",)}
+             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -331,7 +334,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
-            "gpu-trace": render_trace(records)}
+            "gpu-trace": render_trace(records), "serving": render_serving(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -20,7 +21,7 @@ from .results import record_result
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .speech_output import FrameWriter, OutputSpec, RawWriter, SpeechRender
-from .streaming import ClosingStreamingResponse, f32_bytes, open_stream
+from .streaming import ClosingStreamingResponse, Delivery, f32_bytes, open_stream
 from .voices_api import SavedVoices
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
         speed = 1.0 if body.speed is None else check_speed(body.speed)
         prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads,
                                  saved=saved.voice)
+        started = time.monotonic()
         gen, first = await open_stream(synth, prepared.request, http_request)
         request_id = uuid.uuid4().hex[:16]
         logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
@@ -77,8 +79,18 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
             writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
         # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
         writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
+        metrics = getattr(http_request.app.state, "metrics", None)
+        label = "player-events" if body.framing == "events" else "player-float32"
+
+        def delivered(sent: Delivery) -> None:
+            if metrics is not None:
+                metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
+                                         encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                         finished=sent.outcome == "done")
+
         return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
-                                        media_type="application/octet-stream", headers=headers)
+                                        media_type="application/octet-stream", headers=headers,
+                                        delivered=delivered, started=started)
 
     @router.get("/api/voices")
     def voices() -> dict:
