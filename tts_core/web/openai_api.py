@@ -58,7 +58,7 @@ from .requests import OPENAI, openai_fields, prepare
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .speech_output import OutputSpec, RawWriter, SpeechRender, SseWriter, render_whole
-from .streaming import ClosingStreamingResponse, Delivery, collect, open_stream
+from .streaming import ClosingStreamingResponse, Delivery, close_stream, collect, open_stream
 from .voices_api import SavedVoices, build_voices_router
 
 logger = logging.getLogger(__name__)
@@ -141,40 +141,44 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings,
         # that leaves while the request is still queued cancels it at once.
         started = time.monotonic()
         pump, first = await open_stream(synth, prepared.request, request)
-        request_id = uuid.uuid4().hex[:16]
-        headers["X-Request-Id"] = request_id
-        metrics = getattr(request.app.state, "metrics", None)
-        label = f"sse-{spec.fmt}" if sse else spec.fmt
-        logger.info("speech %s: %d chars, voice %s, %s at %d Hz x%d, speed %g%s", request_id, len(body.input),
-                    prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
-        if sse or body.stream or body.stream_format == "audio":
-            headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-            if first is not None and first.estimated_audio_s is not None:
-                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
-            render = SpeechRender(spec)
-            if sse:
-                writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
-                media_type = "text/event-stream"
-            else:
-                writer, media_type = RawWriter(render), MEDIA_TYPES[spec.fmt]
+        try:  # until the response owns the pump, an error here must close it (it holds a slot)
+            request_id = uuid.uuid4().hex[:16]
+            headers["X-Request-Id"] = request_id
+            metrics = getattr(request.app.state, "metrics", None)
+            label = f"sse-{spec.fmt}" if sse else spec.fmt
+            logger.info("speech %s: %d chars, voice %s, %s at %d Hz x%d, speed %g%s", request_id, len(body.input),
+                        prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
+            if sse or body.stream or body.stream_format == "audio":
+                headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                if first is not None and first.estimated_audio_s is not None:
+                    headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
+                render = SpeechRender(spec)
+                if sse:
+                    writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
+                    media_type = "text/event-stream"
+                else:
+                    writer, media_type = RawWriter(render), MEDIA_TYPES[spec.fmt]
 
-            def delivered(sent: Delivery) -> None:
-                if metrics is not None:
-                    metrics.observe_delivery(label, audio_s=sent.audio_s / spec.speed, bytes_out=sent.bytes_out,
-                                             encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
-                                             finished=sent.outcome == "done")
+                def delivered(sent: Delivery) -> None:
+                    if metrics is not None:
+                        metrics.observe_delivery(label, audio_s=sent.audio_s / spec.speed, bytes_out=sent.bytes_out,
+                                                 encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                                 finished=sent.outcome == "done")
 
-            return ClosingStreamingResponse(pump, first, writer, request_id=request_id, media_type=media_type,
-                                            headers=headers, delivered=delivered, started=started)
-        pcm = await collect(pump, first, request)
-        if pcm is None:
-            return Response(status_code=499)
-        data, seconds, encode_s = await to_thread.run_sync(_timed_render, pcm, spec)
-        headers["X-Audio-Seconds"] = f"{seconds:.3f}"
-        if metrics is not None:
-            metrics.observe_delivery(label, audio_s=seconds, bytes_out=len(data), encode_s=encode_s,
-                                     elapsed_s=time.monotonic() - started, finished=True)
-        return Response(data, media_type=MEDIA_TYPES[spec.fmt], headers=headers)
+                return ClosingStreamingResponse(pump, first, writer, request_id=request_id, media_type=media_type,
+                                                headers=headers, delivered=delivered, started=started)
+            pcm = await collect(pump, first, request)
+            if pcm is None:
+                return Response(status_code=499)
+            data, seconds, encode_s = await to_thread.run_sync(_timed_render, pcm, spec)
+            headers["X-Audio-Seconds"] = f"{seconds:.3f}"
+            if metrics is not None:
+                metrics.observe_delivery(label, audio_s=seconds, bytes_out=len(data), encode_s=encode_s,
+                                         elapsed_s=time.monotonic() - started, finished=True)
+            return Response(data, media_type=MEDIA_TYPES[spec.fmt], headers=headers)
+        except BaseException:
+            await close_stream(pump)
+            raise
 
     @router.get("/v1/voices", response_model=VoiceList, summary="Preset voices")
     def list_voices() -> VoiceList:

@@ -21,7 +21,7 @@ from .results import record_result
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .speech_output import FrameWriter, OutputSpec, RawWriter, SpeechRender
-from .streaming import ClosingStreamingResponse, Delivery, f32_bytes, open_stream
+from .streaming import ClosingStreamingResponse, Delivery, close_stream, f32_bytes, open_stream
 from .voices_api import SavedVoices
 
 logger = logging.getLogger(__name__)
@@ -57,40 +57,44 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
                                  saved=saved.voice)
         started = time.monotonic()
         gen, first = await open_stream(synth, prepared.request, http_request)
-        request_id = uuid.uuid4().hex[:16]
-        logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
-                    prepared.voice_label, prepared.request.mode, speed, ", event frames" if body.framing else "")
-        headers = {
-            "X-Sample-Rate": str(SAMPLE_RATE_HZ),
-            "X-Channels": str(NUM_CHANNELS),
-            "X-Sample-Format": "f32le",
-            "X-Request-Id": request_id,
-            "Cache-Control": "no-store",
-            "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
-            "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
-        }
-        if first is not None and first.estimated_audio_s is not None:
-            headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
-        spec = OutputSpec("float32", speed=speed, captions=body.framing == "events")
-        if body.framing == "events":
-            headers["X-Framing"] = "events"
-            writer = FrameWriter(SpeechRender(spec), request_id)
-        else:  # today's raw stream, untouched at the natural rate
-            writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
-        # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
-        writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
-        metrics = getattr(http_request.app.state, "metrics", None)
-        label = "player-events" if body.framing == "events" else "player-float32"
+        try:  # until the response owns the pump, an error here must close it (it holds a slot)
+            request_id = uuid.uuid4().hex[:16]
+            logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
+                        prepared.voice_label, prepared.request.mode, speed, ", event frames" if body.framing else "")
+            headers = {
+                "X-Sample-Rate": str(SAMPLE_RATE_HZ),
+                "X-Channels": str(NUM_CHANNELS),
+                "X-Sample-Format": "f32le",
+                "X-Request-Id": request_id,
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
+                "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
+            }
+            if first is not None and first.estimated_audio_s is not None:
+                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
+            spec = OutputSpec("float32", speed=speed, captions=body.framing == "events")
+            if body.framing == "events":
+                headers["X-Framing"] = "events"
+                writer = FrameWriter(SpeechRender(spec), request_id)
+            else:  # today's raw stream, untouched at the natural rate
+                writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
+            # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
+            writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
+            metrics = getattr(http_request.app.state, "metrics", None)
+            label = "player-events" if body.framing == "events" else "player-float32"
 
-        def delivered(sent: Delivery) -> None:
-            if metrics is not None:
-                metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
-                                         encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
-                                         finished=sent.outcome == "done")
+            def delivered(sent: Delivery) -> None:
+                if metrics is not None:
+                    metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
+                                             encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                             finished=sent.outcome == "done")
 
-        return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
-                                        media_type="application/octet-stream", headers=headers,
-                                        delivered=delivered, started=started)
+            return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
+                                            media_type="application/octet-stream", headers=headers,
+                                            delivered=delivered, started=started)
+        except BaseException:
+            await close_stream(gen)
+            raise
 
     @router.get("/api/voices")
     def voices() -> dict:
