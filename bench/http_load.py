@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import shutil
 import statistics
 import sys
 import tempfile
@@ -248,6 +249,7 @@ def main() -> None:
             logger.info("%d streams in-process: %.1fx real time", streams, level["inproc"]["x_realtime"])
             record["levels"].append(level)
     synth.close()
+    shutil.rmtree(work, ignore_errors=True)  # the app's cache, temp files and log
     if args.json:
         write_record(record, args.json)
 
