@@ -16,10 +16,12 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           reference    side by side with the upstream implementation (bench/reference.py)
     docs/DEPLOY.md        spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
                                        measured figures (engine, cold-start and ZeroGPU records)
-    docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
-                                       the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
                           cold-start   every cold-start record: milestones and where the time went
                           aoti         the AOTInductor step against eager (bench/aoti_step.py)
+    docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
+                                       the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
+    docs/SERVING.md       serving      the server under N concurrent OpenAI clients, per format, beside the
+                                       in-process bench of the same run (bench/http_load.py)
 
 A figure under a heading comes from a record that measured it (the newest such record), never from
 another row. Records in bench/results/archive/ (superseded by newer runs) are not rendered.
@@ -42,6 +44,7 @@ from figures_common import _caption, _date, _memory, _ms, _ranged, _rtf, _times
 from figures_deploy import render_aoti, render_cold_start
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
+from figures_serving import render_serving
 from figures_trace import render_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +52,7 @@ RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
-             "docs/RELIABILITY.md": ("reliability",)}
+             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -319,7 +322,8 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
             "gpu-trace": render_trace(records), "headline": render_headline(records),
-            "cold-start": render_cold_start(records), "aoti": render_aoti(records)}
+            "cold-start": render_cold_start(records), "aoti": render_aoti(records),
+            "serving": render_serving(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -25,5 +25,17 @@ if [ ! -x /usr/bin/chromium ]; then
         esac
     fi
 fi
+# nginx for the two-replicas test (tests/test_nginx_replicas.py), the same way
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+    if [ "$(id -u)" = "0" ]; then
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx
+    else
+        case "$(printf '%s' "${MOSS_TTS_REQUIRE_BROWSER:-}" | tr '[:upper:]' '[:lower:]')" in
+            1|true|yes|on) echo "error: nginx missing and not root to install it;" \
+                "MOSS_TTS_REQUIRE_BROWSER is set, so the nginx replica tests will fail" >&2 ;;
+            *) echo "warning: nginx missing and not root; the nginx replica tests will be skipped" >&2 ;;
+        esac
+    fi
+fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 exec "$PY" -m pytest "$@"

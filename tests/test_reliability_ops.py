@@ -102,6 +102,29 @@ def test_metrics_count_streams_latency_and_outcomes(inproc, inproc_client) -> No
     assert after[("tts_active_streams", ())] >= 0 and after[("tts_model_ready", ())] == 1.0
 
 
+@pytest.mark.timeout(120)
+def test_metrics_count_encode_time_bytes_and_delivered_rtf_by_format(inproc_client) -> None:
+    before = _samples(inproc_client.get("/metrics").text)
+    sent = {}
+    for fmt, stream in (("mp3", True), ("opus", True), ("pcm", False)):
+        body = {"model": "moss-tts-nano", "input": "Counting bytes.", "response_format": fmt, "max_frames": 6,
+                "seed": 1, **({"stream_format": "audio"} if stream else {})}
+        r = inproc_client.post("/v1/audio/speech", json=body)
+        assert r.status_code == 200 and r.content
+        sent[fmt] = len(r.content)
+    after = _samples(inproc_client.get("/metrics").text)
+    for fmt, size in sent.items():
+        def delta(name, fmt=fmt):
+            return _value(after, name, format=fmt) - _value(before, name, format=fmt)
+        assert delta("tts_response_bytes_total") == size, fmt  # every byte the client got, counted
+        assert delta("tts_audio_out_seconds_total") > 0, fmt
+        assert delta("tts_delivered_real_time_factor_count") == 1, fmt
+        assert delta("tts_encode_seconds_total") >= 0, fmt
+    # mp3 costs CPU to encode; its counter moves (pcm's may round to zero)
+    assert _value(after, "tts_encode_seconds_total", format="mp3") > _value(before, "tts_encode_seconds_total",
+                                                                             format="mp3")
+
+
 def test_a_stuck_device_turns_health_and_new_requests_into_503(data_dir, tmp_path) -> None:
     """The engine's step stops returning (a GPU that stopped finishing work): the stream in progress
     gets the stall error, `/health` answers 503 "failed" with the reason, and a new speech request

@@ -9,23 +9,28 @@ One folder per voice under the library directory (`<cache dir>/voices/library/` 
 A voice appears at once or not at all: it is written in a hidden temporary folder and renamed into
 place; deleting renames it away before removing it. Ids are random and checked against their
 pattern before any path is built from them; names are sanitised text that never reaches a path.
-Limits: `max_voices` voices, `max_sample_bytes` per clip. Folders shared by several `VoiceLibrary`
-objects of one process share one lock (the web app opens one per router).
+Limits: `max_voices` voices, `max_sample_bytes` per clip.
+
+Several server processes may share the folder (replicas on one volume): saving and deleting hold an
+exclusive `flock` on `<library>/library.lock` (a fresh open per operation, so threads of one process
+exclude each other the same way), which makes the count check and the rename one step for every
+process; readers need no lock, since every change is a rename of a complete folder. A voice deleted
+while being listed is simply not listed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
 import secrets
 import shutil
-import threading
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -44,14 +49,20 @@ _NAME_PUNCTUATION = frozenset(" -_.,'()&+")
 _META = "voice.json"
 _SAMPLE = "sample.bin"
 
-_locks: dict[str, threading.Lock] = {}
-_locks_guard = threading.Lock()
+_LOCK_FILE = "library.lock"  # not hidden: hidden entries are staging or trash
 
 
-def _folder_lock(directory: Path) -> threading.Lock:
-    key = os.path.abspath(directory)
-    with _locks_guard:
-        return _locks.setdefault(key, threading.Lock())
+@contextlib.contextmanager
+def folder_lock(directory: Path) -> Iterator[None]:
+    """Exclusive across processes and threads: `flock` on a file opened for this call alone (locks
+    belong to open file descriptions, so two opens in one process exclude each other too)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def is_voice_id(value: object) -> bool:
@@ -94,7 +105,7 @@ def _parse_meta(data: object, voice_id: str) -> SavedVoice:
 
 
 class VoiceLibrary:
-    """Saved voices in `directory`. Thread-safe.
+    """Saved voices in `directory`. Safe across threads and processes sharing the folder.
 
     Args:
         directory: the library folder, created on the first save.
@@ -108,7 +119,6 @@ class VoiceLibrary:
         self.directory = Path(directory)
         self.max_voices = int(max_voices)
         self.max_sample_bytes = int(max_sample_bytes)
-        self._lock = _folder_lock(self.directory)
 
     def _folder(self, voice_id: str) -> Path:
         if not is_voice_id(voice_id):
@@ -128,6 +138,8 @@ class VoiceLibrary:
             if is_voice_id(entry.name):
                 try:
                     voices.append(self._read(entry.name))
+                except FileNotFoundError:  # deleted (renamed away) since the folder was read
+                    continue
                 except (OSError, ValueError, TypeError) as exc:
                     logger.warning("skipping damaged saved voice %s: %s", entry.name, exc)
         return sorted(voices, key=lambda v: (v.created_at, v.created_ns or 0, v.id))
@@ -190,33 +202,35 @@ class VoiceLibrary:
                            transcript=(transcript or "").strip() or None, language=language,
                            sample_bytes=len(sample), sample_seconds=round(float(sample_seconds), 3),
                            consent=(consent or "").strip()[:200] or None, created_ns=now_ns)
-        with self._lock:
-            count = len(self.list())
-            if count >= self.max_voices:
-                raise InvalidRequestError(
-                    f"the voice library is full ({count} of {self.max_voices}): delete one "
-                    "(DELETE /v1/audio/voices/{id}) before saving another", param=None, code="voice_limit_reached")
-            staging = self.directory / f".tmp-{voice.id}"
-            try:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._sweep()
-                staging.mkdir()
-                write_atomic(staging / _SAMPLE, lambda handle: handle.write(sample))
-                write_atomic(staging / f"codes-{fingerprint}.npy",
-                             lambda handle: np.save(handle, codes, allow_pickle=False))
-                write_atomic(staging / _META, lambda handle: handle.write(
-                    json.dumps(asdict(voice), ensure_ascii=False, indent=1).encode("utf-8")))
-                os.replace(staging, self.directory / voice.id)
-            except OSError as exc:  # a full or read-only disk: say so, without the server's paths
-                shutil.rmtree(staging, ignore_errors=True)
-                logger.error("could not save voice %r in %s: %s", name, self.directory, exc)
-                raise TTSError("the server could not store the voice (its cache dir is full or read-only)",
-                               code="storage_error") from None
-            except BaseException:
-                shutil.rmtree(staging, ignore_errors=True)
-                raise
+        try:
+            with folder_lock(self.directory):  # the count check and the rename: one step for every process
+                self._store(voice, sample, codes, fingerprint)
+        except OSError as exc:  # a full or read-only disk: say so, without the server's paths
+            logger.error("could not save voice %r in %s: %s", name, self.directory, exc)
+            raise TTSError("the server could not store the voice (its cache dir is full or read-only)",
+                           code="storage_error") from None
         logger.info("saved voice %s (%r, %.1f s)", voice.id, voice.name, voice.sample_seconds)
         return voice
+
+    def _store(self, voice: SavedVoice, sample: bytes, codes: np.ndarray, fingerprint: str) -> None:
+        """Write `voice` in a hidden folder and rename it into place (under the folder lock)."""
+        count = len(self.list())
+        if count >= self.max_voices:
+            raise InvalidRequestError(
+                f"the voice library is full ({count} of {self.max_voices}): delete one "
+                "(DELETE /v1/audio/voices/{id}) before saving another", param=None, code="voice_limit_reached")
+        staging = self.directory / f".tmp-{voice.id}"
+        try:
+            self._sweep()
+            staging.mkdir()
+            write_atomic(staging / _SAMPLE, lambda handle: handle.write(sample))
+            write_atomic(staging / f"codes-{fingerprint}.npy", lambda handle: np.save(handle, codes, allow_pickle=False))
+            write_atomic(staging / _META, lambda handle: handle.write(
+                json.dumps(asdict(voice), ensure_ascii=False, indent=1).encode("utf-8")))
+            os.replace(staging, self.directory / voice.id)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
 
     def _sweep(self) -> None:
         """Remove what an interrupted save or delete left behind (hidden folders, an hour old: another
@@ -229,7 +243,7 @@ class VoiceLibrary:
 
     def delete(self, voice_id: str) -> SavedVoice:
         """Remove a voice (its folder goes away at once); returns what it was."""
-        with self._lock:
+        with folder_lock(self.directory):
             voice = self.get(voice_id)
             trash = self.directory / f".trash-{voice_id}-{secrets.token_hex(4)}"
             os.replace(self._folder(voice_id), trash)

@@ -32,6 +32,7 @@ from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
 from .ui import build_ui
 from .upload_disk import UploadDiskBound
+from .voices_api import SavedVoices
 from .zerogpu import PageRelay, ZeroGPUMode
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
@@ -67,14 +68,15 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app.state.uploads = uploads
 
     app.include_router(build_ops_router(service, metrics))
-    app.include_router(build_player_router(service, settings, uploads))
-    app.include_router(build_openai_router(service, settings))
+    saved = SavedVoices(service, settings)  # the one view of the voice library, shared by every router
+    app.include_router(build_player_router(service, settings, uploads, saved))
+    app.include_router(build_openai_router(service, settings, saved))
     app.state.results = ResultStore()  # the page's recent generations, for download
     app.include_router(build_results_router(app.state.results))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
 
     relay = PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,)) if zerogpu else None
-    demo = build_ui(service, settings, uploads, relay)
+    demo = build_ui(service, settings, uploads, relay, saved)
     head = '<script src="/player/bridge.js" defer></script>'
     if zerogpu is not None:
         head += ('<script src="/player/bridge-zerogpu.js" defer></script>'

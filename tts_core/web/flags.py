@@ -29,7 +29,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="bind address (0.0.0.0 on Hugging Face Spaces) [MOSS_TTS_HOST]")
     p.add_argument("--port", type=int, default=env_int("PORT", 7860), help="[PORT]")
     p.add_argument("--max-active-streams", type=int, default=env_int("MOSS_TTS_MAX_ACTIVE"),
-                   help="streams decoded together [MOSS_TTS_MAX_ACTIVE]")
+                   help="streams decoded together per engine (default: one per usable CPU core, "
+                        "256 per GPU) [MOSS_TTS_MAX_ACTIVE]")
     p.add_argument("--max-queue", type=int, default=env_int("MOSS_TTS_MAX_QUEUE"),
                    help="requests waiting for a slot before new ones get 503 [MOSS_TTS_MAX_QUEUE]")
     p.add_argument("--max-text-chars", type=int, default=env_int("MOSS_TTS_MAX_TEXT_CHARS"),

@@ -57,6 +57,13 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
             from .. import Synthesizer  # torch is imported here, off the server's start-up path
 
             config = engine_config(args)
+            if args.max_active_streams is None:  # follow the device (web/capacity.py)
+                from dataclasses import replace
+
+                from ..devices import resolve_device
+                from .capacity import default_active_streams
+
+                config = replace(config, max_active_streams=default_active_streams(resolve_device(device).type))
             synth = Synthesizer.from_pretrained(
                 lm=args.lm, codec=args.codec, device=device, dtype=args.dtype, tokenizer=args.tokenizer,
                 voices_dir=args.voices_dir, engine_config=config, report=report,

@@ -10,7 +10,12 @@ tests, do not collide). What it holds:
   bodies refused (too large / server busy), uploads evicted by the disk bound;
 - `tts_time_to_first_audio_seconds` and `tts_real_time_factor` histograms and
   `tts_streams_total{outcome}`, observed on every synthesis stream (`observe_stream`);
-- `tts_http_requests_total{route,outcome}`, counted by `RequestMetricsMiddleware` for every request.
+- `tts_http_requests_total{route,outcome}`, counted by `RequestMetricsMiddleware` for every request;
+- what an operator scales on, per response format (`observe_delivery`, every speech response):
+  `tts_encode_seconds_total` (CPU seconds making the bytes: encoding, resampling, stretch, framing)
+  over `tts_audio_out_seconds_total` (audio sent) is the encoder's cost per audio second;
+  `tts_response_bytes_total`; `tts_delivered_real_time_factor` (request reaching the engine to the
+  last byte, over the audio's length: above 1, listeners of that format fall behind).
 """
 
 from __future__ import annotations
@@ -98,7 +103,26 @@ class AppMetrics:
                                "failed)", ["outcome"], registry=self.registry)
         self.requests = Counter("tts_http_requests", "HTTP requests by route group and outcome",
                                 ["route", "outcome"], registry=self.registry)
+        self.encode_seconds = Counter("tts_encode_seconds", "CPU seconds spent making audio responses' bytes "
+                                      "(encoding, resampling, stretch, framing), by format", ["format"],
+                                      registry=self.registry)
+        self.audio_out = Counter("tts_audio_out_seconds", "audio seconds sent in responses, by format", ["format"],
+                                 registry=self.registry)
+        self.bytes_out = Counter("tts_response_bytes", "bytes of audio responses sent, by format", ["format"],
+                                 registry=self.registry)
+        self.delivered_rtf = Histogram("tts_delivered_real_time_factor", "request reaching the engine to its last "
+                                       "byte / audio length, per finished response, by format", ["format"],
+                                       buckets=RTF_BUCKETS, registry=self.registry)
         self.registry.register(_Live(read_live))
+
+    def observe_delivery(self, fmt: str, *, audio_s: float, bytes_out: int, encode_s: float, elapsed_s: float,
+                         finished: bool) -> None:
+        """One speech response sent (or cut short: then its bytes count, not its delivered RTF)."""
+        self.encode_seconds.labels(fmt).inc(max(encode_s, 0.0))
+        self.audio_out.labels(fmt).inc(max(audio_s, 0.0))
+        self.bytes_out.labels(fmt).inc(bytes_out)
+        if finished and audio_s > 0:
+            self.delivered_rtf.labels(fmt).observe(elapsed_s / audio_s)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

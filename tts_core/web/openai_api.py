@@ -58,7 +58,7 @@ from .requests import OPENAI, openai_fields, prepare
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .speech_output import OutputSpec, RawWriter, SpeechRender, SseWriter, render_whole
-from .streaming import ClosingStreamingResponse, collect, open_stream
+from .streaming import ClosingStreamingResponse, Delivery, close_stream, collect, open_stream
 from .voices_api import SavedVoices, build_voices_router
 
 logger = logging.getLogger(__name__)
@@ -114,11 +114,20 @@ def _headers(spec: OutputSpec, voice_label: str) -> dict[str, str]:
     return headers
 
 
-def build_openai_router(service: SynthesizerService, settings: ServerSettings) -> APIRouter:
-    """The OpenAI-compatible routes, bound to `service` (the model) and `settings` (limits)."""
+def _timed_render(pcm, spec: OutputSpec) -> tuple[bytes, float, float]:
+    """`render_whole`, and the CPU seconds it took in this thread."""
+    started = time.thread_time()
+    data, seconds = render_whole(pcm, spec)
+    return data, seconds, time.thread_time() - started
+
+
+def build_openai_router(service: SynthesizerService, settings: ServerSettings,
+                        saved: SavedVoices | None = None) -> APIRouter:
+    """The OpenAI-compatible routes, bound to `service` (the model), `settings` (limits) and the app's
+    voice library view `saved` (one per app; a new one when not given)."""
     router = APIRouter(tags=["OpenAI-compatible"])
     created = int(time.time())
-    saved = SavedVoices(service, settings)
+    saved = saved or SavedVoices(service, settings)
     router.include_router(build_voices_router(saved, settings))
 
     @router.post("/v1/audio/speech", response_class=Response, responses=SPEECH_RESPONSES,
@@ -130,29 +139,46 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings) -
         headers = _headers(spec, prepared.voice_label)
         # Errors (bad voice clip, queue full) surface here, before the response starts; a client
         # that leaves while the request is still queued cancels it at once.
-        chunks, first = await open_stream(synth, prepared.request, request)
-        request_id = uuid.uuid4().hex[:16]
-        headers["X-Request-Id"] = request_id
-        logger.info("speech %s: %d chars, voice %s, %s at %d Hz x%d, speed %g%s", request_id, len(body.input),
-                    prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
-        if sse or body.stream or body.stream_format == "audio":
-            headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-            if first is not None and first.estimated_audio_s is not None:
-                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
-            render = SpeechRender(spec)
-            if sse:
-                writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
-                media_type = "text/event-stream"
-            else:
-                writer, media_type = RawWriter(render), MEDIA_TYPES[spec.fmt]
-            return ClosingStreamingResponse(chunks, first, writer, request_id=request_id, media_type=media_type,
-                                            headers=headers)
-        pcm = await collect(chunks, first, request)
-        if pcm is None:
-            return Response(status_code=499)
-        data, seconds = await to_thread.run_sync(render_whole, pcm, spec)
-        headers["X-Audio-Seconds"] = f"{seconds:.3f}"
-        return Response(data, media_type=MEDIA_TYPES[spec.fmt], headers=headers)
+        started = time.monotonic()
+        pump, first = await open_stream(synth, prepared.request, request)
+        try:  # until the response owns the pump, an error here must close it (it holds a slot)
+            request_id = uuid.uuid4().hex[:16]
+            headers["X-Request-Id"] = request_id
+            metrics = getattr(request.app.state, "metrics", None)
+            label = f"sse-{spec.fmt}" if sse else spec.fmt
+            logger.info("speech %s: %d chars, voice %s, %s at %d Hz x%d, speed %g%s", request_id, len(body.input),
+                        prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
+            if sse or body.stream or body.stream_format == "audio":
+                headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+                if first is not None and first.estimated_audio_s is not None:
+                    headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
+                render = SpeechRender(spec)
+                if sse:
+                    writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
+                    media_type = "text/event-stream"
+                else:
+                    writer, media_type = RawWriter(render), MEDIA_TYPES[spec.fmt]
+
+                def delivered(sent: Delivery) -> None:
+                    if metrics is not None:
+                        metrics.observe_delivery(label, audio_s=sent.audio_s / spec.speed, bytes_out=sent.bytes_out,
+                                                 encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                                 finished=sent.outcome == "done")
+
+                return ClosingStreamingResponse(pump, first, writer, request_id=request_id, media_type=media_type,
+                                                headers=headers, delivered=delivered, started=started)
+            pcm = await collect(pump, first, request)
+            if pcm is None:
+                return Response(status_code=499)
+            data, seconds, encode_s = await to_thread.run_sync(_timed_render, pcm, spec)
+            headers["X-Audio-Seconds"] = f"{seconds:.3f}"
+            if metrics is not None:
+                metrics.observe_delivery(label, audio_s=seconds, bytes_out=len(data), encode_s=encode_s,
+                                         elapsed_s=time.monotonic() - started, finished=True)
+            return Response(data, media_type=MEDIA_TYPES[spec.fmt], headers=headers)
+        except BaseException:
+            await close_stream(pump)
+            raise
 
     @router.get("/v1/voices", response_model=VoiceList, summary="Preset voices")
     def list_voices() -> VoiceList:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -20,7 +21,7 @@ from .results import record_result
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .speech_output import FrameWriter, OutputSpec, RawWriter, SpeechRender
-from .streaming import ClosingStreamingResponse, f32_bytes, open_stream
+from .streaming import ClosingStreamingResponse, Delivery, close_stream, f32_bytes, open_stream
 from .voices_api import SavedVoices
 
 logger = logging.getLogger(__name__)
@@ -41,9 +42,10 @@ def sniff_audio_type(path: Path) -> str:
     return "application/octet-stream"
 
 
-def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore) -> APIRouter:
+def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
+                        saved: SavedVoices | None = None) -> APIRouter:
     router = APIRouter()
-    saved = SavedVoices(service, settings)
+    saved = saved or SavedVoices(service, settings)
 
     @router.post("/api/tts/stream")
     async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
@@ -53,31 +55,46 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
         speed = 1.0 if body.speed is None else check_speed(body.speed)
         prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads,
                                  saved=saved.voice)
+        started = time.monotonic()
         gen, first = await open_stream(synth, prepared.request, http_request)
-        request_id = uuid.uuid4().hex[:16]
-        logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
-                    prepared.voice_label, prepared.request.mode, speed, ", event frames" if body.framing else "")
-        headers = {
-            "X-Sample-Rate": str(SAMPLE_RATE_HZ),
-            "X-Channels": str(NUM_CHANNELS),
-            "X-Sample-Format": "f32le",
-            "X-Request-Id": request_id,
-            "Cache-Control": "no-store",
-            "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
-            "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
-        }
-        if first is not None and first.estimated_audio_s is not None:
-            headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
-        spec = OutputSpec("float32", speed=speed, captions=body.framing == "events")
-        if body.framing == "events":
-            headers["X-Framing"] = "events"
-            writer = FrameWriter(SpeechRender(spec), request_id)
-        else:  # today's raw stream, untouched at the natural rate
-            writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
-        # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
-        writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
-        return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
-                                        media_type="application/octet-stream", headers=headers)
+        try:  # until the response owns the pump, an error here must close it (it holds a slot)
+            request_id = uuid.uuid4().hex[:16]
+            logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
+                        prepared.voice_label, prepared.request.mode, speed, ", event frames" if body.framing else "")
+            headers = {
+                "X-Sample-Rate": str(SAMPLE_RATE_HZ),
+                "X-Channels": str(NUM_CHANNELS),
+                "X-Sample-Format": "f32le",
+                "X-Request-Id": request_id,
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
+                "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
+            }
+            if first is not None and first.estimated_audio_s is not None:
+                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
+            spec = OutputSpec("float32", speed=speed, captions=body.framing == "events")
+            if body.framing == "events":
+                headers["X-Framing"] = "events"
+                writer = FrameWriter(SpeechRender(spec), request_id)
+            else:  # today's raw stream, untouched at the natural rate
+                writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
+            # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
+            writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
+            metrics = getattr(http_request.app.state, "metrics", None)
+            label = "player-events" if body.framing == "events" else "player-float32"
+
+            def delivered(sent: Delivery) -> None:
+                if metrics is not None:
+                    metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
+                                             encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                             finished=sent.outcome == "done")
+
+            return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
+                                            media_type="application/octet-stream", headers=headers,
+                                            delivered=delivered, started=started)
+        except BaseException:
+            await close_stream(gen)
+            raise
 
     @router.get("/api/voices")
     def voices() -> dict:

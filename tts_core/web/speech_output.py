@@ -110,7 +110,7 @@ def render_whole(pcm: np.ndarray, spec: OutputSpec) -> tuple[bytes, float]:
     return encode_file(out, spec.sample_rate, spec.fmt), out.shape[1] / spec.sample_rate
 
 
-# ---- writers: one chunk in, bytes out; `finish()` at the end; blocking (run in a worker thread) ----
+# ---- writers: one chunk in, bytes out; `finish()` at the end; run in the stream's pump thread ----
 
 
 class RawWriter:

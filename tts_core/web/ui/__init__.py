@@ -29,16 +29,12 @@ def _count_js(limit: int) -> str:
               "spoken.`; }")
 
 
-def _saved_voices(service: SynthesizerService, settings: ServerSettings):
-    """The voice library's listing for "My voices" (the API's saves show at once: it reads the folder)."""
-    return SavedVoices(service, settings).listing
-
-
 def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
-             relay: PageRelay | None = None) -> gr.Blocks:
+             relay: PageRelay | None = None, saved: SavedVoices | None = None) -> gr.Blocks:
     """The studio page. Voices appear once the model has loaded (a timer polls the service).
     With a ZeroGPU `relay`, the audio comes through Gradio events instead (`ui/zerogpu.py`)."""
-    handlers = PageHandlers(service, settings, uploads, _saved_voices(service, settings))
+    # "My voices" lists the library folder on every call, so the API's saves show at once
+    handlers = PageHandlers(service, settings, uploads, (saved or SavedVoices(service, settings)).listing)
     demo, widgets = build_layout(settings, status=handlers.status, speed=speed_supported())
     with demo:
         prepared = _wire(demo, widgets, handlers, play=relay is None)
