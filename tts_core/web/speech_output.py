@@ -10,7 +10,8 @@ Three writers wrap a render for `streaming.chunk_bytes` (each is called per chun
 - `SseWriter`: OpenAI's server-sent events, `speech.audio.delta` (base64 audio), `speech.segment`
   captions when asked, then `speech.audio.done` with usage;
 - `FrameWriter`: the player's `"framing": "events"`: [u32 LE length][u8 kind][payload] frames, kind 0
-  = float32 PCM, kind 1 = a JSON event (`speech.segment`, then `speech.done`).
+  = audio bytes of the stream's transport (float32 PCM, 16-bit PCM, or a piece of the Ogg/Opus
+  stream; `web/transports.py`), kind 1 = a JSON event (`speech.segment`, then `speech.done`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,16 +42,20 @@ class OutputSpec:
     channels: int = NUM_CHANNELS
     speed: float = 1.0
     captions: bool = False
+    bit_rate: int | None = None  # compressed formats: bits per second (None: the format's default)
 
 
 class SpeechRender:
     """Chunks in, (format bytes, finished caption spans) out. One per response; not thread-safe."""
 
-    def __init__(self, spec: OutputSpec):
+    def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None):
+        """`on_pcm` sees every piece of float32 audio as it goes to the encoder (after speed and
+        profile): the lossless copy kept for downloads when the wire carries a lossy format."""
         self.spec = spec
+        self._on_pcm = on_pcm
         self._stretcher = Stretcher(spec.speed)
         self._profile = ProfileConverter(spec.sample_rate, spec.channels)
-        self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels)
+        self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels, bit_rate=spec.bit_rate)
         self._timeline = CaptionTimeline(spec.speed) if spec.captions else None
         self._held: list[SegmentSpan] = []  # spans whose audio has not all gone out yet
         self.output_samples = 0  # at spec.sample_rate
@@ -61,6 +67,8 @@ class SpeechRender:
 
     def _encode(self, pcm: np.ndarray) -> bytes:
         self.output_samples += pcm.shape[1]
+        if self._on_pcm is not None and pcm.shape[1]:
+            self._on_pcm(pcm)
         return self._encoder.encode(pcm)
 
     def push(self, chunk: AudioChunk) -> tuple[bytes, list[SegmentSpan]]:
@@ -164,7 +172,7 @@ def event_frame(payload: dict) -> bytes:
 
 
 class FrameWriter(RawWriter):
-    """The player's event framing: float32 PCM frames with caption events between them."""
+    """The player's event framing: audio frames with caption events between them."""
 
     def __init__(self, render: SpeechRender, request_id: str):
         super().__init__(render)
