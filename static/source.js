@@ -1,8 +1,10 @@
 // Where the player's audio comes from. Every source is an async iterator of messages:
-//   {type: 'start', rate, channels, requestId, estimatedS}   before any audio
-//   {type: 'pcm', data}     interleaved float32 at `rate`, `channels` wide (whole frames)
+//   {type: 'start', rate, channels, requestId, estimatedS, transport, bitRate}   before any audio
+//   {type: 'pcm', data}     interleaved float32 at `rate`, `channels` wide (whole frames), decoded
+//                           from the wire's transport (transport.js: float32, 16-bit or Opus)
 //   {type: 'event', event}  a caption event (CONTRACTS A.2) or speech.done
-//   {type: 'read', bytes}   (fetch only) one network read, for the stats
+//   {type: 'read', bytes, at}  (fetch only) one network read (performance.now()), for the stats and
+//                           the link measurement
 //   {type: 'end', trailingBytes}
 // and throws on failure (an AbortError when stopped).
 //
@@ -10,9 +12,11 @@
 // refuses the `framing` field is asked again without it, once per page). PushSource: the parent page
 // posts the audio itself (CONTRACTS D), e.g. from Gradio events.
 
-import { FrameParser, RawParser } from './framing.js';
+import { FrameParser } from './framing.js';
+import { FORMATS, makeDecoder } from './transport.js';
 
 let serverFrames = true;   // until a server refuses "framing": "events"
+let serverTransports = true;   // until a server refuses "transport"
 
 /** The readable message of an error response (OpenAI's error shape), with the field it names. */
 export async function errorMessage(resp) {
@@ -38,19 +42,24 @@ async function post(url, body, signal) {
 /**
  * @param {string} url  the stream route
  * @param {object} request  its JSON body
- * @param {{signal: AbortSignal, beforeRead?: () => Promise<void>}} options  beforeRead runs while the
- *   request is in flight (the player resumes its audio context there)
+ * @param {{signal: AbortSignal, beforeRead?: () => Promise<void>, transport?: string}} options  beforeRead
+ *   runs while the request is in flight (the player resumes its audio context there); transport: the
+ *   wire format to ask for (transport.js: f32, s16, opus; the server's default f32 when absent)
  */
-export async function* fetchSource(url, request, { signal, beforeRead }) {
+export async function* fetchSource(url, request, { signal, beforeRead, transport = 'f32' }) {
   let framed = serverFrames;
-  const pending = post(url, framed ? { ...request, framing: 'events' } : request, signal);
+  const asked = serverTransports && transport !== 'f32' ? transport : null;
+  const body = () => ({ ...request, ...(framed ? { framing: 'events' } : {}),
+    ...(asked && serverTransports ? { transport: asked } : {}) });
+  const pending = post(url, body(), signal);
   if (beforeRead) await beforeRead();
   let resp = await pending;
-  if (!resp.ok && framed) {
+  for (let retry = 0; !resp.ok && retry < 2; retry++) {   // an older server: without what it refuses
     const error = await errorMessage(resp);
-    if (error.param !== 'framing') throw error;
-    serverFrames = framed = false;   // an older server: raw PCM, no captions
-    resp = await post(url, request, signal);
+    if (error.param === 'framing' && framed) serverFrames = framed = false;   // raw PCM, no captions
+    else if (error.param === 'transport' && asked && serverTransports) serverTransports = false;   // float32
+    else throw error;
+    resp = await post(url, body(), signal);
   }
   if (!resp.ok) throw await errorMessage(resp);
 
@@ -58,14 +67,16 @@ export async function* fetchSource(url, request, { signal, beforeRead }) {
   const channels = Number(resp.headers.get('X-Channels')) || 2;
   const format = resp.headers.get('X-Sample-Format') || 'f32le';
   const estimate = Number(resp.headers.get('X-Estimated-Duration'));
-  if (format !== 'f32le' || channels < 1 || channels > 2) {
+  if (!FORMATS[format] || channels < 1 || channels > 2 || (channels === 1 && format !== 'f32le')) {
     throw new Error(`unsupported stream format ${format} × ${channels} channels`);
   }
+  const decoder = makeDecoder(format, channels);
   yield {
-    type: 'start', rate, channels, format, framed, requestId: resp.headers.get('X-Request-Id'),
+    type: 'start', rate, channels, format, transport: FORMATS[format], framed,
+    bitRate: Number(resp.headers.get('X-Bit-Rate')) || null, requestId: resp.headers.get('X-Request-Id'),
     estimatedS: estimate > 0 ? estimate : null,
   };
-  const parser = framed ? new FrameParser() : new RawParser(4 * channels);
+  const parser = framed ? new FrameParser({ bytes: true }) : null;
   const reader = resp.body.getReader();
   try {
     for (;;) {
@@ -77,15 +88,19 @@ export async function* fetchSource(url, request, { signal, beforeRead }) {
         throw new Error(`the stream broke off (${err.message})`);
       }
       if (step.done) break;
-      yield { type: 'read', bytes: step.value.byteLength };
-      for (const item of parser.push(step.value)) {
-        yield item.kind === 'pcm' ? { type: 'pcm', data: item.data } : { type: 'event', event: item.event };
+      yield { type: 'read', bytes: step.value.byteLength, at: performance.now() };
+      const items = parser ? parser.push(step.value) : [{ kind: 'bytes', data: step.value }];
+      for (const item of items) {
+        if (item.kind === 'event') { yield { type: 'event', event: item.event }; continue; }
+        for (const data of await decoder.push(item.data)) yield { type: 'pcm', data };
       }
     }
+    for (const data of await decoder.end()) yield { type: 'pcm', data };
   } finally {
+    decoder.close();
     reader.releaseLock();
   }
-  yield { type: 'end', trailingBytes: parser.pendingBytes };
+  yield { type: 'end', trailingBytes: (parser ? parser.pendingBytes : 0) + decoder.pendingBytes };
 }
 
 /**
