@@ -1,0 +1,153 @@
+// How fast is the link, and which transport should the next utterance use?
+//
+// Each utterance measures its delivery: bytes arriving per second, from the first network reads
+// (up to MEASURE_AUDIO_S of audio; a long utterance is not measured to its end, when the
+// generator's own pace, not the link, may set it), against the bytes its transport needs per
+// audio second (transport.js). That ratio is how many audio seconds the link carries per second:
+//   lossless (16-bit, 192 kB/s) while it is at least HEADROOM, Opus (20 kB/s) when it is not.
+// The choice is made between utterances, never during one, and remembered (module state and
+// localStorage) for MAX_AGE_MS. An Opus stream cannot show that the link would carry lossless (its
+// bytes are few): its reading is a lower bound, and lossless is tried again when that bound
+// clears the headroom or the memory expires. The user may force either (`mode`).
+
+import { BYTES_PER_AUDIO_S, LABELS } from './transport.js';
+
+export const HEADROOM = 1.3;        // audio seconds per second the link must carry for lossless
+export const MEASURE_AUDIO_S = 2.0;
+export const MIN_SPAN_S = 0.05;     // reads closer together than this say nothing about a rate
+export const MAX_AGE_MS = 10 * 60 * 1000;
+const KEY = 'moss-tts:link';
+
+/** One utterance's delivery, from its network reads. */
+export class LinkMeter {
+  constructor(transport, bytesPerAudioS = BYTES_PER_AUDIO_S[transport]) {
+    this.transport = transport;
+    this.bytesPerAudioS = bytesPerAudioS;
+    this.first = null;       // performance.now() of the first read
+    this.last = null;
+    this.bytes = 0;          // after the first read
+    this.reads = 0;
+    this.done = false;
+  }
+
+  /** One network read of `bytes` at `at` (ms). */
+  read(bytes, at) {
+    if (this.done) return;
+    this.reads += 1;
+    if (this.first === null) { this.first = at; this.last = at; return; }
+    this.bytes += bytes;
+    this.last = at;
+    if (this.bytes >= MEASURE_AUDIO_S * this.bytesPerAudioS) this.done = true;
+  }
+
+  /** Bytes per second delivered, or null while too little has arrived to tell. */
+  get bytesPerS() {
+    const span = this.first === null ? 0 : (this.last - this.first) / 1000;
+    return span >= MIN_SPAN_S && this.bytes > 0 ? this.bytes / span : null;
+  }
+
+  /** Audio seconds per second the link delivered in this transport. */
+  get audioPerS() {
+    const b = this.bytesPerS;
+    return b === null ? null : b / this.bytesPerAudioS;
+  }
+}
+
+function load() {
+  try {
+    const m = JSON.parse(localStorage.getItem(KEY) || 'null');
+    return m && typeof m.bytesPerS === 'number' ? m : null;
+  } catch (_) {
+    return null;
+  }
+}
+
+let memory = load();
+
+/** What was last measured: {transport, bytesPerS, at} (at: Date.now()), or null. */
+export function remembered(now = Date.now()) {
+  return memory && now - memory.at <= MAX_AGE_MS ? memory : null;
+}
+
+/** Keep an utterance's measurement (ignored when it measured nothing). */
+export function remember(meter, now = Date.now()) {
+  const bytesPerS = meter.bytesPerS;
+  if (bytesPerS === null) return;
+  memory = { transport: meter.transport, bytesPerS, lowerBound: meter.transport === 'opus', at: now };
+  try { localStorage.setItem(KEY, JSON.stringify(memory)); } catch (_) { /* private mode: module state only */ }
+}
+
+export function forget() {
+  memory = null;
+  try { localStorage.removeItem(KEY); } catch (_) { /* nothing kept */ }
+}
+
+// Cheapest last: the first of a mode's transports that the link carries with headroom is used.
+export const TIERS = { auto: ['f32', 's16', 'opus'], lossless: ['f32', 's16'], compressed: ['opus'] };
+
+/**
+ * The transport for the next utterance. A pure function of the mode and what was measured: the
+ * first of the mode's tiers the link carries HEADROOM times faster than real time, else the
+ * cheapest; with nothing measured, the first (float32, as before: this utterance measures the link).
+ * @param {'auto'|'lossless'|'compressed'} mode
+ * @param {{transport: string, bytesPerS: number}|null} last
+ */
+export function chooseTransport(mode, last) {
+  const tiers = TIERS[mode] || TIERS.auto;
+  if (!last) return tiers[0];
+  return tiers.find((t) => last.bytesPerS / BYTES_PER_AUDIO_S[t] >= HEADROOM) || tiers[tiers.length - 1];
+}
+
+/** Audio seconds per second the link is expected to carry in `transport` (null: unknown). */
+export function expectedRate(transport, last) {
+  if (!last || last.lowerBound) return null;   // a lower bound does not limit anything
+  return last.bytesPerS / BYTES_PER_AUDIO_S[transport];
+}
+
+/** "Opus 160 kb/s · link ≈ 1.1 Mb/s", "16-bit PCM (lossless) · link ≈ 2.3 Mb/s". */
+export function describe(transport, bitRate, bytesPerS, sign = '≈') {
+  const name = transport === 'opus' ? `Opus ${Math.round((bitRate || 160000) / 1000)} kb/s` : LABELS[transport];
+  if (!(bytesPerS > 0)) return name;
+  const bits = bytesPerS * 8;
+  const link = bits >= 1e6 ? `${(bits / 1e6).toFixed(1)} Mb/s` : `${Math.round(bits / 1e3)} kb/s`;
+  return `${name} · link ${sign} ${link}`;
+}
+
+/**
+ * One utterance's side of it, for the player: `pick()` before the request, `started(m)` on the
+ * source's 'start', `read(m)` per network read, `finished()` when all arrived; `label` for the page.
+ */
+export class Wire {
+  constructor(mode, forced = null) {
+    this.mode = mode;
+    this.forced = forced;     // a transport named in the URL (tests, benchmarks)
+    this.last = remembered();
+    this.meter = null;
+    this.transport = null;
+    this.bitRate = null;
+  }
+
+  pick() { return this.forced || chooseTransport(this.mode, this.last); }
+
+  started(m) {
+    this.transport = m.transport;
+    this.bitRate = m.bitRate;
+    this.meter = new LinkMeter(m.transport);
+  }
+
+  read(m) { if (this.meter) this.meter.read(m.bytes, m.at); }
+
+  finished() { if (this.meter) remember(this.meter); }
+
+  /** Audio seconds per second the link should carry now (from the last utterance), or null. */
+  get expectedRate() { return this.transport ? expectedRate(this.transport, this.last) : null; }
+
+  get label() {
+    if (!this.transport) return '';
+    const now = this.meter && this.meter.bytesPerS;
+    if (this.transport !== 'opus') return describe(this.transport, null, now);
+    // An Opus stream's own reading is a lower bound; the last lossless one says more, when known.
+    const known = this.last && !this.last.lowerBound ? this.last.bytesPerS : null;
+    return known ? describe('opus', this.bitRate, known) : describe('opus', this.bitRate, now, '≥');
+  }
+}

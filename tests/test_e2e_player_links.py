@@ -1,0 +1,73 @@
+"""The player on a slow link, in headless Chromium: the transports it asks for, what it measures,
+what it chooses, and how it buffers when the network (throttled through the DevTools protocol's
+`Network.emulateNetworkConditions`) is slower than the audio.
+
+Same in-process studio as test_e2e_studio_player.py (`studio_helpers.studio`). As in the other
+browser tests, what is asserted follows from the arrival times the player recorded, never from a
+wall-clock figure of this (shared, slow) machine.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.register_assert_rewrite("studio_helpers")
+from studio_helpers import open_page, set_max_seconds, wait_done, wait_runs  # noqa: E402
+
+pytest_plugins = ["e2e_helpers", "studio_helpers"]
+pytestmark = pytest.mark.e2e
+
+SAMPLES_PER_FRAME = 3840
+NO_DECODER = "delete window.AudioDecoder; delete window.EncodedAudioChunk;"
+
+
+def generate(page) -> dict:
+    """Click Generate; the stream request's JSON body."""
+    with page.expect_request(lambda r: "/api/tts/stream" in r.url, timeout=30_000) as request:
+        page.click("#generate-btn")
+    return request.value.post_data_json
+
+
+def test_compressed_mode_streams_opus_and_plays_every_sample(browser_context, studio):
+    page, frame = open_page(browser_context, studio.url)
+    set_max_seconds(page, 2.0)
+    frame.select_option("#transport-mode", "compressed")
+    body = generate(page)
+    s = wait_done(frame)
+    assert body["transport"] == "opus" and body["framing"] == "events"
+    assert s["state"] == "finished" and s["transport"] == "opus"
+    assert s["framesReceived"] == s["framesRendered"] == 25 * SAMPLES_PER_FRAME  # exact after the trims
+    assert s["trailingBytes"] == 0
+    assert s["streamBytes"] < s["framesReceived"] * 8 / 10  # far fewer bytes than float32
+    assert s["wire"].startswith("Opus 160 kb/s · link ≥ "), s["wire"]
+    assert frame.inner_text("#wire") == s["wire"]
+    assert s["segments"] > 0  # captions still come in the event frames
+
+
+def test_without_audio_decoder_compressed_falls_back_to_16_bit(browser_context, studio):
+    browser_context.add_init_script(NO_DECODER)  # every frame of the page, the player's too
+    page, frame = open_page(browser_context, studio.url)
+    assert frame.evaluate("typeof window.AudioDecoder") == "undefined"
+    set_max_seconds(page, 2.0)
+    frame.select_option("#transport-mode", "compressed")
+    body = generate(page)
+    s = wait_done(frame)
+    assert body["transport"] == "s16"
+    assert s["state"] == "finished" and s["transport"] == "s16"
+    assert s["framesReceived"] == s["framesRendered"] == 25 * SAMPLES_PER_FRAME
+    assert s["wire"].startswith("16-bit PCM (lossless)"), s["wire"]
+
+
+def test_lossless_mode_and_the_first_automatic_utterance_stay_float32(browser_context, studio):
+    page, frame = open_page(browser_context, studio.url)
+    set_max_seconds(page, 1.0)
+    body = generate(page)  # auto, nothing measured yet: float32 as before, and the link is measured
+    s = wait_done(frame)
+    assert "transport" not in body and s["transport"] == "f32"
+    assert s["linkBytesPerS"] and s["linkBytesPerS"] > 0
+    assert frame.evaluate("JSON.parse(localStorage.getItem('moss-tts:link')).transport") == "f32"
+    frame.select_option("#transport-mode", "lossless")
+    body = generate(page)
+    s = wait_runs(frame, 2)
+    assert body.get("transport") in (None, "s16")  # the lossless tier the measured link carries
+    assert s["transport"] in ("f32", "s16") and s["framesReceived"] == s["framesRendered"]
