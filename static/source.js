@@ -92,15 +92,25 @@ export async function* fetchSource(url, request, { signal, beforeRead, transport
       const items = parser ? parser.push(step.value) : [{ kind: 'bytes', data: step.value }];
       for (const item of items) {
         if (item.kind === 'event') { yield { type: 'event', event: item.event }; continue; }
-        for (const data of await decoder.push(item.data)) yield { type: 'pcm', data };
+        const data = joinPcm(await decoder.push(item.data));   // one arrival per read, as with raw PCM
+        if (data) yield { type: 'pcm', data };
       }
     }
-    for (const data of await decoder.end()) yield { type: 'pcm', data };
+    const rest = joinPcm(await decoder.end());
+    if (rest) yield { type: 'pcm', data: rest };
   } finally {
     decoder.close();
     reader.releaseLock();
   }
   yield { type: 'end', trailingBytes: (parser ? parser.pendingBytes : 0) + decoder.pendingBytes };
+}
+
+function joinPcm(pieces) {
+  if (pieces.length <= 1) return pieces[0] || null;
+  const all = new Float32Array(pieces.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of pieces) { all.set(p, at); at += p.length; }
+  return all;
 }
 
 /**
