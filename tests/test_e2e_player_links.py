@@ -71,3 +71,55 @@ def test_lossless_mode_and_the_first_automatic_utterance_stay_float32(browser_co
     s = wait_runs(frame, 2)
     assert body.get("transport") in (None, "s16")  # the lossless tier the measured link carries
     assert s["transport"] in ("f32", "s16") and s["framesReceived"] == s["framesRendered"]
+
+
+# ---- throttled links (DevTools protocol), automatic mode ------------------------------------------
+
+LONG_TEXT = ("A visitor on an ordinary connection hears this sentence while it is being generated, and it "
+             "keeps going for a good while so that the cap on its length, not the text, ends it.")
+PLAY = "([text, frames]) => window.mossPlayer.play({items: [{label: 'link', request: {text, seed: 3, max_frames: frames}}]})"
+
+
+def throttled_player(context, studio, bytes_per_s: int, latency_ms: int):
+    """The player page opened directly, its network throttled by Chromium itself."""
+    page = context.new_page()
+    page.goto(studio.url + "player/player.html")
+    page.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
+    cdp = context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": latency_ms,
+                                                  "downloadThroughput": bytes_per_s, "uploadThroughput": bytes_per_s})
+    return page
+
+
+def play_utterance(page, frames: int, run: int) -> dict:
+    page.evaluate(PLAY, [LONG_TEXT, frames])
+    return wait_runs(page, run, timeout_ms=120_000)
+
+
+@pytest.mark.parametrize(("bytes_per_s", "latency_ms"), [(230_000, 20), (125_000, 80)])
+def test_automatic_mode_on_a_throttled_link(browser_context, studio, bytes_per_s, latency_ms):
+    """The first utterance knows nothing of the link: float32, as on localhost, which this link
+    cannot carry in real time, so it waits (as long as the arrival rate says) and plays all of it
+    with at most one rebuffer. Its reading of the link picks the next one's transport: Opus, which
+    then fits easily; it too plays all of its audio with at most one rebuffer."""
+    frames = 50  # 4 s: the cap is below the text's length, so the server's estimate is exact
+    page = throttled_player(browser_context, studio, bytes_per_s, latency_ms)
+    first = play_utterance(page, frames, 1)
+    assert first["transport"] == "f32" and first["state"] == "finished", first.get("error")
+    assert first["framesReceived"] == first["framesRendered"] == frames * SAMPLES_PER_FRAME
+    assert first["underruns"] <= 1, (first["underrunsAt"], first["startBufferedFrames"], first["arrivals"][:10])
+    # What the arrivals make possible: the link carried under real time for float32, and the player
+    # measured that (Chromium's throttle is an upper bound on what any reading can show).
+    measured = first["linkBytesPerS"]
+    assert measured <= bytes_per_s * 1.15, measured
+    audio_s = frames * 0.08
+    arrived_in_s = (first["arrivals"][-1][0] - first["arrivals"][0][0]) / 1000
+    assert arrived_in_s > audio_s / 1.3  # float32 did not fit with headroom: Opus is the right call
+    second = play_utterance(page, frames, 2)
+    assert second["transport"] == "opus" and second["state"] == "finished", second.get("error")
+    assert second["framesReceived"] == second["framesRendered"] == frames * SAMPLES_PER_FRAME
+    assert second["underruns"] <= 1, (second["underrunsAt"], second["startBufferedFrames"])
+    assert second["streamBytes"] < first["streamBytes"] / 10
+    assert second["wire"].startswith("Opus 160 kb/s · link ≈ "), second["wire"]
+    assert page.inner_text("#wire") == second["wire"]
