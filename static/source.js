@@ -120,6 +120,7 @@ function joinPcm(pieces) {
 export class PushSource {
   constructor(requestId) {
     this.requestId = requestId;
+    this.decoder = null;   // the relay's Opus stream (ZeroGPU), decoded here as the fetch source does
     this.queue = [];
     this.wake = null;
     this.done = false;
@@ -129,8 +130,14 @@ export class PushSource {
     if (this.done) return;
     let item;
     if (m.type === 'tts:start') {
-      item = { type: 'start', rate: m.sampleRate || 48000, channels: m.channels || 2, format: 'f32le',
+      const opus = m.format === 'opus';
+      item = { type: 'start', rate: m.sampleRate || 48000, channels: m.channels || 2, format: opus ? 'opus' : 'f32le',
+        transport: opus ? 'opus' : 'f32', bitRate: m.bitRate || null,
         requestId: m.requestId, estimatedS: m.estimatedDuration > 0 ? m.estimatedDuration : null, framed: true };
+      if (opus) this.decoder = makeDecoder('opus');
+    } else if (m.type === 'tts:pcm' && m.bytes) {
+      if (!this.decoder) return;
+      item = { type: 'bytes', data: m.bytes instanceof Uint8Array ? m.bytes : new Uint8Array(m.bytes) };
     } else if (m.type === 'tts:pcm') {
       const data = m.data instanceof Float32Array ? m.data : new Float32Array(m.data);
       item = { type: 'pcm', data };
@@ -157,12 +164,26 @@ export class PushSource {
   }
 
   async* [Symbol.asyncIterator]() {
-    for (;;) {
-      while (this.queue.length === 0) await new Promise((resolve) => { this.wake = resolve; });
-      const item = this.queue.shift();
-      if (item.type === 'error') throw item.error;
-      yield item;
-      if (item.type === 'end') return;
+    try {
+      for (;;) {
+        while (this.queue.length === 0) await new Promise((resolve) => { this.wake = resolve; });
+        const item = this.queue.shift();
+        if (item.type === 'error') throw item.error;
+        if (item.type === 'bytes') {
+          const data = joinPcm(await this.decoder.push(item.data));
+          if (data) yield { type: 'pcm', data };
+          continue;
+        }
+        if (item.type === 'end' && this.decoder) {
+          const rest = joinPcm(await this.decoder.end());
+          if (rest) yield { type: 'pcm', data: rest };
+          item.trailingBytes = this.decoder.pendingBytes;
+        }
+        yield item;
+        if (item.type === 'end') return;
+      }
+    } finally {
+      if (this.decoder) this.decoder.close();
     }
   }
 }

@@ -14,9 +14,11 @@ where:
 
 Relay message (one JSON object per Gradio update): `relay` (this event's id) and `n` (0, 1, 2, ...:
 a gap means a lost update), `type` start | pcm | end | error, `requestId`, and per type: start:
-`label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`; pcm: `pcm` (base64 of
-little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`, `elapsedMs`;
-error: `message`.
+`label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`, `format` ("f32" or
+"opus"), `bitRate` (opus); pcm: `pcm` (base64 of little-endian float32, interleaved stereo) or, with
+the page's relay transport "opus", `opus` (base64 of the next bytes of ONE Ogg/Opus stream per
+item, the player's own transport: web/transports.py; the encoder's tail comes in a last pcm message
+before end); end: `audioSeconds`, `firstAudioMs`, `elapsedMs`; error: `message`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from ..encoders import StreamEncoder
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 from .errors import scrub_paths
@@ -36,6 +39,7 @@ from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .streaming import f32_bytes
+from .transports import OPUS_BIT_RATE
 
 logger = logging.getLogger(__name__)
 
@@ -108,9 +112,33 @@ class RelayMessages:
         return json.dumps(message, separators=(",", ":"))
 
 
-def pcm_field(chunk: AudioChunk) -> str:
-    """The chunk's audio as the player takes it: base64 of interleaved little-endian float32."""
-    return base64.b64encode(f32_bytes(chunk)).decode("ascii")
+class RelayAudio:
+    """One item's audio fields: float32 per chunk, or the next bytes of one Ogg/Opus stream."""
+
+    def __init__(self, transport: str):
+        self.transport = transport
+        self._encoder = (StreamEncoder("opus", SAMPLE_RATE_HZ, NUM_CHANNELS, bit_rate=OPUS_BIT_RATE)
+                         if transport == "opus" else None)
+
+    def start_fields(self) -> dict:
+        return {"format": "opus", "bitRate": OPUS_BIT_RATE} if self._encoder else {"format": "f32"}
+
+    def fields(self, chunk: AudioChunk) -> dict:
+        """The chunk's audio as the player takes it (base64); empty while the encoder holds it."""
+        if self._encoder is None:
+            return {"pcm": base64.b64encode(f32_bytes(chunk)).decode("ascii")}
+        data = self._encoder.encode(chunk.pcm)
+        return {"opus": base64.b64encode(data).decode("ascii")} if data else {}
+
+    def finish(self) -> dict:
+        if self._encoder is None:
+            return {}
+        data = self._encoder.finish()
+        return {"opus": base64.b64encode(data).decode("ascii")} if data else {}
+
+    def close(self) -> None:
+        if self._encoder is not None:
+            self._encoder.close()
 
 
 def run_coroutine(coroutine):
@@ -128,13 +156,17 @@ class PageRelay:
     """The page's ZeroGPU event: payload (the JSON `prepare_speak` makes) in, relay messages out."""
 
     def __init__(self, mode: ZeroGPUMode, service: SynthesizerService, settings: ServerSettings,
-                 uploads: UploadStore, *, error_types: tuple[type[BaseException], ...] = ()):
+                 uploads: UploadStore, *, error_types: tuple[type[BaseException], ...] = (),
+                 transport: str = "f32"):
         self.mode = mode
         self.concurrency = mode.concurrency
         self.service = service
         self.settings = settings
         self.uploads = uploads
         self.reraise = error_types  # shown by Gradio too (e.g. ZeroGPU's quota errors, gr.Error)
+        if transport not in ("f32", "opus"):
+            raise ValueError(f"relay transport must be 'f32' or 'opus', not {transport!r}")
+        self.transport = transport  # "opus": every byte passes through Gradio's queue, a twentieth of f32
 
     def _job(self, request_body: dict):
         synth = self.service.get()
@@ -155,14 +187,17 @@ class PageRelay:
             except TTSError as exc:  # the page checked the inputs already; the model may have gone
                 yield message("error", request_id, message=scrub_paths(exc.message))
                 return
+            audio = RelayAudio(self.transport)
             yield message("start", request_id, label=item.get("label", ""), item=index, items=len(items),
                           sampleRate=SAMPLE_RATE_HZ, channels=NUM_CHANNELS,
-                          estimatedDuration=round(job.estimated_audio_s, 3))
+                          estimatedDuration=round(job.estimated_audio_s, 3), **audio.start_fields())
             last = None
             try:
                 for last in self.mode.stream(job):
-                    if last.pcm.shape[1]:
-                        yield message("pcm", request_id, pcm=pcm_field(last))
+                    if last.pcm.shape[1] and (fields := audio.fields(last)):
+                        yield message("pcm", request_id, **fields)
+                if fields := audio.finish():
+                    yield message("pcm", request_id, **fields)
             except GeneratorExit:  # Stop on the page (Gradio cancels the event): the GPU call is stopped
                 logger.info("ZeroGPU stream %s stopped by the page", request_id)
                 raise
@@ -173,6 +208,8 @@ class PageRelay:
                 if isinstance(exc, self.reraise):
                     raise
                 return
+            finally:
+                audio.close()  # a no-op after finish(); releases an encoder cut short
             yield message("end", request_id, **end_fields(last))
             logger.info("ZeroGPU stream %s done: %s", request_id, end_fields(last))
 
