@@ -7,6 +7,7 @@
 
 export const KIND_PCM = 0;
 export const KIND_EVENT = 1;
+export const KIND_PROGRESS = 2;   // f64 LE: the chunk's server time since the request (transports.py)
 const HEADER = 5;
 const MAX_PAYLOAD = 64 * 1024 * 1024;   // a corrupt length must not make us wait for gigabytes
 
@@ -70,6 +71,8 @@ export class FrameParser {
         if (length > 0) out.push({ kind: 'pcm', data: floats(bytes, start, end) });
       } else if (kind === KIND_EVENT) {
         out.push({ kind: 'event', event: JSON.parse(this.decoder.decode(bytes.subarray(start, end))) });
+      } else if (kind === KIND_PROGRESS && length === 8) {
+        out.push({ kind: 'progress', serverS: view.getFloat64(start, true) });
       }   // other kinds: a later server's additions, skipped
       at = end;
     }

@@ -6,9 +6,12 @@
 // audio second (transport.js). That ratio is how many audio seconds the link carries per second:
 //   lossless (16-bit, 192 kB/s) while it is at least HEADROOM, Opus (20 kB/s) when it is not.
 // The choice is made between utterances, never during one, and remembered (module state and
-// localStorage) for MAX_AGE_MS. An Opus stream cannot show that the link would carry lossless (its
-// bytes are few): its reading is a lower bound, and lossless is tried again when that bound
-// clears the headroom or the memory expires. The user may force either (`mode`).
+// localStorage) for MAX_AGE_MS. A slow reading may be the generator's fault, not the link's: the
+// server stamps each chunk with its own time (kind-2 frames), and only when the chunks reach the
+// page later and later (the bytes queue on the way) did the link set the pace. Otherwise the
+// reading is a lower bound, and no reason to step down. An Opus stream's bytes are few: its reading
+// is a lower bound unless its lag grew, and lossless is tried again when that bound clears the
+// headroom or the memory expires. The user may force either (`mode`).
 
 import { BYTES_PER_AUDIO_S, LABELS } from './transport.js';
 
@@ -16,6 +19,8 @@ export const HEADROOM = 1.3;        // audio seconds per second the link must ca
 export const MEASURE_AUDIO_S = 2.0;
 export const MIN_SPAN_S = 0.05;     // reads closer together than this say nothing about a rate
 export const MAX_AGE_MS = 10 * 60 * 1000;
+export const LAG_GROWTH_MS = 60;     // the lag must grow by more than this ...
+export const LAG_GROWTH_SHARE = 0.1; // ... and than this share of the time measured, to count
 const KEY = 'moss-tts:link';
 
 /** One utterance's delivery, from its network reads. */
@@ -28,6 +33,23 @@ export class LinkMeter {
     this.bytes = 0;          // after the first read
     this.reads = 0;
     this.done = false;
+    this.lags = [];          // [arrival ms, arrival - server time, ms] per chunk in the window
+  }
+
+  /** A chunk's server time (s since the request) and when it reached the page (ms). */
+  progress(serverS, at) {
+    if (!this.done) this.lags.push([at, at - 1000 * serverS]);
+  }
+
+  /**
+   * Whether the link set the pace: the chunks reached the page later and later after the server
+   * made them (the bytes queued on the way). null when the server sent no chunk times. A generator
+   * slower than the link keeps the lag flat: the reading is then a lower bound of the link.
+   */
+  get linkLimited() {
+    if (this.lags.length < 3) return null;
+    const [t0, lag0] = this.lags[0], [t1, lag1] = this.lags[this.lags.length - 1];
+    return lag1 - lag0 > Math.max(LAG_GROWTH_MS, LAG_GROWTH_SHARE * (t1 - t0));
   }
 
   /** One network read of `bytes` at `at` (ms). */
@@ -73,7 +95,10 @@ export function remembered(now = Date.now()) {
 export function remember(meter, now = Date.now()) {
   const bytesPerS = meter.bytesPerS;
   if (bytesPerS === null) return;
-  memory = { transport: meter.transport, bytesPerS, lowerBound: meter.transport === 'opus', at: now };
+  // Without chunk times (an older server), only a float32 or 16-bit reading is taken at its word.
+  const limited = meter.linkLimited;
+  const lowerBound = limited === null ? meter.transport === 'opus' : !limited;
+  memory = { transport: meter.transport, bytesPerS, lowerBound, at: now };
   try { localStorage.setItem(KEY, JSON.stringify(memory)); } catch (_) { /* private mode: module state only */ }
 }
 
@@ -87,7 +112,8 @@ export const TIERS = { auto: ['f32', 's16', 'opus'], lossless: ['f32', 's16'], c
 
 /**
  * The transport for the next utterance. A pure function of the mode and what was measured: the
- * first of the mode's tiers the link carries HEADROOM times faster than real time, else the
+ * first of the mode's tiers the link carries HEADROOM times faster than real time, else (when the
+ * reading is a lower bound: the generator was the slow one) the transport measured, else the
  * cheapest; with nothing measured, the first (float32, as before: this utterance measures the link).
  * @param {'auto'|'lossless'|'compressed'} mode
  * @param {{transport: string, bytesPerS: number}|null} last
@@ -95,7 +121,12 @@ export const TIERS = { auto: ['f32', 's16', 'opus'], lossless: ['f32', 's16'], c
 export function chooseTransport(mode, last) {
   const tiers = TIERS[mode] || TIERS.auto;
   if (!last) return tiers[0];
-  return tiers.find((t) => last.bytesPerS / BYTES_PER_AUDIO_S[t] >= HEADROOM) || tiers[tiers.length - 1];
+  const fits = (t) => last.bytesPerS / BYTES_PER_AUDIO_S[t] >= HEADROOM;
+  const measured = tiers.indexOf(last.transport);
+  if (last.lowerBound && measured >= 0) {   // the generator, not the link, was slow: no reason to step down
+    return tiers.slice(0, measured).find(fits) || last.transport;
+  }
+  return tiers.find(fits) || tiers[tiers.length - 1];
 }
 
 /** Audio seconds per second the link is expected to carry in `transport` (null: unknown). */
@@ -136,6 +167,8 @@ export class Wire {
   }
 
   read(m) { if (this.meter) this.meter.read(m.bytes, m.at); }
+
+  progress(m) { if (this.meter) this.meter.progress(m.serverS, m.at); }
 
   finished() { if (this.meter) remember(this.meter); }
 

@@ -153,6 +153,8 @@ async function playItem(item, result, index, count, t0, source = null) {
         stats.streamBytes += m.bytes;
         run.wire.read(m);
         view.setWire((stats.wire = run.wire.label));
+      } else if (m.type === 'progress') {
+        run.wire.progress(m);
       } else if (m.type === 'pcm') {
         stats.bytesReceived += m.data.byteLength;
         pushFrames(run, channels === 2 ? m.data : upmix(m.data), rate);

@@ -5,6 +5,7 @@
 //   {type: 'event', event}  a caption event (CONTRACTS A.2) or speech.done
 //   {type: 'read', bytes, at}  (fetch only) one network read (performance.now()), for the stats and
 //                           the link measurement
+//   {type: 'progress', serverS, at}  (fetch only) the server's time of the next chunk, and when it came
 //   {type: 'end', trailingBytes}
 // and throws on failure (an AbortError when stopped).
 //
@@ -48,7 +49,7 @@ async function post(url, body, signal) {
  */
 export async function* fetchSource(url, request, { signal, beforeRead, transport = 'f32' }) {
   let framed = serverFrames;
-  const asked = serverTransports && transport !== 'f32' ? transport : null;
+  const asked = serverTransports ? transport : null;   // named even when f32: progress frames come too
   const body = () => ({ ...request, ...(framed ? { framing: 'events' } : {}),
     ...(asked && serverTransports ? { transport: asked } : {}) });
   const pending = post(url, body(), signal);
@@ -92,6 +93,7 @@ export async function* fetchSource(url, request, { signal, beforeRead, transport
       const items = parser ? parser.push(step.value) : [{ kind: 'bytes', data: step.value }];
       for (const item of items) {
         if (item.kind === 'event') { yield { type: 'event', event: item.event }; continue; }
+        if (item.kind === 'progress') { yield { type: 'progress', serverS: item.serverS, at: performance.now() }; continue; }
         const data = joinPcm(await decoder.push(item.data));   // one arrival per read, as with raw PCM
         if (data) yield { type: 'pcm', data };
       }

@@ -63,13 +63,13 @@ def test_lossless_mode_and_the_first_automatic_utterance_stay_float32(browser_co
     set_max_seconds(page, 1.0)
     body = generate(page)  # auto, nothing measured yet: float32 as before, and the link is measured
     s = wait_done(frame)
-    assert "transport" not in body and s["transport"] == "f32"
+    assert body["transport"] == "f32" and s["transport"] == "f32"
     assert s["linkBytesPerS"] and s["linkBytesPerS"] > 0
     assert frame.evaluate("JSON.parse(localStorage.getItem('moss-tts:link')).transport") == "f32"
     frame.select_option("#transport-mode", "lossless")
     body = generate(page)
     s = wait_runs(frame, 2)
-    assert body.get("transport") in (None, "s16")  # the lossless tier the measured link carries
+    assert body["transport"] in ("f32", "s16")  # the lossless tier the measured link carries
     assert s["transport"] in ("f32", "s16") and s["framesReceived"] == s["framesRendered"]
 
 
@@ -123,3 +123,24 @@ def test_automatic_mode_on_a_throttled_link(browser_context, studio, bytes_per_s
     assert second["streamBytes"] < first["streamBytes"] / 10
     assert second["wire"].startswith("Opus 160 kb/s · link ≈ "), second["wire"]
     assert page.inner_text("#wire") == second["wire"]
+
+
+def test_a_link_that_slows_mid_utterance_costs_at_most_one_rebuffer(browser_context, studio):
+    """16-bit (forced) over a link that carries it twice over, until 1.5 s of audio has arrived;
+    then the link drops to 110 kB/s (0.57 audio seconds per second). The player runs dry once at
+    most: the rebuffer is planned at the new pace, and all audio is played."""
+    frames = 75  # 6 s, capped below the text's length: the estimate is exact
+    page = browser_context.new_page()
+    page.goto(studio.url + "player/player.html?transport=s16")
+    page.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
+    cdp = browser_context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    conditions = {"offline": False, "latency": 20, "downloadThroughput": 400_000, "uploadThroughput": 400_000}
+    cdp.send("Network.emulateNetworkConditions", conditions)
+    page.evaluate(PLAY, [LONG_TEXT, frames])
+    page.wait_for_function("window.playerStats.framesReceived >= 1.5 * 48000", timeout=60_000)
+    cdp.send("Network.emulateNetworkConditions", {**conditions, "downloadThroughput": 110_000})
+    s = wait_runs(page, 1, timeout_ms=120_000)
+    assert s["transport"] == "s16" and s["state"] == "finished", s.get("error")
+    assert s["framesReceived"] == s["framesRendered"] == frames * SAMPLES_PER_FRAME
+    assert s["underruns"] <= 1, (s["underrunsAt"], s["underrunFrames"], s["arrivals"][-10:])

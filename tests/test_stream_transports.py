@@ -6,6 +6,7 @@ float32 (bit-exact 16-bit; Opus within an SNR floor), event framing with each, l
 from __future__ import annotations
 
 import io
+import struct
 
 import av
 import httpx
@@ -85,6 +86,10 @@ def test_opus_is_one_ogg_stream_of_the_exact_length(client, f32, framing):
     assert response.headers["x-sample-format"] == "opus" and response.headers["x-bit-rate"] == str(OPUS_BIT_RATE)
     if framing:
         frames = parse_frames(response.content)
+        assert {kind for kind, _ in frames} == {0, 1, 2}
+        # Named a transport: each chunk's server time (f64) before its audio, for the link reading.
+        times = [struct.unpack("<d", payload)[0] for kind, payload in frames if kind == 2]
+        assert len(times) >= 2 and times == sorted(times) and times[0] > 0
         data = b"".join(payload for kind, payload in frames if kind == 0)
         events = [payload for kind, payload in frames if kind == 1]
         assert events[-1]["type"] == "speech.done"

@@ -75,8 +75,10 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
         if framed:
             headers["X-Framing"] = "events"
         # kept for GET /api/tts/result/{id}.mp3 (lossless, after any stretch)
+        # A client that names a transport reads kind-2 progress frames (a newer client: see transports.py).
         writer = player_writer(transport, OutputSpec("float32", speed=speed, captions=framed), framed=framed,
-                               request_id=request_id, http_request=http_request)
+                               request_id=request_id, http_request=http_request,
+                               progress=body.transport is not None)
         media_type = "application/octet-stream" if framed else transport.media_type
         return ClosingStreamingResponse(gen, first, writer, request_id=request_id, media_type=media_type,
                                         headers=headers)

@@ -31,6 +31,7 @@ from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 
 FRAME_AUDIO = 0
 FRAME_EVENT = 1
+FRAME_PROGRESS = 2  # f64 LE: the chunk's time since the request, on the server (link measurement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +173,17 @@ def event_frame(payload: dict) -> bytes:
 
 
 class FrameWriter(RawWriter):
-    """The player's event framing: audio frames with caption events between them."""
+    """The player's event framing: audio frames with caption events between them.
 
-    def __init__(self, render: SpeechRender, request_id: str):
+    With `progress`, each chunk's audio is preceded by a kind-2 frame: the chunk's server time since
+    the request (f64). The page compares it with when the bytes arrived: a lag that grows means the
+    link, not the generator, sets the pace (static/link.js). Readers skip kinds they do not know.
+    """
+
+    def __init__(self, render: SpeechRender, request_id: str, *, progress: bool = False):
         super().__init__(render)
         self.request_id = request_id
+        self.progress = progress
 
     @staticmethod
     def _frames(data: bytes, spans: list[SegmentSpan]) -> bytes:
@@ -184,7 +191,10 @@ class FrameWriter(RawWriter):
         return out + b"".join(event_frame(span.event()) for span in spans)
 
     def __call__(self, chunk: AudioChunk) -> bytes:
-        return self._frames(*self.render.push(chunk))
+        data = self._frames(*self.render.push(chunk))
+        if self.progress and data:
+            data = frame(FRAME_PROGRESS, struct.pack("<d", chunk.timings.elapsed_s)) + data
+        return data
 
     def finish(self) -> bytes:
         out = self._frames(*self.render.finish())

@@ -10,7 +10,10 @@
   position trims the end, so the decoded length is exact.
 
 With `"framing": "events"` the kind-0 frames carry the transport's bytes (cut anywhere: a client
-joins them and decodes one stream). Whatever the wire carries, the result store keeps the lossless
+joins them and decodes one stream). A client that names a transport also gets a kind-2 frame before
+each chunk's audio: the chunk's server time since the request (f64 LE), from which the page tells
+a link that is slower than the generator (the lag grows) from a generator that is slower than the
+link (it does not). Whatever the wire carries, the result store keeps the lossless
 float32 audio (after any time-stretch): downloads are FLAC/WAV of the source, never of the Opus.
 """
 
@@ -92,17 +95,18 @@ class _Completing:
 
 
 def player_writer(transport: Transport, spec: OutputSpec, *, framed: bool, request_id: str,
-                  http_request: Request) -> Callable[[AudioChunk], bytes]:
-    """The stream route's writer for `transport`: raw bytes or event frames, teed into the result store."""
+                  http_request: Request, progress: bool = False) -> Callable[[AudioChunk], bytes]:
+    """The stream route's writer for `transport`: raw bytes or event frames (with `progress`, the
+    chunks' server times too), teed into the result store."""
     spec = replace(spec, fmt=transport.fmt, bit_rate=transport.bit_rate)
     if transport.fmt == "float32":  # the parse-back recorder keeps exactly what was sent
         if framed:
-            writer = FrameWriter(SpeechRender(spec), request_id)
+            writer = FrameWriter(SpeechRender(spec), request_id, progress=progress)
         else:  # today's raw stream, untouched at the natural rate
             writer = f32_bytes if spec.speed == 1.0 else RawWriter(SpeechRender(spec))
         return record_result(http_request, request_id, writer, framed=framed)
     store: ResultStore | None = getattr(http_request.app.state, "results", None)
     tap = _PcmTap(store, request_id) if store is not None else None
     render = SpeechRender(spec, on_pcm=tap)
-    out: RawWriter = FrameWriter(render, request_id) if framed else RawWriter(render)
+    out: RawWriter = FrameWriter(render, request_id, progress=progress) if framed else RawWriter(render)
     return out if tap is None else _Completing(out, tap.done)
