@@ -48,8 +48,15 @@ def render_player(records: list[tuple[str, dict]]) -> str:
         "| link | utterance | transport | used | rebuffers | silence s | first sound ms | kB per audio s | all played |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for link_name, by_utterance in r["links"].items():
-        for utterance, by_transport in by_utterance.items():
+    # Fastest link first, short utterance first (a record's keys are stored sorted by name).
+    def speed(name: str) -> float:
+        link = setup["links"].get(name)
+        return float("inf") if link is None else link["bytes_per_s"]
+
+    for link_name in sorted(r["links"], key=speed, reverse=True):
+        by_utterance = r["links"][link_name]
+        for utterance in sorted(by_utterance, key=lambda u: setup["utterances_s"][u]):
+            by_transport = by_utterance[utterance]
             for transport in ("f32", "s16", "opus", "auto-first", "auto"):
                 row = by_transport.get(transport)
                 if row is None:

@@ -4,7 +4,8 @@
 // (up to MEASURE_AUDIO_S of audio; a long utterance is not measured to its end, when the
 // generator's own pace, not the link, may set it), against the bytes its transport needs per
 // audio second (transport.js). That ratio is how many audio seconds the link carries per second:
-//   lossless (16-bit, 192 kB/s) while it is at least HEADROOM, Opus (20 kB/s) when it is not.
+// float32 (384 kB/s, the engine's exact output) while it is at least HEADROOM, else 16-bit
+// (192 kB/s, lossless for what downloads keep) if that fits, else Opus (about 20 kB/s).
 // The choice is made between utterances, never during one, and remembered (module state and
 // localStorage) for MAX_AGE_MS. A slow reading may be the generator's fault, not the link's: the
 // server stamps each chunk with its own time (kind-2 frames), and only when the chunks reach the

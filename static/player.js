@@ -144,6 +144,7 @@ async function playItem(item, result, index, count, t0, source = null) {
           requestId: m.requestId, framed: m.framed, estimatedS: m.estimatedS });
         Object.assign(result, { requestId: m.requestId, rate });
         if (run.wire) run.wire.started(m);
+        view.setWire((stats.wire = run.wire ? run.wire.label : ''));   // this run's, not the last one's
         Object.assign(stats, { transport: m.transport || 'f32', linkRate: run.wire ? run.wire.expectedRate : null });
         audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS,
           linkRate: stats.linkRate });
