@@ -9,6 +9,8 @@ wall-clock figure of this (shared, slow) machine.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 pytest.register_assert_rewrite("studio_helpers")
@@ -97,15 +99,24 @@ def play_utterance(page, frames: int, run: int) -> dict:
     return wait_runs(page, run, timeout_ms=120_000)
 
 
-@pytest.mark.parametrize(("bytes_per_s", "latency_ms"), [(230_000, 20), (125_000, 80)])
-def test_automatic_mode_on_a_throttled_link(browser_context, studio, bytes_per_s, latency_ms):
+STATUS_LOG = """() => { window.statusLog = []; new MutationObserver(() => window.statusLog.push(
+    document.getElementById('state').textContent)).observe(document.getElementById('state'),
+    {childList: true, characterData: true, subtree: true}); }"""
+
+
+@pytest.mark.parametrize(("bytes_per_s", "latency_ms", "frames"),
+                         [(230_000, 20, 50), (125_000, 80, 50), (62_500, 150, 25)])
+def test_automatic_mode_on_a_throttled_link(browser_context, studio, bytes_per_s, latency_ms, frames):
     """The first utterance knows nothing of the link: float32, as on localhost, which this link
-    cannot carry in real time, so it waits (as long as the arrival rate says) and plays all of it
-    with at most one rebuffer. Its reading of the link picks the next one's transport: Opus, which
-    then fits easily; it too plays all of its audio with at most one rebuffer."""
-    frames = 50  # 4 s: the cap is below the text's length, so the server's estimate is exact
+    cannot carry in real time, so it waits (as long as the arrival rate says, and says so) and plays
+    all of it with at most one rebuffer. Its reading of the link picks the next one's transport:
+    Opus, which then fits easily; it too plays all of its audio with at most one rebuffer.
+    (`frames` is capped below the text's length, so the server's estimate is exact.)"""
     page = throttled_player(browser_context, studio, bytes_per_s, latency_ms)
+    page.evaluate(STATUS_LOG)
     first = play_utterance(page, frames, 1)
+    # The longer first wait is shown: "Buffering — about N s" while float32 trickles in.
+    assert any(re.fullmatch(r"Buffering — about \d+ s", t) for t in page.evaluate("window.statusLog"))
     assert first["transport"] == "f32" and first["state"] == "finished", first.get("error")
     assert first["framesReceived"] == first["framesRendered"] == frames * SAMPLES_PER_FRAME
     assert first["underruns"] <= 1, (first["underrunsAt"], first["startBufferedFrames"], first["arrivals"][:10])
