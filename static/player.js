@@ -14,7 +14,7 @@ import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
 import { upmix } from './framing.js';
-import { Wire } from './link.js';
+import { describe, Wire } from './link.js';
 import { fetchSource, PushSource } from './source.js';
 import { usable } from './transport.js';
 import { clearRunStats, copyWorkletStats, createStats, updateFigures } from './stats.js';
@@ -144,7 +144,8 @@ async function playItem(item, result, index, count, t0, source = null) {
           requestId: m.requestId, framed: m.framed, estimatedS: m.estimatedS });
         Object.assign(result, { requestId: m.requestId, rate });
         if (run.wire) run.wire.started(m);
-        view.setWire((stats.wire = run.wire ? run.wire.label : ''));   // this run's, not the last one's
+        view.setWire((stats.wire = run.wire ? run.wire.label   // this run's, not the last one's
+          : m.transport === 'opus' ? describe('opus', m.bitRate, null) : ''));   // the ZeroGPU relay's
         Object.assign(stats, { transport: m.transport || 'f32', linkRate: run.wire ? run.wire.expectedRate : null });
         audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS,
           linkRate: stats.linkRate });
