@@ -22,6 +22,7 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
     docs/SERVING.md       serving      the server under N concurrent OpenAI clients, per format, beside the
                                        in-process bench of the same run (bench/http_load.py)
+    docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
 
 A figure under a heading comes from a record that measured it (the newest such record), never from
 another row. Records in bench/results/archive/ (superseded by newer runs) are not rendered.
@@ -42,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from figures_common import _caption, _date, _memory, _ms, _ranged, _rtf, _times
 from figures_deploy import render_aoti, render_cold_start
+from figures_player import render_player
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
 from figures_serving import render_serving
@@ -52,7 +54,8 @@ RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
-             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving",)}
+             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving",),
+             "docs/PLAYER.md": ("player-links",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -323,7 +326,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "precision": render_precision(records), "reference": render_reference(records),
             "gpu-trace": render_trace(records), "headline": render_headline(records),
             "cold-start": render_cold_start(records), "aoti": render_aoti(records),
-            "serving": render_serving(records)}
+            "serving": render_serving(records), "player-links": render_player(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -17,11 +17,15 @@
     frame()?.contentWindow?.postMessage(message, location.origin, transfer || []);
   }
 
-  function decodePcm(base64) {
+  function decodeBytes(base64) {
     const text = atob(base64);
     const bytes = new Uint8Array(text.length);
     for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-    return new Float32Array(bytes.buffer);   // little-endian float32, as every browser's memory is
+    return bytes;
+  }
+
+  function decodePcm(base64) {
+    return new Float32Array(decodeBytes(base64).buffer);   // little-endian float32, as every browser's memory is
   }
 
   function forward(m) {
@@ -30,11 +34,17 @@
       post({
         type: 'tts:start', requestId, sampleRate: m.sampleRate, channels: m.channels,
         estimatedDuration: m.estimatedDuration, label: m.label, item: m.item, items: m.items,
-        clickedAt: m.item === 0 ? clickedAt : null,
+        clickedAt: m.item === 0 ? clickedAt : null, format: m.format || 'f32', bitRate: m.bitRate || null,
       });
+    } else if (m.type === 'pcm' && m.opus) {   // the next bytes of the item's Ogg/Opus stream: the player decodes
+      const bytes = decodeBytes(m.opus);
+      stats.pcmMessages += 1;
+      stats.relayBytes = (stats.relayBytes || 0) + m.opus.length;
+      post({ type: 'tts:pcm', requestId, bytes }, [bytes.buffer]);
     } else if (m.type === 'pcm') {
       const data = decodePcm(m.pcm);
       stats.pcmMessages += 1;
+      stats.relayBytes = (stats.relayBytes || 0) + m.pcm.length;
       post({ type: 'tts:pcm', requestId, data }, [data.buffer]);
     } else if (m.type === 'event') {
       post({ type: 'tts:event', requestId, event: m.event });

@@ -7,6 +7,7 @@
 
 export const KIND_PCM = 0;
 export const KIND_EVENT = 1;
+export const KIND_PROGRESS = 2;   // f64 LE: the chunk's server time since the request (transports.py)
 const HEADER = 5;
 const MAX_PAYLOAD = 64 * 1024 * 1024;   // a corrupt length must not make us wait for gigabytes
 
@@ -40,10 +41,15 @@ export class RawParser {
   get pendingBytes() { return this.rest ? this.rest.length : 0; }
 }
 
-/** Framed stream: push(bytes) -> [{kind: 'pcm', data} | {kind: 'event', event}] in order. */
+/**
+ * Framed stream: push(bytes) -> [{kind: 'pcm', data} | {kind: 'event', event}] in order.
+ * With `{bytes: true}` the audio frames come as {kind: 'bytes', data: Uint8Array}, undecoded: the
+ * transport's bytes (16-bit PCM, a piece of an Ogg/Opus stream), for a decoder of transport.js.
+ */
 export class FrameParser {
-  constructor() {
+  constructor({ bytes = false } = {}) {
     this.rest = null;
+    this.bytes = bytes;
     this.decoder = new TextDecoder();
   }
 
@@ -58,11 +64,15 @@ export class FrameParser {
       if (length > MAX_PAYLOAD) throw new Error(`the stream is corrupt (a frame of ${length} bytes)`);
       if (bytes.length - at - HEADER < length) break;
       const start = at + HEADER, end = start + length;
-      if (kind === KIND_PCM) {
+      if (kind === KIND_PCM && this.bytes) {
+        if (length > 0) out.push({ kind: 'bytes', data: bytes.slice(start, end) });
+      } else if (kind === KIND_PCM) {
         if (length % 8 !== 0) throw new Error(`the stream is corrupt (PCM frame of ${length} bytes)`);
         if (length > 0) out.push({ kind: 'pcm', data: floats(bytes, start, end) });
       } else if (kind === KIND_EVENT) {
         out.push({ kind: 'event', event: JSON.parse(this.decoder.decode(bytes.subarray(start, end))) });
+      } else if (kind === KIND_PROGRESS && length === 8) {
+        out.push({ kind: 'progress', serverS: view.getFloat64(start, true) });
       }   // other kinds: a later server's additions, skipped
       at = end;
     }

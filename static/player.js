@@ -14,7 +14,9 @@ import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
 import { upmix } from './framing.js';
+import { describe, Wire } from './link.js';
 import { fetchSource, PushSource } from './source.js';
+import { usable } from './transport.js';
 import { clearRunStats, copyWorkletStats, createStats, updateFigures } from './stats.js';
 import * as view from './view.js';
 
@@ -128,9 +130,11 @@ async function playItem(item, result, index, count, t0, source = null) {
       run.push = source;
       run.controller.signal.addEventListener('abort', () => source.abort());
       await audio.resume(unlockByClick);
-    } else {
+    } else {   // the wire format: chosen from the link (link.js), fixed for the whole utterance
+      run.wire = new Wire($('transport-mode').value, params.get('transport'));
+      const transport = await usable(run.wire.pick());
       source = fetchSource(STREAM_URL, item.request, {
-        signal: run.controller.signal, beforeRead: () => audio.resume(unlockByClick) });
+        signal: run.controller.signal, beforeRead: () => audio.resume(unlockByClick), transport });
     }
     for await (const m of source) {
       if (m.type === 'start') {
@@ -139,11 +143,20 @@ async function playItem(item, result, index, count, t0, source = null) {
         Object.assign(stats, { streamSampleRate: rate, streamChannels: channels, streamFormat: m.format,
           requestId: m.requestId, framed: m.framed, estimatedS: m.estimatedS });
         Object.assign(result, { requestId: m.requestId, rate });
-        audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS });
+        if (run.wire) run.wire.started(m);
+        view.setWire((stats.wire = run.wire ? run.wire.label   // this run's, not the last one's
+          : m.transport === 'opus' ? describe('opus', m.bitRate, null) : ''));   // the ZeroGPU relay's
+        Object.assign(stats, { transport: m.transport || 'f32', linkRate: run.wire ? run.wire.expectedRate : null });
+        audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS,
+          linkRate: stats.linkRate });
         setState('buffering');
       } else if (m.type === 'read') {
         stats.networkReads += 1;
         stats.streamBytes += m.bytes;
+        run.wire.read(m);
+        view.setWire((stats.wire = run.wire.label));
+      } else if (m.type === 'progress') {
+        run.wire.progress(m);
       } else if (m.type === 'pcm') {
         stats.bytesReceived += m.data.byteLength;
         pushFrames(run, channels === 2 ? m.data : upmix(m.data), rate);
@@ -161,6 +174,7 @@ async function playItem(item, result, index, count, t0, source = null) {
   }
   stats.elapsedMs = performance.now() - run.sentAt;
   updateFigures(stats, result);
+  if (run.wire) { run.wire.finished(); stats.linkBytesPerS = run.wire.meter && run.wire.meter.bytesPerS; }
   audio.post({ type: 'end' });
   if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
   const how = await run.outcome;

@@ -1,8 +1,11 @@
 // Where the player's audio comes from. Every source is an async iterator of messages:
-//   {type: 'start', rate, channels, requestId, estimatedS}   before any audio
-//   {type: 'pcm', data}     interleaved float32 at `rate`, `channels` wide (whole frames)
+//   {type: 'start', rate, channels, requestId, estimatedS, transport, bitRate}   before any audio
+//   {type: 'pcm', data}     interleaved float32 at `rate`, `channels` wide (whole frames), decoded
+//                           from the wire's transport (transport.js: float32, 16-bit or Opus)
 //   {type: 'event', event}  a caption event (docs/PROTOCOL.md §2.4) or speech.done
-//   {type: 'read', bytes}   (fetch only) one network read, for the stats
+//   {type: 'read', bytes, at}  (fetch only) one network read (performance.now()), for the stats and
+//                           the link measurement
+//   {type: 'progress', serverS, at}  (fetch only) the server's time of the next chunk, and when it came
 //   {type: 'end', trailingBytes}
 // and throws on failure (an AbortError when stopped).
 //
@@ -10,9 +13,11 @@
 // refuses the `framing` field is asked again without it, once per page). PushSource: the parent page
 // posts the audio itself (docs/PROTOCOL.md §3.2), e.g. from Gradio events.
 
-import { FrameParser, RawParser } from './framing.js';
+import { FrameParser } from './framing.js';
+import { FORMATS, makeDecoder } from './transport.js';
 
 let serverFrames = true;   // until a server refuses "framing": "events"
+let serverTransports = true;   // until a server refuses "transport"
 
 /** The readable message of an error response (OpenAI's error shape), with the field it names. */
 export async function errorMessage(resp) {
@@ -38,19 +43,24 @@ async function post(url, body, signal) {
 /**
  * @param {string} url  the stream route
  * @param {object} request  its JSON body
- * @param {{signal: AbortSignal, beforeRead?: () => Promise<void>}} options  beforeRead runs while the
- *   request is in flight (the player resumes its audio context there)
+ * @param {{signal: AbortSignal, beforeRead?: () => Promise<void>, transport?: string}} options  beforeRead
+ *   runs while the request is in flight (the player resumes its audio context there); transport: the
+ *   wire format to ask for (transport.js: f32, s16, opus; the server's default f32 when absent)
  */
-export async function* fetchSource(url, request, { signal, beforeRead }) {
+export async function* fetchSource(url, request, { signal, beforeRead, transport = 'f32' }) {
   let framed = serverFrames;
-  const pending = post(url, framed ? { ...request, framing: 'events' } : request, signal);
+  const asked = serverTransports ? transport : null;   // named even when f32: progress frames come too
+  const body = () => ({ ...request, ...(framed ? { framing: 'events' } : {}),
+    ...(asked && serverTransports ? { transport: asked } : {}) });
+  const pending = post(url, body(), signal);
   if (beforeRead) await beforeRead();
   let resp = await pending;
-  if (!resp.ok && framed) {
+  for (let retry = 0; !resp.ok && retry < 2; retry++) {   // an older server: without what it refuses
     const error = await errorMessage(resp);
-    if (error.param !== 'framing') throw error;
-    serverFrames = framed = false;   // an older server: raw PCM, no captions
-    resp = await post(url, request, signal);
+    if (error.param === 'framing' && framed) serverFrames = framed = false;   // raw PCM, no captions
+    else if (error.param === 'transport' && asked && serverTransports) serverTransports = false;   // float32
+    else throw error;
+    resp = await post(url, body(), signal);
   }
   if (!resp.ok) throw await errorMessage(resp);
 
@@ -58,14 +68,16 @@ export async function* fetchSource(url, request, { signal, beforeRead }) {
   const channels = Number(resp.headers.get('X-Channels')) || 2;
   const format = resp.headers.get('X-Sample-Format') || 'f32le';
   const estimate = Number(resp.headers.get('X-Estimated-Duration'));
-  if (format !== 'f32le' || channels < 1 || channels > 2) {
+  if (!FORMATS[format] || channels < 1 || channels > 2 || (channels === 1 && format !== 'f32le')) {
     throw new Error(`unsupported stream format ${format} × ${channels} channels`);
   }
+  const decoder = makeDecoder(format, channels);
   yield {
-    type: 'start', rate, channels, format, framed, requestId: resp.headers.get('X-Request-Id'),
+    type: 'start', rate, channels, format, transport: FORMATS[format], framed,
+    bitRate: Number(resp.headers.get('X-Bit-Rate')) || null, requestId: resp.headers.get('X-Request-Id'),
     estimatedS: estimate > 0 ? estimate : null,
   };
-  const parser = framed ? new FrameParser() : new RawParser(4 * channels);
+  const parser = framed ? new FrameParser({ bytes: true }) : null;
   const reader = resp.body.getReader();
   try {
     for (;;) {
@@ -77,15 +89,30 @@ export async function* fetchSource(url, request, { signal, beforeRead }) {
         throw new Error(`the stream broke off (${err.message})`);
       }
       if (step.done) break;
-      yield { type: 'read', bytes: step.value.byteLength };
-      for (const item of parser.push(step.value)) {
-        yield item.kind === 'pcm' ? { type: 'pcm', data: item.data } : { type: 'event', event: item.event };
+      yield { type: 'read', bytes: step.value.byteLength, at: performance.now() };
+      const items = parser ? parser.push(step.value) : [{ kind: 'bytes', data: step.value }];
+      for (const item of items) {
+        if (item.kind === 'event') { yield { type: 'event', event: item.event }; continue; }
+        if (item.kind === 'progress') { yield { type: 'progress', serverS: item.serverS, at: performance.now() }; continue; }
+        const data = joinPcm(await decoder.push(item.data));   // one arrival per read, as with raw PCM
+        if (data) yield { type: 'pcm', data };
       }
     }
+    const rest = joinPcm(await decoder.end());
+    if (rest) yield { type: 'pcm', data: rest };
   } finally {
+    decoder.close();
     reader.releaseLock();
   }
-  yield { type: 'end', trailingBytes: parser.pendingBytes };
+  yield { type: 'end', trailingBytes: (parser ? parser.pendingBytes : 0) + decoder.pendingBytes };
+}
+
+function joinPcm(pieces) {
+  if (pieces.length <= 1) return pieces[0] || null;
+  const all = new Float32Array(pieces.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of pieces) { all.set(p, at); at += p.length; }
+  return all;
 }
 
 /**
@@ -95,6 +122,7 @@ export async function* fetchSource(url, request, { signal, beforeRead }) {
 export class PushSource {
   constructor(requestId) {
     this.requestId = requestId;
+    this.decoder = null;   // the relay's Opus stream (ZeroGPU), decoded here as the fetch source does
     this.queue = [];
     this.wake = null;
     this.done = false;
@@ -104,8 +132,14 @@ export class PushSource {
     if (this.done) return;
     let item;
     if (m.type === 'tts:start') {
-      item = { type: 'start', rate: m.sampleRate || 48000, channels: m.channels || 2, format: 'f32le',
+      const opus = m.format === 'opus';
+      item = { type: 'start', rate: m.sampleRate || 48000, channels: m.channels || 2, format: opus ? 'opus' : 'f32le',
+        transport: opus ? 'opus' : 'f32', bitRate: m.bitRate || null,
         requestId: m.requestId, estimatedS: m.estimatedDuration > 0 ? m.estimatedDuration : null, framed: true };
+      if (opus) this.decoder = makeDecoder('opus');
+    } else if (m.type === 'tts:pcm' && m.bytes) {
+      if (!this.decoder) return;
+      item = { type: 'bytes', data: m.bytes instanceof Uint8Array ? m.bytes : new Uint8Array(m.bytes) };
     } else if (m.type === 'tts:pcm') {
       const data = m.data instanceof Float32Array ? m.data : new Float32Array(m.data);
       item = { type: 'pcm', data };
@@ -132,12 +166,26 @@ export class PushSource {
   }
 
   async* [Symbol.asyncIterator]() {
-    for (;;) {
-      while (this.queue.length === 0) await new Promise((resolve) => { this.wake = resolve; });
-      const item = this.queue.shift();
-      if (item.type === 'error') throw item.error;
-      yield item;
-      if (item.type === 'end') return;
+    try {
+      for (;;) {
+        while (this.queue.length === 0) await new Promise((resolve) => { this.wake = resolve; });
+        const item = this.queue.shift();
+        if (item.type === 'error') throw item.error;
+        if (item.type === 'bytes') {
+          const data = joinPcm(await this.decoder.push(item.data));
+          if (data) yield { type: 'pcm', data };
+          continue;
+        }
+        if (item.type === 'end' && this.decoder) {
+          const rest = joinPcm(await this.decoder.end());
+          if (rest) yield { type: 'pcm', data: rest };
+          item.trailingBytes = this.decoder.pendingBytes;
+        }
+        yield item;
+        if (item.type === 'end') return;
+      }
+    } finally {
+      if (this.decoder) this.decoder.close();
     }
   }
 }

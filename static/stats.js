@@ -19,6 +19,7 @@ export function clearRunStats(stats, runId, label, index, count) {
     rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0, startBufferedFrames: null,
     outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
     ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
+    transport: null, wire: '', linkRate: null, linkBytesPerS: null,
   });
 }
 

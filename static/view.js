@@ -32,6 +32,11 @@ export function setMessage(text, kind) {
   $('message').classList.toggle('info', kind === 'info');
 }
 
+/** What the stream travels as, and the link's speed ("Opus 160 kb/s · link ≈ 1.1 Mb/s"). */
+export function setWire(text) {
+  $('wire').textContent = text || '';
+}
+
 export function setButtons(on) {
   for (const [id, enabled] of Object.entries(on)) $(id).disabled = !enabled;
 }

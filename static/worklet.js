@@ -1,8 +1,9 @@
 // AudioWorkletProcessor 'pcm-player': plays streamed stereo float32 PCM gaplessly.
 //
 // Messages in (port):
-//   {type:'start', id, inputRate, prebufferMs, estimatedS}  new stream: clear the ring and counters
-//                                           (id is echoed); estimatedS: the likely total length, if known
+//   {type:'start', id, inputRate, prebufferMs, estimatedS, linkRate}  new stream: clear the ring and
+//                                           counters (id is echoed); estimatedS: the likely total length,
+//                                           linkRate: audio s per s the link carries (both if known)
 //   {type:'estimate', seconds}              the estimate, when it comes after 'start'
 //   {type:'pcm', data: Float32Array}        interleaved stereo frames at inputRate (transferred)
 //   {type:'end'}                            no more data: play out what is buffered, then 'finished'
@@ -19,7 +20,7 @@
 // the stream's last 2 ms, so every normal chunk join is bit-exact. If the context does not run at
 // inputRate, the input is resampled here (Catmull-Rom cubic, streaming).
 
-import { planStart } from './buffering.js';
+import { planStart, recentRate, RECENT_WINDOW_S } from './buffering.js';
 
 const FADE_FRAMES = 96;        // 2 ms at 48 kHz: short enough to be inaudible, long enough to kill the click
 const STOP_FADE_MS = 12;
@@ -79,11 +80,13 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.port.onmessage = (e) => this.onMessage(e.data);
   }
 
-  reset(inputRate, prebufferMs, estimatedS = null) {
+  reset(inputRate, prebufferMs, estimatedS = null, linkRate = null) {
     this.readIdx = 0; this.writeIdx = 0; this.avail = 0;
     this.shortStartS = prebufferMs / 1000;
     this.estimatedS = estimatedS > 0 ? estimatedS : null;
     this.arrival = { started: currentTime, first: null, last: null, count: 0, firstS: 0, largestS: 0 };
+    this.history = [];   // [time, seconds received] per arrival, the last few seconds (recentRate)
+    this.linkRate = linkRate > 0 ? linkRate : null;
     this.plan = null;
     this.inputRate = inputRate;
     this.resampler = inputRate === sampleRate ? null : new StreamResampler(inputRate / sampleRate);
@@ -104,7 +107,7 @@ class PcmPlayer extends AudioWorkletProcessor {
   onMessage(m) {
     if (m.type === 'start') {
       this.id = m.id;
-      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200, m.estimatedS ?? null);
+      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200, m.estimatedS ?? null, m.linkRate ?? null);
       this.state = 'prebuffering';
     } else if (m.type === 'estimate') {
       this.estimatedS = m.seconds > 0 ? m.seconds : null;
@@ -135,6 +138,10 @@ class PcmPlayer extends AudioWorkletProcessor {
     if (currentTime === a.first) a.firstS += seconds;   // chunks read at once count as one first lump
     else a.count += 1;
     a.last = currentTime;
+    const received = (this.s.framesReceived + frames) / this.inputRate, h = this.history;
+    if (h.length && h[h.length - 1][0] === currentTime) h[h.length - 1][1] = received;
+    else h.push([currentTime, received]);
+    while (h.length > 2 && currentTime - h[1][0] > 2 * RECENT_WINDOW_S) h.shift();
     a.largestS = Math.max(a.largestS, currentTime === a.first ? a.firstS : seconds);
   }
 
@@ -151,7 +158,8 @@ class PcmPlayer extends AudioWorkletProcessor {
       now: currentTime, startedAt: a.started, firstArrival: a.first, lastArrival: a.last, arrivals: a.count, firstChunkS: a.firstS,
       receivedS: this.s.framesReceived / this.inputRate, bufferedS: this.avail / sampleRate,
       estimatedS: this.estimatedS, largestChunkS: a.largestS, ended: this.ended, rebuffering: starved,
-      shortStartS: this.shortStartS,
+      shortStartS: this.shortStartS, linkRate: this.linkRate,
+      recentRate: starved ? recentRate(this.history, currentTime) : null,
     });
     return this.plan.start;
   }

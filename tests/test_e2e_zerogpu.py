@@ -5,10 +5,12 @@ forked GPU worker and reaches the AudioWorklet player as Gradio updates (static/
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
 
+import av
 import httpx
 import numpy as np
 import pytest
@@ -85,6 +87,7 @@ def test_page_streams_from_the_gpu_worker_through_gradio_events(browser_context,
     assert bridge["pcmMessages"] == s["chunksPosted"] > 0
     assert s["framesReceived"] == s["framesRendered"] > 0 and s["framesReceived"] % 3840 == 0
     assert s["streamSampleRate"] == 48_000 and s["streamChannels"] == 2
+    assert s["transport"] == "opus" and frame.inner_text("#wire") == "Opus 160 kb/s"  # the compressed relay
     assert_gapless_where_provable(s)  # 0 underruns wherever the chunks provably arrived in time
     assert 0 < s["ttfpMs"] < 60_000 and 0 < s["rtf"] < 100
     assert re.fullmatch(r"\d+ ms", frame.inner_text("#m-ttfp"))
@@ -107,9 +110,13 @@ def test_page_audio_equals_what_the_server_engine_makes(browser_context, zerogpu
     frame.wait_for_function(DONE, timeout=60_000)
     s = stats(frame)
     assert s["state"] == "finished", s
-    again = httpx.post(zerogpu_app.url + "api/tts/stream", timeout=60,  # the server's CPU engine
-                       json={"text": text, "voice": s["label"], "seed": 7})
-    pcm = np.frombuffer(again.content, "<f4").reshape(-1, 2).astype(np.float64)
+    # The relay carries the player's Opus transport: compare with the server's CPU engine through the
+    # same encoder, decoded by FFmpeg (the page decoded the relay with the browser's own decoder).
+    again = httpx.post(zerogpu_app.url + "api/tts/stream", timeout=60,
+                       json={"text": text, "voice": s["label"], "seed": 7, "transport": "opus"})
+    assert again.headers["x-sample-format"] == "opus" and s["transport"] == "opus"
+    with av.open(io.BytesIO(again.content), format="ogg") as container:
+        pcm = np.concatenate([f.to_ndarray() for f in container.decode(audio=0)], axis=1).T.astype(np.float64)
     assert s["framesReceived"] == len(pcm)
     if assert_gapless_where_provable(s):  # the rendered energy is then the source's, up to the final fade
         assert s["sumSqL"] == pytest.approx(float((pcm[:, 0] ** 2).sum()), rel=2e-3)

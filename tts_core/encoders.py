@@ -122,10 +122,10 @@ class StreamEncoder:
     """float32 [channels, n] pieces -> the bytes of `fmt`, progressively. One per stream.
 
     `encode(pcm)` returns the bytes ready so far (maybe b""), `finish()` the rest (encoder tail,
-    trailer). Samples are clipped to [-1, 1]; pcm and wav are round(x * 32767) as 16-bit.
+    trailer). `bit_rate` (bits per second, all channels) overrides the format's default. Samples are clipped to [-1, 1]; pcm and wav are round(x * 32767) as 16-bit.
     """
 
-    def __init__(self, fmt: str, sample_rate: int, channels: int):
+    def __init__(self, fmt: str, sample_rate: int, channels: int, *, bit_rate: int | None = None):
         if fmt not in STREAM_FORMATS:
             raise ValueError(f"unknown stream format {fmt!r}: one of {', '.join(STREAM_FORMATS)}")
         problem = check_rate(fmt, sample_rate) if fmt in _PYAV else None
@@ -135,6 +135,7 @@ class StreamEncoder:
         self._started = False
         self._samples = 0
         self._container = self._stream = self._sink = None
+        self._bit_rate = bit_rate  # None: the format's default (per channel, above)
         if fmt in _PYAV:
             self._open_pyav()
 
@@ -147,8 +148,8 @@ class StreamEncoder:
         layout = "mono" if self.channels == 1 else "stereo"
         self._stream = self._container.add_stream(spec.codec, rate=self.sample_rate, layout=layout,
                                                   options=dict(spec.codec_options))
-        if spec.bit_rate_per_channel:
-            self._stream.bit_rate = spec.bit_rate_per_channel * self.channels
+        if self._bit_rate or spec.bit_rate_per_channel:
+            self._stream.bit_rate = self._bit_rate or spec.bit_rate_per_channel * self.channels
         self._layout = layout
         self._planar = spec.sample_format == "fltp"
 

@@ -75,7 +75,8 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app.include_router(build_results_router(app.state.results))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
 
-    relay = PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,)) if zerogpu else None
+    relay = (PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,), transport="opus")
+             if zerogpu else None)
     demo = build_ui(service, settings, uploads, relay, saved)
     head = '<script src="/player/bridge.js" defer></script>'
     if zerogpu is not None:

@@ -1,4 +1,4 @@
-"""The player's routes: `POST /api/tts/stream` (float32 PCM, raw or in event frames), `GET /api/voices`
+"""The player's routes: `POST /api/tts/stream` (float32, 16-bit or Opus, raw or in event frames), `GET /api/voices`
 (presets and saved voices) and each preset's reference clip. (`GET /health` lives in `ops.py`, with `/metrics`.)"""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from ..stretch import check_speed
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
 from .errors import scrub_paths
 from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
-from .results import record_result
 from .service import SynthesizerService
 from .settings import ServerSettings
-from .speech_output import FrameWriter, OutputSpec, RawWriter, SpeechRender
-from .streaming import ClosingStreamingResponse, Delivery, close_stream, f32_bytes, open_stream
+from .speech_output import OutputSpec
+from .streaming import ClosingStreamingResponse, Delivery, close_stream, open_stream
+from .transports import DEFAULT_TRANSPORT, TRANSPORTS, player_writer, transport_headers
 from .voices_api import SavedVoices
 
 logger = logging.getLogger(__name__)
@@ -49,8 +49,9 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
 
     @router.post("/api/tts/stream")
     async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
-        """Little-endian float32 interleaved stereo at 48 kHz, streamed as it is generated: raw, or with
-        `"framing": "events"` in [u32 length][u8 kind][payload] frames (kind 0 PCM, kind 1 JSON event)."""
+        """48 kHz stereo streamed as it is generated, as `transport` says (f32: little-endian float32
+        interleaved, the default; s16: 16-bit; opus: one Ogg/Opus stream; see transports.py): raw, or with
+        `"framing": "events"` in [u32 length][u8 kind][payload] frames (kind 0 audio, kind 1 JSON event)."""
         synth = service.get()
         speed = 1.0 if body.speed is None else check_speed(body.speed)
         prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads,
@@ -59,12 +60,16 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
         gen, first = await open_stream(synth, prepared.request, http_request)
         try:  # until the response owns the pump, an error here must close it (it holds a slot)
             request_id = uuid.uuid4().hex[:16]
-            logger.info("stream %s: %d chars, voice %s, mode %s, speed %g%s", request_id, len(body.text),
-                        prepared.voice_label, prepared.request.mode, speed, ", event frames" if body.framing else "")
+            name = body.transport or DEFAULT_TRANSPORT
+            logger.info("stream %s: %d chars, voice %s, mode %s, speed %g, %s%s", request_id, len(body.text),
+                        prepared.voice_label, prepared.request.mode, speed, name,
+                        ", event frames" if body.framing else "")
+            transport = TRANSPORTS[name]
+            framed = body.framing == "events"
             headers = {
                 "X-Sample-Rate": str(SAMPLE_RATE_HZ),
                 "X-Channels": str(NUM_CHANNELS),
-                "X-Sample-Format": "f32le",
+                **transport_headers(transport),
                 "X-Request-Id": request_id,
                 "Cache-Control": "no-store",
                 "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
@@ -72,16 +77,16 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
             }
             if first is not None and first.estimated_audio_s is not None:
                 headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
-            spec = OutputSpec("float32", speed=speed, captions=body.framing == "events")
-            if body.framing == "events":
+            if framed:
                 headers["X-Framing"] = "events"
-                writer = FrameWriter(SpeechRender(spec), request_id)
-            else:  # today's raw stream, untouched at the natural rate
-                writer = f32_bytes if speed == 1.0 else RawWriter(SpeechRender(spec))
-            # kept for GET /api/tts/result/{id}.mp3 (what was sent, after any stretch)
-            writer = record_result(http_request, request_id, writer, framed=body.framing == "events")
+            # Kept for GET /api/tts/result/{id}.mp3 (lossless, after any stretch). A client that names a
+            # transport reads kind-2 progress frames (a newer client: see transports.py).
+            writer = player_writer(transport, OutputSpec("float32", speed=speed, captions=framed), framed=framed,
+                                   request_id=request_id, http_request=http_request,
+                                   progress=body.transport is not None)
+            media_type = "application/octet-stream" if framed else transport.media_type
             metrics = getattr(http_request.app.state, "metrics", None)
-            label = "player-events" if body.framing == "events" else "player-float32"
+            label = f"player-{name}" + ("-events" if framed else "")
 
             def delivered(sent: Delivery) -> None:
                 if metrics is not None:
@@ -89,9 +94,8 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
                                              encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
                                              finished=sent.outcome == "done")
 
-            return ClosingStreamingResponse(gen, first, writer, request_id=request_id,
-                                            media_type="application/octet-stream", headers=headers,
-                                            delivered=delivered, started=started)
+            return ClosingStreamingResponse(gen, first, writer, request_id=request_id, media_type=media_type,
+                                            headers=headers, delivered=delivered, started=started)
         except BaseException:
             await close_stream(gen)
             raise

@@ -10,7 +10,8 @@ Three writers wrap a render for `streaming.chunk_bytes` (each is called per chun
 - `SseWriter`: OpenAI's server-sent events, `speech.audio.delta` (base64 audio), `speech.segment`
   captions when asked, then `speech.audio.done` with usage (docs/PROTOCOL.md §4);
 - `FrameWriter`: the player's `"framing": "events"`: [u32 LE length][u8 kind][payload] frames, kind 0
-  = float32 PCM, kind 1 = a JSON event (`speech.segment`, then `speech.done`; docs/PROTOCOL.md §2.3).
+  = audio bytes of the stream's transport (float32 PCM, 16-bit PCM, or a piece of the Ogg/Opus
+  stream; `web/transports.py`), kind 1 = a JSON event (`speech.segment`, then `speech.done`; docs/PROTOCOL.md §2.3).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,7 @@ from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 
 FRAME_AUDIO = 0
 FRAME_EVENT = 1
+FRAME_PROGRESS = 2  # f64 LE: the chunk's time since the request, on the server (link measurement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +43,20 @@ class OutputSpec:
     channels: int = NUM_CHANNELS
     speed: float = 1.0
     captions: bool = False
+    bit_rate: int | None = None  # compressed formats: bits per second (None: the format's default)
 
 
 class SpeechRender:
     """Chunks in, (format bytes, finished caption spans) out. One per response; not thread-safe."""
 
-    def __init__(self, spec: OutputSpec):
+    def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None):
+        """`on_pcm` sees every piece of float32 audio as it goes to the encoder (after speed and
+        profile): the lossless copy kept for downloads when the wire carries a lossy format."""
         self.spec = spec
+        self._on_pcm = on_pcm
         self._stretcher = Stretcher(spec.speed)
         self._profile = ProfileConverter(spec.sample_rate, spec.channels)
-        self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels)
+        self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels, bit_rate=spec.bit_rate)
         self._timeline = CaptionTimeline(spec.speed) if spec.captions else None
         self._held: list[SegmentSpan] = []  # spans whose audio has not all gone out yet
         self.output_samples = 0  # at spec.sample_rate
@@ -61,6 +68,8 @@ class SpeechRender:
 
     def _encode(self, pcm: np.ndarray) -> bytes:
         self.output_samples += pcm.shape[1]
+        if self._on_pcm is not None and pcm.shape[1]:
+            self._on_pcm(pcm)
         return self._encoder.encode(pcm)
 
     def push(self, chunk: AudioChunk) -> tuple[bytes, list[SegmentSpan]]:
@@ -164,11 +173,17 @@ def event_frame(payload: dict) -> bytes:
 
 
 class FrameWriter(RawWriter):
-    """The player's event framing: float32 PCM frames with caption events between them."""
+    """The player's event framing: audio frames with caption events between them.
 
-    def __init__(self, render: SpeechRender, request_id: str):
+    With `progress`, each chunk's audio is preceded by a kind-2 frame: the chunk's server time since
+    the request (f64). The page compares it with when the bytes arrived: a lag that grows means the
+    link, not the generator, sets the pace (static/link.js). Readers skip kinds they do not know.
+    """
+
+    def __init__(self, render: SpeechRender, request_id: str, *, progress: bool = False):
         super().__init__(render)
         self.request_id = request_id
+        self.progress = progress
 
     @staticmethod
     def _frames(data: bytes, spans: list[SegmentSpan]) -> bytes:
@@ -176,7 +191,10 @@ class FrameWriter(RawWriter):
         return out + b"".join(event_frame(span.event()) for span in spans)
 
     def __call__(self, chunk: AudioChunk) -> bytes:
-        return self._frames(*self.render.push(chunk))
+        data = self._frames(*self.render.push(chunk))
+        if self.progress and data:
+            data = frame(FRAME_PROGRESS, struct.pack("<d", chunk.timings.elapsed_s)) + data
+        return data
 
     def finish(self) -> bytes:
         out = self._frames(*self.render.finish())

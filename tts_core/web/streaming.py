@@ -25,7 +25,6 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from ..audio import pcm_to_int16_bytes
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
 from .stream_pump import StreamPump
@@ -77,11 +76,6 @@ async def close_stream(pump: StreamPump) -> None:
 def f32_bytes(chunk: AudioChunk) -> bytes:
     """[2, n] float32 → interleaved little-endian float32 bytes (L0 R0 L1 R1 …)."""
     return np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes()  # [n, 2]
-
-
-def s16_bytes(chunk: AudioChunk) -> bytes:
-    """[2, n] float32 → interleaved little-endian 16-bit bytes."""
-    return pcm_to_int16_bytes(chunk.pcm)
 
 
 @dataclass(frozen=True, slots=True)

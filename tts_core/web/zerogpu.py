@@ -15,15 +15,18 @@ service's thread. What runs where:
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
   needs a Gradio request to be charged to; see docs/DEPLOY.md).
 
-Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's id) and `n` (0, 1, 2, ...:
-a gap means a lost update), `type` start | pcm | end | error | unavailable, `requestId`, and per
-type: start: `label`, `item`, `items`, `sampleRate`, `channels`, `estimatedDuration`, `gpuSeconds`
-(the GPU time the call asks ZeroGPU for, charged to the visitor's quota: shown on the page); pcm:
-`pcm` (base64 of little-endian float32, interleaved stereo); end: `audioSeconds`, `firstAudioMs`,
-`elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed before any audio:
-quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain words), `item` and
-`fallback` (the payload of the items not yet played, for the page's "generate on the server's
-CPU" offer: static/zerogpu-notice.js).
+Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's id) and
+`n` (0, 1, 2, ...: a gap means a lost update), `type` start | pcm | end | error | unavailable,
+`requestId`, and per type: start: `label`, `item`, `items`, `sampleRate`, `channels`,
+`estimatedDuration`, `gpuSeconds` (the GPU time the call asks ZeroGPU for, charged to the visitor's
+quota: shown on the page), `format` ("f32" or "opus"), `bitRate` (opus); pcm: `pcm` (base64 of
+little-endian float32, interleaved stereo) or, with the page's relay transport "opus", `opus`
+(base64 of the next bytes of ONE Ogg/Opus stream per item, the player's own transport:
+web/transports.py; the encoder's tail comes in a last pcm message before end); end: `audioSeconds`,
+`firstAudioMs`, `elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed
+before any audio: quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain
+words), `item` and `fallback` (the payload of the items not yet played, for the page's "generate on
+the server's CPU" offer: static/zerogpu-notice.js).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
+from ..encoders import StreamEncoder
 from ..engine.zerogpu_quota import Visitor, current_visitor
 from ..env import env_flag, env_str
 from ..errors import TTSError
@@ -45,6 +49,7 @@ from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
 from .service import SynthesizerService
 from .settings import ServerSettings
 from .streaming import f32_bytes
+from .transports import OPUS_BIT_RATE
 
 logger = logging.getLogger(__name__)
 
@@ -156,9 +161,33 @@ class RelayMessages:
         return json.dumps(message, separators=(",", ":"))
 
 
-def pcm_field(chunk: AudioChunk) -> str:
-    """The chunk's audio as the player takes it: base64 of interleaved little-endian float32."""
-    return base64.b64encode(f32_bytes(chunk)).decode("ascii")
+class RelayAudio:
+    """One item's audio fields: float32 per chunk, or the next bytes of one Ogg/Opus stream."""
+
+    def __init__(self, transport: str):
+        self.transport = transport
+        self._encoder = (StreamEncoder("opus", SAMPLE_RATE_HZ, NUM_CHANNELS, bit_rate=OPUS_BIT_RATE)
+                         if transport == "opus" else None)
+
+    def start_fields(self) -> dict:
+        return {"format": "opus", "bitRate": OPUS_BIT_RATE} if self._encoder else {"format": "f32"}
+
+    def fields(self, chunk: AudioChunk) -> dict:
+        """The chunk's audio as the player takes it (base64); empty while the encoder holds it."""
+        if self._encoder is None:
+            return {"pcm": base64.b64encode(f32_bytes(chunk)).decode("ascii")}
+        data = self._encoder.encode(chunk.pcm)
+        return {"opus": base64.b64encode(data).decode("ascii")} if data else {}
+
+    def finish(self) -> dict:
+        if self._encoder is None:
+            return {}
+        data = self._encoder.finish()
+        return {"opus": base64.b64encode(data).decode("ascii")} if data else {}
+
+    def close(self) -> None:
+        if self._encoder is not None:
+            self._encoder.close()
 
 
 def run_coroutine(coroutine):
@@ -176,13 +205,17 @@ class PageRelay:
     """The page's ZeroGPU event: payload (the JSON `prepare_speak` makes) in, relay messages out."""
 
     def __init__(self, mode: ZeroGPUMode, service: SynthesizerService, settings: ServerSettings,
-                 uploads: UploadStore, *, error_types: tuple[type[BaseException], ...] = ()):
+                 uploads: UploadStore, *, error_types: tuple[type[BaseException], ...] = (),
+                 transport: str = "f32"):
         self.mode = mode
         self.concurrency = mode.concurrency
         self.service = service
         self.settings = settings
         self.uploads = uploads
         self.reraise = error_types  # shown by Gradio too (e.g. ZeroGPU's quota errors, gr.Error)
+        if transport not in ("f32", "opus"):
+            raise ValueError(f"relay transport must be 'f32' or 'opus', not {transport!r}")
+        self.transport = transport  # "opus": every byte passes through Gradio's queue, a twentieth of f32
 
     def _job(self, request_body: dict):
         synth = self.service.get()
@@ -204,16 +237,20 @@ class PageRelay:
             except TTSError as exc:  # the page checked the inputs already; the model may have gone
                 yield message("error", request_id, message=scrub_paths(exc.message))
                 return
+            audio = RelayAudio(self.transport)
             yield message("start", request_id, label=item.get("label", ""), item=index, items=len(items),
                           sampleRate=SAMPLE_RATE_HZ, channels=NUM_CHANNELS,
-                          estimatedDuration=round(job.estimated_audio_s, 3), gpuSeconds=self.mode.gpu_seconds(job))
+                          estimatedDuration=round(job.estimated_audio_s, 3), gpuSeconds=self.mode.gpu_seconds(job),
+                          **audio.start_fields())
             last = None
             if visitor is not None:  # read when the GPU call starts, within this step of the generator
                 current_visitor.set(visitor)
             try:
                 for last in self.mode.stream(job):
-                    if last.pcm.shape[1]:
-                        yield message("pcm", request_id, pcm=pcm_field(last))
+                    if last.pcm.shape[1] and (fields := audio.fields(last)):
+                        yield message("pcm", request_id, **fields)
+                if fields := audio.finish():
+                    yield message("pcm", request_id, **fields)
             except GeneratorExit:  # Stop on the page (Gradio cancels the event): the GPU call is stopped
                 logger.info("ZeroGPU stream %s stopped by the page", request_id)
                 raise
@@ -229,6 +266,8 @@ class PageRelay:
                 if isinstance(exc, self.reraise):
                     raise
                 return
+            finally:
+                audio.close()  # a no-op after finish(); releases an encoder cut short
             yield message("end", request_id, **end_fields(last))
             logger.info("ZeroGPU stream %s done: %s", request_id, end_fields(last))
 
