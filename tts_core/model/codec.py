@@ -286,19 +286,26 @@ class MossAudioCodec(nn.Module):
         trim = codes.device.type == "cpu"  # host reads are free there; CUDA keeps fixed shapes
         pieces = []
         for start in range(0, codes.shape[-1], state.max_frames_per_pass):
-            h = self.quantizer.decode(codes[:, :, start : start + state.max_frames_per_pass]).transpose(1, 2)
-            caches = iter(state.stages)
-            with self._autocast(h.device):
-                for stage in self.decoder:
-                    if isinstance(stage, Patch):
-                        h = unpatchify(h, stage.patch_size)
-                    else:
-                        h = stage.step(h, next(caches), active, trim=trim)
-            pieces.append(self._deinterleave(h))
+            pieces.append(self.decode_pass(codes[:, :, start : start + state.max_frames_per_pass], state, active,
+                                           trim))
         audio = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
         if active is not None:
             audio = torch.where(active[:, None, None], audio, torch.zeros((), device=audio.device))
         return audio
+
+    def decode_pass(self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor | None,
+                    trim: bool) -> torch.Tensor:
+        """One streaming pass of `decode_step`, no checks: codes [B, 16, n] long, n <= the state's
+        max_frames_per_pass -> [B, 2, 3840 n]; updates `state` in place (the ONNX export wraps it)."""
+        h = self.quantizer.decode(codes).transpose(1, 2)  # [B, n, 768]
+        caches = iter(state.stages)
+        with self._autocast(h.device):
+            for stage in self.decoder:
+                if isinstance(stage, Patch):
+                    h = unpatchify(h, stage.patch_size)
+                else:
+                    h = stage.step(h, next(caches), active, trim=trim)
+        return self._deinterleave(h)
 
     @torch.inference_mode()
     def decode_frames_static(
