@@ -50,15 +50,22 @@ export class MossEngine {
 
   tensor(type, data, dims) { return new this.ort.Tensor(type, data, dims); }
 
-  resolveVoice(voice) {
-    if (voice && voice.codes) return voice.codes;
-    const name = voice ?? this.voices.default;
-    const preset = this.voices.presets.find((p) => p.name === name);
+  preset(name) {
+    const wanted = name ?? this.voices.default;
+    const preset = this.voices.presets.find((p) => p.name === wanted);
     if (!preset) {
-      throw new Error(`voice: unknown preset ${JSON.stringify(name)}; choose one of `
-        + this.voices.presets.map((p) => p.name).join(', ') + ', or pass {codes}');
+      throw new Error(`voice: unknown preset ${JSON.stringify(wanted)}; choose one of `
+        + this.voices.presets.map((p) => p.name).join(', ') + ', or pass {codes: Int32Array}');
     }
-    return Int32Array.from(preset.codes);
+    return preset;
+  }
+
+  resolveVoice(voice) {
+    if (voice && typeof voice === 'object') {
+      if (!(voice.codes instanceof Int32Array)) throw new Error('voice: pass a preset name or {codes: Int32Array}');
+      return voice.codes;
+    }
+    return Int32Array.from(this.preset(voice).codes);
   }
 
   async globalPass(rows, count, past) {
@@ -132,8 +139,9 @@ export class MossEngine {
     const codes = mode === 'continuation' && voice == null ? null : this.resolveVoice(voice);
     const count = (t) => this.tokenizer.encode(t).length;
     const segments = [];
-    const presetLanguage = typeof voice === 'string' || voice == null
-      ? this.voices.presets.find((p) => p.name === (voice ?? this.voices.default))?.language ?? null : null;
+    // The voice's language guides digit-only text (detect_language), for a preset that is in play.
+    const inPlay = mode === 'voice_clone' || voice != null;
+    const presetLanguage = inPlay && (typeof voice === 'string' || voice == null) ? this.preset(voice).language : null;
     const cleanup = (t) => (clean ? normalizeText(t, { language: detectLanguage(t, presetLanguage) }) : t);
     if (mode === 'voice_clone') {
       const said = cleanup(text);
@@ -146,10 +154,14 @@ export class MossEngine {
       const ids = this.tokenizer.encode(said);
       segments.push({ ids, codes: null, prime: null, text: said, maxFrames: defaultMaxFrames(ids.length) });
     } else {
-      if (!promptText) throw new Error('promptText: continuation with a reference voice needs its transcript');
+      const transcript = promptText ?? (typeof voice === 'string' || voice == null ? this.preset(voice).transcript : null);
+      if (!transcript) {
+        throw new Error('promptText: continuation with a reference voice needs its transcript '
+          + "(or use mode 'voice_clone', which needs none)");
+      }
       const said = cleanup(text);
-      const ids = this.tokenizer.encode(promptText + said);   // one string, encoded once (LM.md §4.4)
-      const fresh = Math.max(1, ids.length - count(promptText));
+      const ids = this.tokenizer.encode(transcript + said);   // one string, encoded once (LM.md §4.4)
+      const fresh = Math.max(1, ids.length - count(transcript));
       segments.push({ ids, codes, prime: codes, text: said, maxFrames: defaultMaxFrames(fresh) });
     }
     let left = maxFrames ?? Infinity;   // a request cap spans all segments (_apply_frame_cap)
