@@ -15,6 +15,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           reference    side by side with the upstream implementation (bench/reference.py)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
+    docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
+                                       (bench/browser_engine.py)
 
 Pure text in, text out: the same records always give the same bytes, and a rendered document
 renders to itself.
@@ -31,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures_browser import render_browser
 from figures_common import _caption, _date
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
@@ -38,7 +41,7 @@ from figures_reliability import render_reliability
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("cpu-bench", "gpu-bench", "gpu-trace", "spaces-hardware", "precision", "reference"),
-             "docs/RELIABILITY.md": ("reliability",)}
+             "docs/RELIABILITY.md": ("reliability",), "docs/BROWSER_ENGINE.md": ("browser-engine",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -331,7 +334,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
-            "gpu-trace": render_trace(records)}
+            "gpu-trace": render_trace(records), "browser-engine": render_browser(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:
