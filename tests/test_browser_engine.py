@@ -172,12 +172,33 @@ def test_speak_plays_through_the_worklet(browser, site):
         tab.click("#speak")
         tab.wait_for_function("document.getElementById('status').textContent.startsWith('Spoke')",
                               timeout=READY_TIMEOUT_MS)
-        heard = tab.evaluate("window.mossPlayback")
-        assert heard["sampleRate"] == 48000
-        assert heard["peakL"] > 0.01 and heard["peakR"] > 0.01, heard
-        assert heard["maxDiff"] > 1e-3, heard  # two distinct channels, not one copied
+        heard = tab.evaluate("window.mossPlayback")  # the worklet's own final stats
+        assert heard["outcome"] == "finished" and heard["contextRate"] == 48000, heard
+        assert heard["framesRendered"] >= 3840, heard
+        assert heard["rmsL"] > 1e-3 and heard["rmsR"] > 1e-3, heard
+        assert heard["rmsDiff"] > 1e-4, heard  # two distinct channels, not one copied
         assert tab.locator("#download").get_attribute("href").startswith("blob:")
         assert tab.locator("#ttfp").inner_text().endswith("ms")
     finally:
         context.close()
     assert not errors, errors
+
+
+def test_clone_from_a_clip_file_encodes_as_the_server(page, synth, tmp_path, parity_dir):
+    """A 48 kHz stereo WAV through the page's clip input (decodeAudioData, then the encoder graph):
+    the codes equal the server's voice bank's for the same file (load_audio, to_codec_input, the
+    torch encoder)."""
+    import soundfile
+    from safetensors.torch import load_file
+
+    wav = load_file(str(parity_dir / "tiny_codec_vectors.safetensors"))["encode.input_waveform"].numpy()
+    path = tmp_path / "clip.wav"
+    soundfile.write(path, wav.T, 48000, subtype="PCM_16")
+    server_codes = synth.voices.resolve(Voice.from_audio(path.read_bytes())).codes
+    page.set_input_files("#clip", str(path))
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Voice ready')")
+    clone = page.evaluate("window.mossClone")
+    codes = np.array(clone["codes"], dtype=np.int64).reshape(-1, 16)
+    assert codes.shape == (12, 16)
+    np.testing.assert_array_equal(codes, server_codes)
+    assert page.locator("#voice").input_value() == "__clip__"

@@ -81,3 +81,19 @@ def test_graphs_json_describes_the_state_it_was_exported_with(models, tiny_model
     inputs = [i.name for i in models.codec_graph.get_inputs()]
     assert inputs == ["codes", *names]
     assert [o.name for o in models.codec_graph.get_outputs()][1:] == [f"{n}_out" for n in names]
+
+
+def test_encoder_codes_equal_torch_and_the_reference(models, tiny_models, parity_dir):
+    """The clip encoder (cloning in the browser): fixed 20 s input, zero-padded, its valid frames."""
+    from safetensors.torch import load_file
+
+    from tts_core.export.onnx_runtime import encode_clip
+
+    vectors = load_file(str(parity_dir / "tiny_codec_vectors.safetensors"))
+    wav = vectors["encode.input_waveform"].numpy()
+    codes = encode_clip(models, wav)
+    frames = int(vectors["encode.audio_codes_lengths"][0])
+    np.testing.assert_array_equal(codes, vectors["encode.audio_codes"][:, 0, :frames].numpy().T)
+    np.testing.assert_array_equal(codes, tiny_models[1].encode_clip(torch.as_tensor(wav)).numpy())
+    with pytest.raises(ValueError, match="exceeds the encoder"):
+        encode_clip(models, np.zeros((2, models.description["codec"]["clip_samples"] + 1), np.float32))

@@ -39,7 +39,8 @@ export class MossEngine {
     const providers = options.backend === 'webgpu' ? ['webgpu', 'wasm'] : ['wasm'];
     const sessionOptions = { executionProviders: providers, graphOptimizationLevel: 'all' };
     const sessions = {};
-    for (const kind of ['global', 'local', 'codec']) {
+    for (const kind of ['global', 'local', 'codec', 'encoder']) {
+      if (kind === 'encoder' && !files.models.encoder) continue;   // builds before cloning had none
       sessions[kind] = await ort.InferenceSession.create(new Uint8Array(files.models[kind]), sessionOptions);
     }
     const info = { backend: options.backend, precision: files.graphs.precision, threads: options.threads };
@@ -132,6 +133,30 @@ export class MossEngine {
     const pcm = new Float32Array(audio.length);
     for (let i = 0; i < samples; i++) { pcm[2 * i] = audio[i]; pcm[2 * i + 1] = audio[samples + i]; }
     return pcm;
+  }
+
+  /**
+   * A reference clip -> its codes (Int32Array, frames x 16), as the server's voice bank encodes it.
+   * @param {Float32Array[]} channels  [left, right] (or one mono channel) at 48 kHz
+   */
+  async encodeClip(channels) {
+    if (!this.sessions.encoder) throw new Error('this build has no encoder: rebuild it with export-web');
+    const codec = this.description.codec;
+    const [left, right = channels[0]] = channels;
+    const length = Math.min(left.length, codec.clip_samples);   // the voice bank keeps the first 20 s
+    if (length < codec.samples_per_frame) throw new Error('clip: shorter than one frame (80 ms)');
+    const wav = new Float32Array(2 * codec.clip_samples);
+    wav.set(left.subarray(0, length), 0);
+    wav.set(right.subarray(0, length), codec.clip_samples);
+    const out = await this.sessions.encoder.run({
+      wav: this.tensor('float32', wav, [1, 2, codec.clip_samples]),
+      length: this.tensor('int64', BigInt64Array.of(BigInt(length)), [1]),
+    });
+    const frames = Number(out.frames.data[0]);
+    const total = out.codes.dims[2], nq = out.codes.dims[1];
+    const codes = new Int32Array(frames * nq);
+    for (let f = 0; f < frames; f++) for (let q = 0; q < nq; q++) codes[f * nq + q] = Number(out.codes.data[q * total + f]);
+    return codes;
   }
 
   /** The request's segments, as tts_core/synthesizer.py makes them: [{ids, maxFrames, prime, text}]. */

@@ -16,30 +16,9 @@ const decoder = new TextDecoder();
 
 function setStatus(text) { $('status').textContent = text; }
 
-// What reached the speakers, measured after the worklet: per-channel peaks and how far the two
-// channels differ (read by the end-to-end test, shown on the page).
-const heard = (window.mossPlayback = { peakL: 0, peakR: 0, maxDiff: 0, sampleRate: 0, polls: 0 });
-
-function tapOutput(audio) {
-  const splitter = audio.ctx.createChannelSplitter(2);
-  const left = audio.ctx.createAnalyser(), right = audio.ctx.createAnalyser();
-  left.fftSize = right.fftSize = 2048;
-  audio.node.connect(splitter);
-  splitter.connect(left, 0);
-  splitter.connect(right, 1);
-  const l = new Float32Array(2048), r = new Float32Array(2048);
-  heard.sampleRate = audio.ctx.sampleRate;
-  setInterval(() => {
-    left.getFloatTimeDomainData(l);
-    right.getFloatTimeDomainData(r);
-    for (let i = 0; i < l.length; i++) {
-      heard.peakL = Math.max(heard.peakL, Math.abs(l[i]));
-      heard.peakR = Math.max(heard.peakR, Math.abs(r[i]));
-      heard.maxDiff = Math.max(heard.maxDiff, Math.abs(l[i] - r[i]));
-    }
-    heard.polls++;
-  }, 20);
-}
+// What the worklet rendered for the last run: its own final stats (per-channel RMS, the RMS of
+// left minus right, the context rate, frames rendered), read by the end-to-end test.
+window.mossPlayback = null;
 
 async function loadOrt(backend) {
   // The webgpu build (JSEP) also runs the wasm provider; the plain wasm build is half the download.
@@ -88,7 +67,35 @@ window.mossTTS = {
   stream: (options) => (async function* streamed() { yield* (await ready).stream(options); })(),
   info: () => { throw new Error('mossTTS.info(): await mossTTS.ready first'); },
 };
-ready.then((engine) => { window.mossTTS.info = () => engine.info(); });
+ready.then((engine) => {
+  window.mossTTS.info = () => engine.info();
+  window.mossTTS.encodeClip = (channels) => engine.encodeClip(channels);
+});
+
+// ---- cloning: a clip of the visitor's, encoded in the tab ------------------------------------------
+
+let cloned = null;   // Int32Array codes of the visitor's clip (frames x 16)
+
+async function cloneFromFile(file) {
+  const engine = await ready;
+  setStatus('Reading the clip…');
+  try {
+    // decodeAudioData resamples to the context's rate: 48 kHz, what the codec takes.
+    const decoded = await new OfflineAudioContext(2, 1, RATE).decodeAudioData(await file.arrayBuffer());
+    const channels = [decoded.getChannelData(0), decoded.getChannelData(decoded.numberOfChannels > 1 ? 1 : 0)];
+    setStatus('Encoding the clip…');
+    cloned = await engine.encodeClip(channels);
+    window.mossClone = { codes: Array.from(cloned), frames: cloned.length / 16 };
+    const select = $('voice');
+    if (![...select.options].some((o) => o.value === CLONE)) select.add(new Option('Your clip', CLONE));
+    select.value = CLONE;
+    setStatus(`Voice ready: ${(cloned.length / 16 * 0.08).toFixed(2)} s of your clip.`);
+  } catch (error) {
+    setStatus(`Could not use that clip: ${error.message}`);
+  }
+}
+const CLONE = '__clip__';
+$('clip').addEventListener('change', (e) => { if (e.target.files[0]) cloneFromFile(e.target.files[0]); });
 
 // ---- the form: speak through the worklet ---------------------------------------------------------
 
@@ -101,14 +108,16 @@ function onWorkletMessage(m) {
     run.ttfpMs = performance.now() - run.t0;
     $('ttfp').textContent = `${run.ttfpMs.toFixed(0)} ms`;
   }
-  if (m.type === 'finished' || m.type === 'stopped') run.settle(m.type);
+  if (m.type === 'finished' || m.type === 'stopped') {
+    window.mossPlayback = { outcome: m.type, ...m.stats };
+    run.settle(m.type);
+  }
 }
 
 async function speak() {
   const engine = await ready;
   audio.unlock();
   await audio.init();
-  if (!heard.polls) tapOutput(audio);
   await audio.ctx.resume();
   const id = `run-${Date.now()}`;
   let settle;
@@ -120,7 +129,8 @@ async function speak() {
   const chunks = [];
   let samples = 0;
   try {
-    const options = { text: $('text').value, voice: $('voice').value, greedy: $('greedy').checked,
+    const voice = $('voice').value === CLONE ? { codes: cloned } : $('voice').value;
+    const options = { text: $('text').value, voice, greedy: $('greedy').checked,
       seed: Number($('seed').value) || undefined };
     for await (const item of engine.stream(options)) {
       if (item.pcm.length) {

@@ -19,12 +19,13 @@ import torch
 
 from ..model.codec import MossAudioCodec
 from ..model.lm import MossTTSNanoLM
-from .onnx_graphs import CodecStepGraph, GlobalGraph, LocalGraph, codec_state_specs
+from .onnx_graphs import CodecEncodeGraph, CodecStepGraph, GlobalGraph, LocalGraph, codec_state_specs
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "fp16", "int8")
-GRAPH_FILES = {"global": "lm_global.onnx", "local": "lm_local.onnx", "codec": "codec_decode.onnx"}
+GRAPH_FILES = {"global": "lm_global.onnx", "local": "lm_local.onnx", "codec": "codec_decode.onnx",
+               "encoder": "codec_encode.onnx"}
 FORMAT_VERSION = 1
 OPSET = 18
 
@@ -34,12 +35,13 @@ class ExportOptions:
     precision: str = "fp32"
     max_rows: int = 4096  # prompt rows + frames one segment may hold (bounds the RoPE table)
     codec_frames: int = 1  # frames per codec pass (the browser decodes frame by frame)
+    clip_frames: int = 250  # the encoder's fixed input: 250 frames = 20 s, the voice bank's clip cap
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.max_rows < 2 or self.codec_frames < 1:
-            raise ValueError("max_rows must be >= 2 and codec_frames >= 1")
+        if self.max_rows < 2 or self.codec_frames < 1 or self.clip_frames < 1:
+            raise ValueError("max_rows must be >= 2, codec_frames and clip_frames >= 1")
 
 
 def _export(module: torch.nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str],
@@ -112,8 +114,15 @@ def export_onnx(out_dir: Path, lm: MossTTSNanoLM, codec: MossAudioCodec, options
     _export(graph, (codes, *graph.initial_state()), out_dir / GRAPH_FILES["codec"],
             ["codes", *(s.name for s in specs)], ["audio", *(f"{s.name}_out" for s in specs)], None)
 
+    # The encoder (voice cloning in the browser) takes a fixed, zero-padded clip: its attention
+    # blocks are laid out from the length, so one length means one graph.
+    samples = options.clip_frames * codec.config.downsample_rate
+    _export(CodecEncodeGraph(codec).eval(), (torch.zeros(1, codec.config.num_channels, samples),
+                                             torch.tensor([samples // 2])),
+            out_dir / GRAPH_FILES["encoder"], ["wav", "length"], ["codes", "frames"], None)
+
     for kind, name in GRAPH_FILES.items():
-        _convert(out_dir / name, options.precision, kind)
+        _convert(out_dir / name, options.precision, "codec" if kind == "encoder" else kind)
     description = {
         "format": FORMAT_VERSION,
         "precision": options.precision,
@@ -123,6 +132,7 @@ def export_onnx(out_dir: Path, lm: MossTTSNanoLM, codec: MossAudioCodec, options
             "sample_rate": codec.config.sample_rate, "channels": codec.config.num_channels,
             "samples_per_frame": codec.config.downsample_rate, "frames_per_pass": options.codec_frames,
             "num_quantizers": codec.config.quantizer.num_quantizers, "state": [asdict(s) for s in specs],
+            "clip_samples": samples,
         },
     }
     (out_dir / "graphs.json").write_text(json.dumps(description, indent=1), encoding="utf-8")

@@ -175,3 +175,17 @@ class CodecStepGraph(nn.Module):
         state = unflatten_state(self.template, [t.clone() for t in flat])  # the pass updates it in place
         audio = self.codec.decode_pass(codes, state, None, trim=False)
         return (audio, *flatten_state(state))
+
+
+class CodecEncodeGraph(nn.Module):
+    """wav [1, 2, samples] fp32 at 48 kHz (a fixed, padded length), length [1] int64 (real samples)
+    -> codes [1, 16, samples / 3840] int64 and frames [1] (valid frames = floor(length / 3840)),
+    as `MossAudioCodec.encode` gives them (the offline encoder, then the residual LFQ)."""
+
+    def __init__(self, codec: MossAudioCodec):
+        super().__init__()
+        self.codec = codec
+
+    def forward(self, wav: torch.Tensor, length: torch.Tensor):
+        latents, frames = self.codec.encode_pass(wav, length)
+        return self.codec.quantizer.encode(latents, frames), frames

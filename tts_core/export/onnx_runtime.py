@@ -33,13 +33,14 @@ class OnnxModels:
     global_graph: object
     local_graph: object
     codec_graph: object
+    encoder_graph: object
 
     @classmethod
     def load(cls, directory: Path, threads: int = 1) -> OnnxModels:
         directory = Path(directory)
         description = json.loads((directory / "graphs.json").read_text(encoding="utf-8"))
         graphs = description["graphs"]
-        return cls(description, *(_session(directory / graphs[k], threads) for k in ("global", "local", "codec")))
+        return cls(description, *(_session(directory / graphs[k], threads) for k in ("global", "local", "codec", "encoder")))
 
     @property
     def lm(self) -> dict:
@@ -122,3 +123,14 @@ class CodecStream:
         audio, *state = self.models.codec_graph.run(None, feeds)
         self.state = {s["name"]: value for s, value in zip(self.specs, state)}
         return audio[0]
+
+
+def encode_clip(models: OnnxModels, wav: np.ndarray) -> np.ndarray:
+    """A reference clip [2, n] float32 at 48 kHz (n <= the graph's clip length) -> codes [F, 16]."""
+    samples = models.description["codec"]["clip_samples"]
+    if wav.shape[-1] > samples:
+        raise ValueError(f"clip of {wav.shape[-1]} samples exceeds the encoder's {samples}: trim it first")
+    padded = np.zeros((1, 2, samples), np.float32)
+    padded[0, :, : wav.shape[-1]] = wav
+    codes, frames = models.encoder_graph.run(None, {"wav": padded, "length": np.array([wav.shape[-1]], np.int64)})
+    return codes[0, :, : int(frames[0])].T.astype(np.int64)

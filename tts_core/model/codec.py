@@ -163,9 +163,14 @@ class MossAudioCodec(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """wav [B, 2, T] at 48 kHz -> (encoder output [B, 768, ceil(T/3840)] fp32, valid frames [B])."""
         wav, lengths = self._check_wav(wav, lengths)
-        batch, _, length = wav.shape
-        if length == 0:
+        if wav.shape[-1] == 0:
             raise ValueError("wav has no samples")
+        return self.encode_pass(wav, lengths)
+
+    def encode_pass(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`encode_latents` without its checks (host syncs): wav [B, 2, T] fp32 on the codec's device,
+        lengths [B] long (the ONNX export wraps it)."""
+        batch, _, length = wav.shape
         hop = self.config.downsample_rate
         padded = -(-length // hop) * hop
         keep = torch.arange(padded, device=wav.device)[None, None] < lengths[:, None, None]  # [B, 1, T']
