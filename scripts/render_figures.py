@@ -23,6 +23,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
     docs/SERVING.md       serving      the server under N concurrent OpenAI clients, per format, beside the
                                        in-process bench of the same run (bench/http_load.py)
     docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
+    docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
+                                       (bench/browser_engine.py)
 
 A figure under a heading comes from a record that measured it (the newest such record), never from
 another row. Records in bench/results/archive/ (superseded by newer runs) are not rendered.
@@ -41,6 +43,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures_browser import render_browser
 from figures_common import _caption, _date, _memory, _ms, _ranged, _rtf, _times
 from figures_deploy import render_aoti, render_cold_start
 from figures_player import render_player
@@ -55,7 +58,8 @@ DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
              "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving",),
-             "docs/PLAYER.md": ("player-links",)}
+             "docs/PLAYER.md": ("player-links",),
+             "docs/BROWSER_ENGINE.md": ("browser-engine",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -326,7 +330,8 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "precision": render_precision(records), "reference": render_reference(records),
             "gpu-trace": render_trace(records), "headline": render_headline(records),
             "cold-start": render_cold_start(records), "aoti": render_aoti(records),
-            "serving": render_serving(records), "player-links": render_player(records)}
+            "serving": render_serving(records), "player-links": render_player(records),
+            "browser-engine": render_browser(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -37,5 +37,16 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
         esac
     fi
 fi
+# The in-browser engine's tests load onnxruntime-web from node_modules (package-lock.json pins it).
+if [ ! -f node_modules/onnxruntime-web/package.json ]; then
+    if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm
+    fi
+    if command -v npm >/dev/null 2>&1; then
+        npm ci --no-audit --no-fund --ignore-scripts
+    else
+        echo "warning: npm missing; the browser-engine tests will fail or skip" >&2
+    fi
+fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
 exec "$PY" -m pytest "$@"

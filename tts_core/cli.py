@@ -1,4 +1,4 @@
-"""Command line: `python -m tts_core {say, serve, make-tiny-checkpoint, bench}`.
+"""Command line: `python -m tts_core {say, serve, make-tiny-checkpoint, bench, export-onnx, export-web}`.
 
 `python -m tts_core serve` runs the web server with the flags of app.py; `tts_core/__main__.py`
 dispatches it, so this module (part of the engine side) never imports the web wing.
@@ -117,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_args(bench)
     bench.set_defaults(func=_cmd_bench)
+
+    from .export.commands import add_export_commands
+
+    add_export_commands(sub)
     return parser
 
 

@@ -163,9 +163,14 @@ class MossAudioCodec(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """wav [B, 2, T] at 48 kHz -> (encoder output [B, 768, ceil(T/3840)] fp32, valid frames [B])."""
         wav, lengths = self._check_wav(wav, lengths)
-        batch, _, length = wav.shape
-        if length == 0:
+        if wav.shape[-1] == 0:
             raise ValueError("wav has no samples")
+        return self.encode_pass(wav, lengths)
+
+    def encode_pass(self, wav: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`encode_latents` without its checks (host syncs): wav [B, 2, T] fp32 on the codec's device,
+        lengths [B] long (the ONNX export wraps it)."""
+        batch, _, length = wav.shape
         hop = self.config.downsample_rate
         padded = -(-length // hop) * hop
         keep = torch.arange(padded, device=wav.device)[None, None] < lengths[:, None, None]  # [B, 1, T']
@@ -286,19 +291,26 @@ class MossAudioCodec(nn.Module):
         trim = codes.device.type == "cpu"  # host reads are free there; CUDA keeps fixed shapes
         pieces = []
         for start in range(0, codes.shape[-1], state.max_frames_per_pass):
-            h = self.quantizer.decode(codes[:, :, start : start + state.max_frames_per_pass]).transpose(1, 2)
-            caches = iter(state.stages)
-            with self._autocast(h.device):
-                for stage in self.decoder:
-                    if isinstance(stage, Patch):
-                        h = unpatchify(h, stage.patch_size)
-                    else:
-                        h = stage.step(h, next(caches), active, trim=trim)
-            pieces.append(self._deinterleave(h))
+            pieces.append(self.decode_pass(codes[:, :, start : start + state.max_frames_per_pass], state, active,
+                                           trim))
         audio = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
         if active is not None:
             audio = torch.where(active[:, None, None], audio, torch.zeros((), device=audio.device))
         return audio
+
+    def decode_pass(self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor | None,
+                    trim: bool) -> torch.Tensor:
+        """One streaming pass of `decode_step`, no checks: codes [B, 16, n] long, n <= the state's
+        max_frames_per_pass -> [B, 2, 3840 n]; updates `state` in place (the ONNX export wraps it)."""
+        h = self.quantizer.decode(codes).transpose(1, 2)  # [B, n, 768]
+        caches = iter(state.stages)
+        with self._autocast(h.device):
+            for stage in self.decoder:
+                if isinstance(stage, Patch):
+                    h = unpatchify(h, stage.patch_size)
+                else:
+                    h = stage.step(h, next(caches), active, trim=trim)
+        return self._deinterleave(h)
 
     @torch.inference_mode()
     def decode_frames_static(

@@ -18,6 +18,7 @@ import gradio as gr
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from .browser_build import MOUNT_PATH, IsolatedStaticFiles, check_build
 from .clip_decode import CLIP_DECODER
 from .errors import install_error_handlers
 from .guards import BodyDeadlines, GuardCounters, install_http_guards
@@ -74,6 +75,9 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app.state.results = ResultStore()  # the page's recent generations, for download
     app.include_router(build_results_router(app.state.results))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")
+    if settings.browser_build:  # the in-browser engine, isolated for wasm threads
+        app.mount(MOUNT_PATH, IsolatedStaticFiles(directory=check_build(settings.browser_build), html=True),
+                  name="browser")
 
     relay = (PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,), transport="opus")
              if zerogpu else None)

@@ -61,6 +61,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "(forked workers; a local harness with the same contract where Spaces is absent); the API "
                         "uses this process's CPU engine. Default: on when SPACES_ZERO_GPU says this is ZeroGPU "
                         "hardware [MOSS_TTS_ZEROGPU]")
+    p.add_argument("--browser-build", default=env_str("MOSS_TTS_BROWSER_BUILD"),
+                   help="an export-web build to serve at /browser, offered on the page as the 'This browser' "
+                        "engine [MOSS_TTS_BROWSER_BUILD]")
     p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p
 
@@ -96,7 +99,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 def server_settings(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(
         max_text_chars=engine_config(args).max_text_chars, allow_remote_audio=args.allow_remote_audio,
-        lm_id=args.lm, codec_id=args.codec,
+        lm_id=args.lm, codec_id=args.codec, browser_build=args.browser_build,
         cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
         **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
         **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),

@@ -61,6 +61,8 @@ class ServerSettings:
             is listed by `GET /v1/models`; a local path never leaves the server.
         codec_id: the codec checkpoint, as `lm_id` (reported by health pages, never as a path).
         model_name: the id this server answers to and lists first in `GET /v1/models`.
+        browser_build: an `export-web` build folder to serve at /browser (the page then offers
+            "This browser" as its engine); None = not offered.
     """
 
     max_text_chars: int = 4096
@@ -78,6 +80,7 @@ class ServerSettings:
     cors_allow_origins: tuple[str, ...] = ()
     lm_id: str = DEFAULT_LM_ID
     codec_id: str = DEFAULT_CODEC_ID
+    browser_build: str | None = None
     model_name: str = "moss-tts-nano"
 
     def __post_init__(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ...config import SamplingParams
+from ..browser_build import engine_choice_html
 from ..settings import ServerSettings
 from .examples import DEFAULT_TEXT, EXAMPLES
 from .handlers import FIXED_LANGUAGES, MAX_AUDITION_VOICES
@@ -86,6 +87,8 @@ def build_layout(settings: ServerSettings, status: Callable[[], str], *,
             gr.Markdown("# MOSS-TTS-Nano Studio\n<p class='subtitle'>Streaming text-to-speech, 48 kHz stereo, "
                         "20 languages, voice cloning from a short clip.</p>")
             parts["status"] = gr.Markdown(status, elem_id="model-status")
+        if settings.browser_build:
+            gr.HTML(engine_choice_html(), elem_id="engine-choice-row")
         parts["timer"] = gr.Timer(1.0)
         parts["payload"] = gr.Textbox(visible=False, elem_id="tts-payload")
         parts["source"] = gr.State("preset")

@@ -1,0 +1,259 @@
+// The browser engine: the exported graphs (tts_core/export) run by onnxruntime-web, and the frame
+// loop of tts_core/export/onnx_runtime.py around them. Per text chunk: prompt rows -> lm_global
+// (prefill) -> per frame lm_local x 17 (stop decision, then one code per codebook, picked here)
+// -> lm_global (append the frame) and codec_decode (the frame's 80 ms of stereo audio).
+
+import { SentencePiece } from './sentencepiece.js';
+import { buildPromptRows, promptTemplate } from './prompt.js';
+import { DEFAULT_SAMPLING, GREEDY_SAMPLING, Rng, decideContinue, pickCode } from './sampling.js';
+import { pauseAfterChunkS, splitText } from './chunking.js';
+import { detectLanguage, normalizeText } from './normalize.js';
+
+/** How the page runs: WebGPU where the browser has it (unless asked for wasm), else wasm. */
+export async function chooseBackend(requested) {
+  if (requested === 'wasm') return 'wasm';
+  const hasGpu = typeof navigator !== 'undefined' && navigator.gpu
+    && await navigator.gpu.requestAdapter().then((a) => !!a, () => false);
+  if (requested === 'webgpu' && !hasGpu) throw new Error('backend=webgpu asked for, but this browser has no WebGPU adapter');
+  return hasGpu ? 'webgpu' : 'wasm';
+}
+
+export class MossEngine {
+  constructor(ort, info, description, tokenizer, voices, sessions) {
+    this.ort = ort;
+    this.infoValue = info;
+    this.description = description;
+    this.lm = description.lm;
+    this.tokenizer = tokenizer;
+    this.template = promptTemplate(tokenizer, description.lm);
+    this.voices = voices;
+    this.sessions = sessions;
+  }
+
+  /**
+   * @param {object} ort  the onnxruntime-web module
+   * @param {object} files  {graphs: description, tokenizer: json, voices: json, models: {global, local, codec}: ArrayBuffer}
+   * @param {{backend: string, threads: number}} options
+   */
+  static async create(ort, files, options) {
+    const providers = options.backend === 'webgpu' ? ['webgpu', 'wasm'] : ['wasm'];
+    const sessionOptions = { executionProviders: providers, graphOptimizationLevel: 'all' };
+    const sessions = {};
+    for (const kind of ['global', 'local', 'codec', 'encoder']) {
+      if (kind === 'encoder' && !files.models.encoder) continue;   // builds before cloning had none
+      sessions[kind] = await ort.InferenceSession.create(new Uint8Array(files.models[kind]), sessionOptions);
+    }
+    const info = { backend: options.backend, precision: files.graphs.precision, threads: options.threads };
+    return new MossEngine(ort, info, files.graphs, new SentencePiece(files.tokenizer), files.voices, sessions);
+  }
+
+  info() { return { ...this.infoValue }; }
+
+  tensor(type, data, dims) { return new this.ort.Tensor(type, data, dims); }
+
+  preset(name) {
+    const wanted = name ?? this.voices.default;
+    const preset = this.voices.presets.find((p) => p.name === wanted);
+    if (!preset) {
+      throw new Error(`voice: unknown preset ${JSON.stringify(wanted)}; choose one of `
+        + this.voices.presets.map((p) => p.name).join(', ') + ', or pass {codes: Int32Array}');
+    }
+    return preset;
+  }
+
+  resolveVoice(voice) {
+    if (voice && typeof voice === 'object') {
+      if (!(voice.codes instanceof Int32Array)) throw new Error('voice: pass a preset name or {codes: Int32Array}');
+      return voice.codes;
+    }
+    return Int32Array.from(this.preset(voice).codes);
+  }
+
+  async globalPass(rows, count, past) {
+    const lm = this.lm;
+    const out = await this.sessions.global.run({
+      rows: this.tensor('int64', rows, [1, count, lm.n_vq + 1]), past_k: past.k, past_v: past.v,
+    });
+    return { hidden: out.hidden, past: { k: out.present_k, v: out.present_v } };
+  }
+
+  emptyPast() {
+    const lm = this.lm;
+    const dims = [lm.num_layers, 1, lm.num_heads, 0, lm.head_dim];
+    return { k: this.tensor('float32', new Float32Array(0), dims), v: this.tensor('float32', new Float32Array(0), dims) };
+  }
+
+  /** One frame from the global state: [continue, codes Int32Array(n_vq)]. */
+  async frame(hidden, seen, params, uniforms) {
+    const lm = this.lm;
+    const kvDims = [lm.local_num_layers, 1, lm.num_heads, lm.local_positions, lm.head_dim];
+    const size = kvDims.reduce((a, b) => a * b, 1);
+    let keys = this.tensor('float32', new Float32Array(size), kvDims);
+    let values = this.tensor('float32', new Float32Array(size), kvDims);
+    let prev = 0n;
+    const codes = new Int32Array(lm.n_vq);
+    for (let position = 0; position <= lm.n_vq; position++) {
+      const out = await this.sessions.local.run({
+        hidden, prev_code: this.tensor('int64', BigInt64Array.of(prev), [1]),
+        position: this.tensor('int64', BigInt64Array.of(BigInt(position)), [1]), keys, values,
+      });
+      keys = out.keys_out; values = out.values_out;
+      if (position === 0) {
+        if (!decideContinue(out.stop_logits.data, params, uniforms[0])) return [false, codes];
+        continue;
+      }
+      const k = position - 1;
+      const logits = Float32Array.from(out.audio_logits.data);
+      codes[k] = pickCode(logits, seen[k], params, uniforms[position]);
+      prev = BigInt(codes[k]);
+    }
+    return [true, codes];
+  }
+
+  newCodecState() {
+    const state = {};
+    for (const spec of this.description.codec.state) {
+      const size = spec.shape.reduce((a, b) => a * b, 1);
+      const data = spec.dtype === 'int64' ? new BigInt64Array(size).fill(BigInt(spec.fill))
+        : new Float32Array(size).fill(spec.fill);
+      state[spec.name] = this.tensor(spec.dtype, data, spec.shape);
+    }
+    return state;
+  }
+
+  /** Decode one frame; returns interleaved stereo Float32Array and updates `state` in place. */
+  async decodeFrame(codes, state) {
+    const nq = this.description.codec.num_quantizers;
+    const data = new BigInt64Array(nq);
+    for (let q = 0; q < nq; q++) data[q] = BigInt(codes[q]);
+    const out = await this.sessions.codec.run({ codes: this.tensor('int64', data, [1, nq, 1]), ...state });
+    for (const spec of this.description.codec.state) state[spec.name] = out[`${spec.name}_out`];
+    const audio = out.audio.data;   // [1, 2, S]: left then right
+    const samples = audio.length / 2;
+    const pcm = new Float32Array(audio.length);
+    for (let i = 0; i < samples; i++) { pcm[2 * i] = audio[i]; pcm[2 * i + 1] = audio[samples + i]; }
+    return pcm;
+  }
+
+  /**
+   * A reference clip -> its codes (Int32Array, frames x 16), as the server's voice bank encodes it.
+   * @param {Float32Array[]} channels  [left, right] (or one mono channel) at 48 kHz
+   */
+  async encodeClip(channels) {
+    if (!this.sessions.encoder) throw new Error('this build has no encoder: rebuild it with export-web');
+    const codec = this.description.codec;
+    const [left, right = channels[0]] = channels;
+    const length = Math.min(left.length, codec.clip_samples);   // the voice bank keeps the first 20 s
+    if (length < codec.samples_per_frame) throw new Error('clip: shorter than one frame (80 ms)');
+    const wav = new Float32Array(2 * codec.clip_samples);
+    wav.set(left.subarray(0, length), 0);
+    wav.set(right.subarray(0, length), codec.clip_samples);
+    const out = await this.sessions.encoder.run({
+      wav: this.tensor('float32', wav, [1, 2, codec.clip_samples]),
+      length: this.tensor('int64', BigInt64Array.of(BigInt(length)), [1]),
+    });
+    const frames = Number(out.frames.data[0]);
+    const total = out.codes.dims[2], nq = out.codes.dims[1];
+    const codes = new Int32Array(frames * nq);
+    for (let f = 0; f < frames; f++) for (let q = 0; q < nq; q++) codes[f * nq + q] = Number(out.codes.data[q * total + f]);
+    return codes;
+  }
+
+  /** The request's segments, as tts_core/synthesizer.py makes them: [{ids, maxFrames, prime, text}]. */
+  segments({ text, voice, mode, promptText, normalizeText: clean, maxFrames }) {
+    const codes = mode === 'continuation' && voice == null ? null : this.resolveVoice(voice);
+    const count = (t) => this.tokenizer.encode(t).length;
+    const segments = [];
+    // The voice's language guides digit-only text (detect_language), for a preset that is in play.
+    const inPlay = mode === 'voice_clone' || voice != null;
+    const presetLanguage = inPlay && (typeof voice === 'string' || voice == null) ? this.preset(voice).language : null;
+    const cleanup = (t) => (clean ? normalizeText(t, { language: detectLanguage(t, presetLanguage) }) : t);
+    if (mode === 'voice_clone') {
+      const said = cleanup(text);
+      for (const chunk of splitText(said, count, this.voices.max_text_tokens ?? 75)) {
+        const ids = this.tokenizer.encode(chunk);
+        segments.push({ ids, codes, prime: null, text: chunk, maxFrames: defaultMaxFrames(ids.length) });
+      }
+    } else if (!codes) {
+      const said = cleanup(text);
+      const ids = this.tokenizer.encode(said);
+      segments.push({ ids, codes: null, prime: null, text: said, maxFrames: defaultMaxFrames(ids.length) });
+    } else {
+      const transcript = promptText ?? (typeof voice === 'string' || voice == null ? this.preset(voice).transcript : null);
+      if (!transcript) {
+        throw new Error('promptText: continuation with a reference voice needs its transcript '
+          + "(or use mode 'voice_clone', which needs none)");
+      }
+      const said = cleanup(text);
+      const ids = this.tokenizer.encode(transcript + said);   // one string, encoded once (LM.md §4.4)
+      const fresh = Math.max(1, ids.length - count(transcript));
+      segments.push({ ids, codes, prime: codes, text: said, maxFrames: defaultMaxFrames(fresh) });
+    }
+    let left = maxFrames ?? Infinity;   // a request cap spans all segments (_apply_frame_cap)
+    const capped = [];
+    for (const segment of segments) {
+      if (left <= 0) break;
+      capped.push({ ...segment, maxFrames: Math.min(segment.maxFrames, left) });
+      left -= capped[capped.length - 1].maxFrames;
+    }
+    return capped;
+  }
+
+  /**
+   * Async iterator of {pcm, codes, isLast, segment, isPause}; see docs/BROWSER_ENGINE.md.
+   * Frames are decoded as they come; the last item carries isLast (and may be empty).
+   */
+  async *stream({ text, voice, seed, greedy = false, maxFrames, normalizeText: clean = true, mode = 'voice_clone',
+    promptText, sampling } = {}) {
+    if (typeof text !== 'string' || !text.trim()) throw new Error('text: give some text to say');
+    if (mode !== 'voice_clone' && mode !== 'continuation') {
+      throw new Error(`mode must be 'voice_clone' or 'continuation', got ${JSON.stringify(mode)}`);
+    }
+    if (maxFrames != null && !(Number.isInteger(maxFrames) && maxFrames >= 1)) {
+      throw new Error('maxFrames must be an integer >= 1 (or left out)');
+    }
+    const params = { ...(greedy ? GREEDY_SAMPLING : DEFAULT_SAMPLING), ...(sampling || {}) };
+    const lm = this.lm;
+    const segments = this.segments({ text, voice, mode, promptText, normalizeText: clean, maxFrames });
+    const rng = new Rng(seed ?? Math.floor(Math.random() * 2 ** 32));   // one generator for the request
+    for (let s = 0; s < segments.length; s++) {
+      const segment = segments[s];
+      const { rows, count } = buildPromptRows(this.template, mode, segment.ids, segment.codes);
+      const frames = Math.min(segment.maxFrames, lm.max_rows - count);
+      if (frames < 1) throw new Error(`text: a prompt of ${count} rows leaves no room below ${lm.max_rows} rows`);
+      const state = this.newCodecState();   // each segment restarts the decoder ...
+      if (segment.prime) {                  // ... or continues the reference audio (output dropped)
+        for (let f = 0; f < segment.prime.length / lm.n_vq; f++) {
+          await this.decodeFrame(segment.prime.subarray(f * lm.n_vq, (f + 1) * lm.n_vq), state);
+        }
+      }
+      let { hidden, past } = await this.globalPass(rows, count, this.emptyPast());
+      const seen = Array.from({ length: lm.n_vq }, () => new Uint8Array(lm.codebook_sizes[0]));
+      for (let f = 0; f < frames; f++) {
+        const uniforms = Array.from({ length: lm.n_vq + 1 }, () => rng.uniform());
+        const [goOn, codes] = await this.frame(hidden, seen, params, uniforms);
+        if (!goOn) break;
+        for (let k = 0; k < lm.n_vq; k++) seen[k][codes[k]] = 1;
+        const pcm = await this.decodeFrame(codes, state);
+        yield { pcm, codes, isLast: false, segment: s, isPause: false };
+        if (f + 1 < frames) {
+          const row = new BigInt64Array(lm.n_vq + 1);
+          row[0] = BigInt(lm.audio_assistant_slot_id);
+          for (let k = 0; k < lm.n_vq; k++) row[1 + k] = BigInt(codes[k]);
+          ({ hidden, past } = await this.globalPass(row, 1, past));
+        }
+      }
+      if (s + 1 < segments.length) {
+        const pause = Math.round(pauseAfterChunkS(segment.text) * this.description.codec.sample_rate);
+        yield { pcm: new Float32Array(2 * pause), codes: new Int32Array(0), isLast: false, segment: s, isPause: true };
+      }
+    }
+    yield { pcm: new Float32Array(0), codes: new Int32Array(0), isLast: true, segment: segments.length - 1,
+      isPause: false };
+  }
+}
+
+/** tts_core/engine/pacing.default_max_frames: ~8 frames per text token plus 2 s, at most 30 s. */
+export function defaultMaxFrames(numTextTokens, cap = 375) {
+  return Math.max(1, Math.min(cap, 25 + 8 * Math.max(1, numTextTokens)));
+}
