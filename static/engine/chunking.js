@@ -1,5 +1,5 @@
 // Long text -> chunks within the model's text budget, and the pause after each: a port of
-// tts_core/text/chunking.py (LM.md §4.7). Indices count code points, as Python's str does.
+// tts_core/text/chunking.py (docs/spec/LM.md §4.7). Indices count code points, as Python's str does.
 
 const SENTENCE_END = new Set('.!?。！？；;');
 const CLAUSE_END = new Set(',，、；;：:');

@@ -185,7 +185,7 @@ export class MossEngine {
           + "(or use mode 'voice_clone', which needs none)");
       }
       const said = cleanup(text);
-      const ids = this.tokenizer.encode(transcript + said);   // one string, encoded once (LM.md §4.4)
+      const ids = this.tokenizer.encode(transcript + said);   // one string, encoded once (docs/spec/LM.md §4.4)
       const fresh = Math.max(1, ids.length - count(transcript));
       segments.push({ ids, codes, prime: codes, text: said, maxFrames: defaultMaxFrames(fresh) });
     }

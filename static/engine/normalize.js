@@ -35,7 +35,7 @@ const rstripChars = (text, chars) => { let end = text.length; while (end > 0 && 
 const lstripChars = (text, chars) => { let start = 0; while (start < text.length && chars.includes(text[start])) start++; return text.slice(start); };
 const isPunctuation = (ch) => /^\p{P}$/u.test(ch);
 
-/** Non-semantic cleanup (LM.md §4.6) plus number reading; never throws on a string. */
+/** Non-semantic cleanup (docs/spec/LM.md §4.6) plus number reading; never throws on a string. */
 export function normalizeText(text, { readNumbers = true, language = null } = {}) {
   text = baseCleanup(text);
   text = markdownAndLines(text);

@@ -1,4 +1,4 @@
-// Prompt rows of the global transformer: a port of tts_core/prompt.py (LM.md §4.2-4.4).
+// Prompt rows of the global transformer: a port of tts_core/prompt.py (docs/spec/LM.md §4.2-4.4).
 // A row is n_vq + 1 integers: the text/slot token, then one code per codebook (the audio pad id
 // in text rows). Each template piece is encoded by its own call (its own dummy prefix), as there.
 

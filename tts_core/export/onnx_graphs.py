@@ -93,7 +93,7 @@ class LocalGraph(nn.Module):
         self.register_buffer("cos", torch.cat(local.cos), persistent=False)  # [P, D/2]
         self.register_buffer("sin", torch.cat(local.sin), persistent=False)
         self.register_buffer("key_pos", local.key_pos.clone(), persistent=False)
-        # Heads are tied to the code tables (LM.md §2.2): one stack serves both lookups.
+        # Heads are tied to the code tables (docs/spec/LM.md §2.2): one stack serves both lookups.
         self.register_buffer("tables", torch.stack([e.weight for e in lm.audio_embeddings]), persistent=False)
 
     def forward(self, hidden: torch.Tensor, prev_code: torch.Tensor, position: torch.Tensor,
