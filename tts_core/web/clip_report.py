@@ -43,9 +43,10 @@ class CheckedClip:
 
     wav: np.ndarray
     sample_rate: int
-    analysis: ClipAnalysis
+    analysis: ClipAnalysis | None  # None: only cut, never measured (`cut`)
 
     def info(self) -> ClipAnalysisInfo:
+        assert self.analysis is not None, "this clip was cut, not analysed"
         return ClipAnalysisInfo(**self.analysis.as_dict())
 
 
@@ -81,8 +82,19 @@ def windowed(clip: CheckedClip, window: tuple[float, float] | str) -> bytes | No
     """The clip cut to `window` ("auto": the doctor's) as float WAV bytes; None for "full"."""
     if window == "full":
         return None
-    span = clip.analysis.window if window == "auto" else window
+    if window == "auto":
+        assert clip.analysis is not None, "an 'auto' window needs the clip's analysis"
+        span = clip.analysis.window
+    else:
+        span = window
     piece = crop(clip.wav, clip.sample_rate, span)  # [C, m]
     out = io.BytesIO()
     sf.write(out, piece.T, clip.sample_rate, format="WAV", subtype="FLOAT")
     return out.getvalue()
+
+
+def cut(data: bytes, window: tuple[float, float], param: str = WINDOW_PARAM) -> bytes:
+    """The clip in `data` cut to `window` (seconds, checked against its length) as float WAV bytes."""
+    wav, rate = load_audio(data)
+    span = parse_window(f"{window[0]},{window[1]}", wav.shape[1] / rate, param)
+    return windowed(CheckedClip(wav, rate, None), span)

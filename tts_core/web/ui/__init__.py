@@ -64,10 +64,16 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
     w.saved_tab.select(handlers.saved_picker, inputs=w.saved_voice, outputs=w.saved_voice, **_HIDDEN)
     w.clone_tab.select(lambda: "clone", outputs=w.source, **_HIDDEN)
     w.ref_audio.change(handlers.describe_upload, inputs=w.ref_audio, outputs=w.ref_info, **_HIDDEN)
+    w.ref_audio.change(handlers.check_clip, inputs=w.ref_audio,
+                       outputs=[w.clip_view, w.clip_check, w.clip_start, w.clip_end], **_HIDDEN)
+    for box in (w.clip_start, w.clip_end, w.clip_use_window):
+        box.change(handlers.redraw_clip, inputs=[w.clip_view, w.clip_start, w.clip_end, w.clip_use_window],
+                   outputs=w.clip_check, **_HIDDEN)
 
     # Validation is quick: run it outside Gradio's queue (saves ~120 ms of time to first audio).
     speak_inputs = [w.text, w.voice, w.source, w.saved_voice, w.ref_audio, w.ref_text, *w.sampling, w.seed,
-                    w.random_seed, w.max_seconds, *([w.speed] if w.speed is not None else [])]
+                    w.random_seed, w.max_seconds, w.clip_view, w.clip_start, w.clip_end, w.clip_use_window,
+                    *([w.speed] if w.speed is not None else [])]
     w.generate_btn.click(None, js=_JS_ARM, **_HIDDEN)
     speak = w.generate_btn.click(
         handlers.prepare_speak, inputs=speak_inputs, outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,

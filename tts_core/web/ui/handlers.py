@@ -23,6 +23,7 @@ from ..errors import scrub_paths
 from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
+from . import clip_check
 from .examples import EXAMPLES
 from .text_limits import split_at_boundary
 
@@ -30,7 +31,7 @@ MAX_AUDITION_VOICES = 8
 FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
 _LANGUAGES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "jp": "Japanese", "ko": "Korean",
               "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "ru": "Russian"}
-_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text"}
+_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text", "window": "The clip window"}
 
 
 def language_name(code: str) -> str:
@@ -222,6 +223,20 @@ class PageHandlers:
             return page_error(f"Reference: {shape} — long; only the start is used. 3-10 s of clean speech works best.")
         return f"✅ Reference: {shape}."
 
+    def check_clip(self, path: str | None) -> tuple:
+        """The clip doctor on an upload. Outputs: the clip's view (state), the region, window start and end."""
+        view, shown = clip_check.analyse_upload(path, self.settings.max_upload_bytes)
+        if view is None:
+            return None, shown, None, None
+        start, end = view.analysis["window"]
+        return view, shown, start, end
+
+    def redraw_clip(self, view, start, end, use_window: bool) -> str:
+        """The region again, with the window the visitor set (or the whole clip)."""
+        if view is None:
+            return gr.skip()
+        return clip_check.render(view, clip_check.chosen_window(view, start, end) if use_window else None)
+
     async def _checked_body(self, form: PageForm, speed: float | None = None) -> dict:
         """The stream body for `form`, checked exactly as POST /api/tts/stream will check it."""
         body = self._with_speed(form_body(form, self.settings, self.uploads), speed)
@@ -243,7 +258,8 @@ class PageHandlers:
 
     async def prepare_speak(self, text, voice, source, saved_voice, ref_path, ref_text, do_sample, audio_temperature,
                             audio_top_p, audio_top_k, repetition_penalty, text_temperature, seed, random_seed,
-                            max_seconds, speed=1.0):
+                            max_seconds, clip_view=None, clip_start=None, clip_end=None, use_window=False,
+                            speed=1.0):
         """Outputs: the player payload (JSON), the message line (a problem or a warning, else empty), the seed."""
         seed = fresh_seed(seed, random_seed)
         text, warning = self._fitting(text)
@@ -253,7 +269,8 @@ class PageHandlers:
                 return "", page_error("Pick one of your saved voices (or switch back to a preset voice)."), seed
         form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
                         text_temperature, seed, max_seconds, voice=voice, clone=source == "clone",
-                        ref_path=ref_path, ref_text=ref_text)
+                        ref_path=ref_path, ref_text=ref_text,
+                        ref_window=clip_check.chosen_window(clip_view, clip_start, clip_end) if use_window else None)
         try:
             body = await self._checked_body(form, speed)
         except TTSError as exc:

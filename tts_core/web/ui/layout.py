@@ -53,6 +53,11 @@ class Widgets:
     ref_audio: gr.Audio
     ref_info: gr.Markdown
     ref_text: gr.Textbox
+    clip_check: gr.HTML
+    clip_start: gr.Number
+    clip_end: gr.Number
+    clip_use_window: gr.Checkbox
+    clip_view: gr.State
     speed: gr.Slider | None
     generate_btn: gr.Button
     stop_btn: gr.Button
@@ -136,6 +141,7 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
             parts["ref_audio"] = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav",
                                           label="Reference clip (3-10 s of clean speech)", elem_id="ref-audio")
             parts["ref_info"] = gr.Markdown(elem_id="ref-info")
+            parts |= _clip_check()
             parts["ref_text"] = gr.Textbox(
                 label="Transcript of the clip (optional)", elem_id="ref-text",
                 info="If given, the model continues the clip (continuation mode); "
@@ -147,6 +153,19 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
         parts["generate_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", scale=1,
                                           min_width=110)
     return parts | {"preset_tab": preset_tab, "language": language, "saved_tab": saved_tab, "clone_tab": clone_tab}
+
+
+def _clip_check() -> dict:
+    """The clip doctor's region (filled on upload, `ui/clip_check.py`) and the window the clone uses."""
+    parts: dict = {"clip_check": gr.HTML("", elem_id="clip-check", js_on_load=None), "clip_view": gr.State(None)}
+    with gr.Row(equal_height=True, elem_id="clip-window-row"):
+        parts["clip_start"] = gr.Number(None, label="Window start (s)", elem_id="clip-window-start", minimum=0,
+                                        step=0.05, min_width=120)
+        parts["clip_end"] = gr.Number(None, label="Window end (s)", elem_id="clip-window-end", minimum=0,
+                                      step=0.05, min_width=120)
+    parts["clip_use_window"] = gr.Checkbox(True, label="Clone from this window only (off: the whole clip)",
+                                           elem_id="clip-use-window")
+    return parts
 
 
 def _audition_tab(settings: ServerSettings) -> dict:
