@@ -51,6 +51,9 @@
     stop() {
       post({ type: 'moss-tts:stop' });
     },
+    options(options) {   // the audition tab's playback switches (Match loudness), for the board's replays
+      post({ type: 'moss-tts:options', options });
+    },
     theme,
   };
 

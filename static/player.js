@@ -10,6 +10,7 @@
 // (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
 
 import { AudioOut } from './audio.js';
+import { BoardPlayback } from './board.js';
 import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
@@ -244,7 +245,7 @@ async function replay(result = results.last, label = null) {
   if (!result) return;
   const seq = ++playSeq;
   stopCurrent();
-  const run = newRun(performance.now(), result);
+  const run = newRun(performance.now(), result), kept = result.state;
   resetStats(run, label || `${result.label || ''} (replay)`, 0, 1);
   view.setButtons({ stop: true, replay: false });
   try { await audio.resume(unlockByClick); } catch (err) { return failed(run, err); }
@@ -254,14 +255,18 @@ async function replay(result = results.last, label = null) {
   const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
   let offset = 0;
   for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
+  const gain = results.board.includes(result) ? board.gainFor(result) : 1;   // the kept PCM stays as made
+  if (gain !== 1) for (let i = 0; i < all.length; i++) all[i] *= gain;
   pushFrames(run, all, result.rate, false);
   audio.post({ type: 'end' });
   results.show(result);
   renderBoard();
   const how = await run.outcome;
+  result.state = kept;   // a replay leaves the result as it was (setState marked it playing)
   if (how === 'finished') setState('finished');
   view.setButtons({ stop: false, replay: true });
   renderBoard();
+  return how;
 }
 
 /** A history entry: from memory when this page still has it, else the server's kept copy. */
@@ -328,8 +333,11 @@ function render() {
 
 function renderBoard() {
   results.renderBoard(current && !current.settled ? current.result : null,
-    (result) => replay(result, `${result.label} (replay)`));
+    (result) => board.playCard(results.board, results.board.indexOf(result)));
+  $('loudness-note').textContent = board.note();
 }
+const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,
+  render: renderBoard });
 
 // ---- wiring -------------------------------------------------------------------------------------
 
@@ -344,6 +352,7 @@ window.addEventListener('message', (e) => {
   if (m.type === 'moss-tts:play') play(m.payload, m.clickedAt);
   else if (m.type === 'moss-tts:stop') stop();
   else if (m.type === 'moss-tts:theme') setTheme(m.theme);
+  else if (m.type === 'moss-tts:options') board.setOptions(m.options || {});
   else if (typeof m.type === 'string' && m.type.startsWith('tts:')) onPush(m);
 });
 function stopByVisitor() {   // the page hears of it too: its stop events may cancel work on the server
@@ -353,6 +362,7 @@ function stopByVisitor() {   // the page hears of it too: its stop events may ca
 
 document.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && current && !current.settled) stopByVisitor();
+  else if (board.onKey(e, results.board)) e.preventDefault();
   else if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && EMBEDDED) {   // the page's shortcut, from in here
     unlock();
     notifyParent({ type: 'moss-player:generate' });
@@ -360,6 +370,7 @@ document.addEventListener('keydown', (e) => {
 });
 $('stop').onclick = stopByVisitor;
 $('replay').onclick = () => replay();
+$('play-all').onclick = () => board.playAll(results.board);
 $('clear-history').onclick = () => results.renderHistory(replayEntry, clearHistory());
 wireCopyButtons();
 reportHeight();

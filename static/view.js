@@ -176,6 +176,9 @@ export function renderBoard(results, actions) {
       figure('RTF', f.rtf == null ? '–' : f.rtf.toFixed(2), rtfClass(f.rtf)),
       figure('Audio', f.audioS ? `${f.audioS.toFixed(1)} s` : '–'),
     );
+    if (r.loudness && Number.isFinite(r.loudness.lufs)) {   // measured on its first replay (board.js)
+      figures.append(figure('Loudness', `${r.loudness.lufs.toFixed(1)} LUFS`));
+    }
     const tools = document.createElement('div');
     tools.className = 'card-tools';
     const play = button('▶ Play', `Play ${r.label}`, () => actions.play(i));

@@ -17,6 +17,7 @@ from .zerogpu import wire_relay
 _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
 _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
+_JS_OPTIONS = "(m) => { window.mossTTS && window.mossTTS.options({matchLoudness: !!m}); }"
 # Events the page uses internally: no progress overlay, not part of the public API (/docs has that).
 _HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
 
@@ -88,4 +89,5 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
         for event in (speak, audition):
             event.then(None, inputs=w.payload, js=_JS_PLAY, queue=False, **_HIDDEN)
     w.stop_btn.click(None, js=_JS_STOP, **_HIDDEN)
+    w.match_loudness.change(None, inputs=w.match_loudness, js=_JS_OPTIONS, **_HIDDEN)
     return [speak, audition]

@@ -1,0 +1,78 @@
+// The audition board's playback: loudness matching of the cards' replays, Play all (cards one after
+// another with a short gap) and the board's keys (1-8 a card, Space play/stop, arrows the next or
+// previous card). The player (player.js) owns the runs; this module only decides what to replay and
+// at what gain, through the `replay(result, label)` and `stop()` it is given.
+
+import { matchGain, measure, TARGET_LUFS } from './loudness.js';
+
+export const PLAY_ALL_GAP_MS = 400;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export class BoardPlayback {
+  constructor({ replay, stop, isPlaying, render }) {
+    Object.assign(this, { replay, stop, isPlaying, render });
+    this.match = true;       // "Match loudness" (the audition tab's toggle, through bridge.js)
+    this.target = TARGET_LUFS;
+    this.cursor = -1;        // the card the keys move from
+    this.allSeq = 0;         // bumped to end a Play all
+  }
+
+  setOptions(options) {
+    if (typeof options.matchLoudness === 'boolean') this.match = options.matchLoudness;
+    this.render();
+  }
+
+  /** The gain `result` replays at: 1 unless matching, else what brings it to the target. Measured
+   *  once per result (its PCM does not change), kept on it for the card's figure. */
+  gainFor(result) {
+    if (!result.loudness && result.frames > 0) result.loudness = measure(result.chunks, result.rate);
+    if (!this.match || !result.loudness) return 1;
+    const { gain, reached } = matchGain(result.loudness, this.target);
+    result.matchedLufs = reached;
+    return gain;
+  }
+
+  /** The note beside the board's tools. */
+  note() {
+    return this.match ? `Replays matched to ${this.target} LUFS (the first, live play is as generated)`
+      : 'Loudness as generated (Match loudness is off)';
+  }
+
+  async playCard(board, index) {
+    if (index < 0 || index >= board.length || !(board[index].frames > 0)) return null;
+    this.cursor = index;
+    return this.replay(board[index], `${board[index].label} (replay)`);
+  }
+
+  /** Every card with audio, in order, PLAY_ALL_GAP_MS apart; a stop or another play ends it. */
+  async playAll(board) {
+    const seq = ++this.allSeq;
+    for (let i = 0; i < board.length && seq === this.allSeq; i++) {
+      if (!(board[i].frames > 0)) continue;
+      const how = await this.playCard(board, i);
+      if (how !== 'finished' || seq !== this.allSeq) return false;
+      if (i < board.length - 1) await sleep(PLAY_ALL_GAP_MS);
+    }
+    return seq === this.allSeq;
+  }
+
+  /** The board's keys; true when the key was the board's. */
+  onKey(event, board) {
+    if (board.length < 2 || event.ctrlKey || event.metaKey || event.altKey) return false;
+    const target = event.target;
+    if (target && (target.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(target.tagName))) return false;
+    const digit = /^[1-8]$/.test(event.key) ? Number(event.key) - 1 : null;
+    if (digit !== null) { this.allSeq += 1; this.playCard(board, digit); return true; }
+    if (event.key === 'ArrowRight' || event.key === 'ArrowLeft') {
+      const step = event.key === 'ArrowRight' ? 1 : -1;
+      this.allSeq += 1;
+      this.playCard(board, Math.min(board.length - 1, Math.max(0, this.cursor + step)));
+      return true;
+    }
+    if (event.key === ' ' && !(target && target.tagName === 'BUTTON')) {
+      if (this.isPlaying()) { this.allSeq += 1; this.stop(); } else this.playCard(board, Math.max(0, this.cursor));
+      return true;
+    }
+    return false;
+  }
+}
