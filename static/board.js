@@ -32,6 +32,12 @@ export class BoardPlayback {
     return gain;
   }
 
+  /** Scale `all` (a replay's PCM, a copy) to the target when matching and `onBoard`. */
+  applyGain(all, result, onBoard) {
+    const gain = onBoard ? this.gainFor(result) : 1;
+    if (gain !== 1) for (let i = 0; i < all.length; i++) all[i] *= gain;
+  }
+
   /** The note beside the board's tools. */
   note() {
     return this.match ? `Replays matched to ${this.target} LUFS (the first, live play is as generated)`

@@ -10,6 +10,7 @@
 // (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
 
 import { AudioOut } from './audio.js';
+import { BlindPanel } from './blind.js';
 import { BoardPlayback } from './board.js';
 import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
@@ -104,8 +105,9 @@ async function play(payload, clickedAt) {
   const t0 = clickTime(clickedAt);
   const items = (payload && payload.items) || [];
   stats.completed = [];
-  const made = items.map((item) => newResult(item.label || '', item.request));
+  const made = items.map((item) => newResult(item.label || '', item.request, item.voice ? { voice: item.voice } : {}));
   results.board = made.length > 1 ? made : [];
+  blind.start(results.board, (items[0] && items[0].request && items[0].request.text) || '');
   for (let i = 0; i < items.length && seq === playSeq; i++) {
     if (i > 0) { await sleep(AUDITION_GAP_MS); if (seq !== playSeq) break; }
     const ok = await playItem(items[i], made[i], i, items.length, i === 0 ? t0 : performance.now());
@@ -255,8 +257,7 @@ async function replay(result = results.last, label = null) {
   const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
   let offset = 0;
   for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
-  const gain = results.board.includes(result) ? board.gainFor(result) : 1;   // the kept PCM stays as made
-  if (gain !== 1) for (let i = 0; i < all.length; i++) all[i] *= gain;
+  board.applyGain(all, result, results.board.includes(result) || result.onBoard);   // the kept PCM stays as made
   pushFrames(run, all, result.rate, false);
   audio.post({ type: 'end' });
   results.show(result);
@@ -338,6 +339,8 @@ function renderBoard() {
 }
 const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,
   render: renderBoard });
+const blind = new BlindPanel($('blind'), $('blind-results'), {   // X plays as a copy: no card lights up
+  play: (card, label) => replay({ ...card, label, onBoard: true }, `${label} (replay)`), changed: renderBoard });
 
 // ---- wiring -------------------------------------------------------------------------------------
 

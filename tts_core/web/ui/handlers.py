@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import random
 import secrets
 import uuid
 from collections.abc import Callable
@@ -284,8 +285,9 @@ class PageHandlers:
         return {**body, "speed": float(speed)} if speed and float(speed) != 1.0 else body
 
     async def prepare_audition(self, text, names, do_sample, audio_temperature, audio_top_p, audio_top_k,
-                               repetition_penalty, text_temperature, seed, random_seed, max_seconds):
-        """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison)."""
+                               repetition_penalty, text_temperature, seed, random_seed, max_seconds, blind=False):
+        """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison).
+        `blind`: the items in a random order, named A, B, C... (`blind_items`)."""
         seed = fresh_seed(seed, random_seed)
         text, warning = self._fitting(text)
         if not names:
@@ -302,8 +304,17 @@ class PageHandlers:
                 items.append({"label": name, "request": await self._checked_body(form)})
         except TTSError as exc:
             return "", page_error(exc.message), seed
-        payload = {"nonce": uuid.uuid4().hex, "items": items}
+        if blind:
+            items = blind_items(items, random.Random(secrets.randbits(64)))
+        payload = {"nonce": uuid.uuid4().hex, "items": items, "blind": bool(blind)}
         return json.dumps(payload), warning, seed
+
+
+def blind_items(items: list[dict], rng: random.Random) -> list[dict]:
+    """`items` shuffled by `rng` and named A, B, C...; each keeps its voice in `voice` for the reveal."""
+    shuffled = [dict(item) for item in items]
+    rng.shuffle(shuffled)
+    return [{**item, "label": chr(ord("A") + i), "voice": item["label"]} for i, item in enumerate(shuffled)]
 
 
 def engine_summary(health: dict) -> str:

@@ -63,6 +63,7 @@ class Widgets:
     stop_btn: gr.Button
     audition_text: gr.Textbox
     audition_voices: gr.CheckboxGroup
+    audition_blind: gr.Checkbox
     match_loudness: gr.Checkbox
     audition_btn: gr.Button
     do_sample: gr.Checkbox
@@ -177,6 +178,9 @@ def _audition_tab(settings: ServerSettings) -> dict:
                                     value="Hello! This is what my voice sounds like."),
         "audition_voices": gr.CheckboxGroup(label="Voices to compare", elem_id="audition-voices",
                                             info=f"Up to {MAX_AUDITION_VOICES}."),
+        "audition_blind": gr.Checkbox(False, label="Blind", elem_id="audition-blind",
+                                      info="Cards in a random order, named A, B, C…: rank them, then reveal. "
+                                           "With two voices, A/B/X: tell which one X is."),
         "match_loudness": gr.Checkbox(True, label="Match loudness", elem_id="match-loudness",
                                       info="Replays and Play all at one loudness (−23 LUFS, EBU R128), so the "
                                            "louder voice does not sound better; downloads stay as generated."),
