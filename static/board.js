@@ -4,6 +4,7 @@
 // at what gain, through the `replay(result, label)` and `stop()` it is given.
 
 import { matchGain, measure, TARGET_LUFS } from './loudness.js';
+import { notifyParent } from './shell.js';
 
 export const PLAY_ALL_GAP_MS = 400;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -36,6 +37,14 @@ export class BoardPlayback {
   applyGain(all, result, onBoard) {
     const gain = onBoard ? this.gainFor(result) : 1;
     if (gain !== 1) for (let i = 0; i < all.length; i++) all[i] *= gain;
+  }
+
+  /** "Keep this take": the page's seed box gets this take's seed (bridge.js). */
+  keepTake(result) {
+    const seed = result.request && result.request.seed;
+    if (Number.isInteger(seed)) notifyParent({ type: 'moss-player:keep-seed', seed });
+    result.kept = true;
+    this.render();
   }
 
   /** The note beside the board's tools. */

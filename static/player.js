@@ -105,7 +105,7 @@ async function play(payload, clickedAt) {
   const t0 = clickTime(clickedAt);
   const items = (payload && payload.items) || [];
   stats.completed = [];
-  const made = items.map((item) => newResult(item.label || '', item.request, item.voice ? { voice: item.voice } : {}));
+  const made = items.map((item) => newResult(item.label || '', item.request, { voice: item.voice, take: item.take }));
   results.board = made.length > 1 ? made : [];
   blind.start(results.board, (items[0] && items[0].request && items[0].request.text) || '');
   for (let i = 0; i < items.length && seq === playSeq; i++) {
@@ -334,7 +334,7 @@ function render() {
 
 function renderBoard() {
   results.renderBoard(current && !current.settled ? current.result : null,
-    (result) => board.playCard(results.board, results.board.indexOf(result)));
+    (result) => board.playCard(results.board, results.board.indexOf(result)), (result) => board.keepTake(result));
   $('loudness-note').textContent = board.note();
 }
 const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,

@@ -83,7 +83,7 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
     audition = w.audition_btn.click(
         handlers.prepare_audition,
         inputs=[w.audition_text, w.audition_voices, *w.sampling, w.seed, w.random_seed, w.max_seconds,
-                w.audition_blind],
+                w.audition_blind, w.audition_takes],
         outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,
     )
     if play:  # the player fetches the stream itself (in ZeroGPU mode `ui/zerogpu.py` feeds it)

@@ -28,7 +28,8 @@ from . import clip_check
 from .examples import EXAMPLES
 from .text_limits import split_at_boundary
 
-MAX_AUDITION_VOICES = 8
+MAX_AUDITION_VOICES = 8  # cards on the board: voices x takes
+MAX_TAKES = 4
 FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
 _LANGUAGES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "jp": "Japanese", "ko": "Korean",
               "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "ru": "Russian"}
@@ -285,29 +286,43 @@ class PageHandlers:
         return {**body, "speed": float(speed)} if speed and float(speed) != 1.0 else body
 
     async def prepare_audition(self, text, names, do_sample, audio_temperature, audio_top_p, audio_top_k,
-                               repetition_penalty, text_temperature, seed, random_seed, max_seconds, blind=False):
+                               repetition_penalty, text_temperature, seed, random_seed, max_seconds, blind=False,
+                               takes=1):
         """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison).
-        `blind`: the items in a random order, named A, B, C... (`blind_items`)."""
+        `blind`: the items in a random order, named A, B, C... (`blind_items`); `takes` (1-4): each
+        voice that many times, with seeds `take_seeds(seed, takes)`."""
         seed = fresh_seed(seed, random_seed)
         text, warning = self._fitting(text)
         if not names:
             return "", page_error("Pick at least one voice to compare."), seed
-        if len(names) > MAX_AUDITION_VOICES:
-            return "", page_error(f"Pick at most {MAX_AUDITION_VOICES} voices to compare."), seed
+        takes = int(takes or 1)
+        if not 1 <= takes <= MAX_TAKES:
+            return "", page_error(f"Takes must be 1 to {MAX_TAKES}."), seed
+        if len(names) * takes > MAX_AUDITION_VOICES:
+            return "", page_error(f"{len(names)} voices × {takes} takes is {len(names) * takes} cards; the board holds "
+                                  f"{MAX_AUDITION_VOICES}: pick fewer voices or takes."), seed
         listed = [name for _, name in voice_choices(self.presets())]
         names = sorted(names, key=lambda n: listed.index(n) if n in listed else len(listed))  # the list's order
         items = []
         try:
             for name in names:
-                form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
-                                text_temperature, seed, max_seconds, voice=name)
-                items.append({"label": name, "request": await self._checked_body(form)})
+                for take, take_seed in enumerate(take_seeds(seed, takes)):
+                    form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
+                                    text_temperature, take_seed, max_seconds, voice=name)
+                    label = name if takes == 1 else f"{name} · take {take + 1}"
+                    items.append({"label": label, "request": await self._checked_body(form),
+                                  **({"take": take + 1} if takes > 1 else {})})
         except TTSError as exc:
             return "", page_error(exc.message), seed
         if blind:
             items = blind_items(items, random.Random(secrets.randbits(64)))
         payload = {"nonce": uuid.uuid4().hex, "items": items, "blind": bool(blind)}
         return json.dumps(payload), warning, seed
+
+
+def take_seeds(seed: int, takes: int) -> list[int]:
+    """The seeds of `takes` takes: the chosen seed first, then the next ones (mod 2**31)."""
+    return [(int(seed) + i) % 2**31 for i in range(takes)]
 
 
 def blind_items(items: list[dict], rng: random.Random) -> list[dict]:

@@ -63,6 +63,7 @@ class Widgets:
     stop_btn: gr.Button
     audition_text: gr.Textbox
     audition_voices: gr.CheckboxGroup
+    audition_takes: gr.Number
     audition_blind: gr.Checkbox
     match_loudness: gr.Checkbox
     audition_btn: gr.Button
@@ -178,6 +179,10 @@ def _audition_tab(settings: ServerSettings) -> dict:
                                     value="Hello! This is what my voice sounds like."),
         "audition_voices": gr.CheckboxGroup(label="Voices to compare", elem_id="audition-voices",
                                             info=f"Up to {MAX_AUDITION_VOICES}."),
+        "audition_takes": gr.Number(1, label="Takes", minimum=1, maximum=4, precision=0, step=1,
+                                    elem_id="audition-takes",
+                                    info="Each voice with 1-4 seeds side by side, so a bad take is not taken for a "
+                                         "bad voice; “Keep this take” pins its seed."),
         "audition_blind": gr.Checkbox(False, label="Blind", elem_id="audition-blind",
                                       info="Cards in a random order, named A, B, C…: rank them, then reveal. "
                                            "With two voices, A/B/X: tell which one X is."),
