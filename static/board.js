@@ -4,14 +4,16 @@
 // at what gain, through the `replay(result, label)` and `stop()` it is given.
 
 import { matchGain, measure, TARGET_LUFS } from './loudness.js';
+import { engineBuild, makeLink, readLink } from './permalink.js';
 import { notifyParent } from './shell.js';
 
 export const PLAY_ALL_GAP_MS = 400;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class BoardPlayback {
-  constructor({ replay, stop, isPlaying, render }) {
-    Object.assign(this, { replay, stop, isPlaying, render });
+  constructor({ replay, stop, isPlaying, render, play, healthUrl }) {
+    Object.assign(this, { replay, stop, isPlaying, render, play, healthUrl });
+    this.linkOpened = false;
     this.match = true;       // "Match loudness" (the audition tab's toggle, through bridge.js)
     this.target = TARGET_LUFS;
     this.cursor = -1;        // the card the keys move from
@@ -45,6 +47,33 @@ export class BoardPlayback {
     if (Number.isInteger(seed)) notifyParent({ type: 'moss-player:keep-seed', seed });
     result.kept = true;
     this.render();
+  }
+
+  /** The embedding page's URL (same origin), or ours when opened directly. */
+  static pageUrl() {
+    try { return window.parent !== window ? window.parent.location.href : location.href; } catch (_) { return location.href; }
+  }
+
+  /** "Copy link": a permalink to these cards, shown in #permalink and put on the clipboard. */
+  async copyLink(cards) {
+    const link = makeLink(BoardPlayback.pageUrl(), cards, await engineBuild(this.healthUrl));
+    const box = document.getElementById('permalink');
+    Object.assign(box, { value: link, hidden: false });
+    box.select();
+    navigator.clipboard.writeText(link).catch(() => {});
+  }
+
+  /** Once the model is ready: play the page URL's permalink, if any, saying when the build differs. */
+  async openLink() {
+    const link = this.linkOpened ? null : readLink(new URL(BoardPlayback.pageUrl()).search);
+    this.linkOpened = true;
+    if (!link) return;
+    const build = await engineBuild(this.healthUrl);
+    const note = document.getElementById('link-note');
+    note.hidden = !(link.build && build && link.build !== build);
+    note.textContent = note.hidden ? '' : `This link was made on another engine build (${link.build}; this server `
+      + `runs ${build}): the same seeds may give different audio.`;
+    this.play({ items: link.items });
   }
 
   /** The note beside the board's tools. */

@@ -338,7 +338,7 @@ function renderBoard() {
   $('loudness-note').textContent = board.note();
 }
 const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,
-  render: renderBoard });
+  render: renderBoard, play, healthUrl: HEALTH_URL });
 const blind = new BlindPanel($('blind'), $('blind-results'), {   // X plays as a copy: no card lights up
   play: (card, label) => replay({ ...card, label, onBoard: true }, `${label} (replay)`), changed: renderBoard });
 
@@ -374,6 +374,7 @@ document.addEventListener('keydown', (e) => {
 $('stop').onclick = stopByVisitor;
 $('replay').onclick = () => replay();
 $('play-all').onclick = () => board.playAll(results.board);
+$('copy-link').onclick = () => board.copyLink(results.board);
 $('clear-history').onclick = () => results.renderHistory(replayEntry, clearHistory());
 wireCopyButtons();
 reportHeight();
@@ -395,6 +396,7 @@ refreshStatus();
 watchModel(HEALTH_URL, (m) => {
   model = m;
   stats.model = m.state;
+  if (m.state === 'ready') board.openLink();
   if (stats.state === 'idle') refreshStatus();
 });
 render();
