@@ -11,8 +11,10 @@ export const PLAY_ALL_GAP_MS = 400;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class BoardPlayback {
-  constructor({ replay, stop, isPlaying, render, play, healthUrl }) {
-    Object.assign(this, { replay, stop, isPlaying, render, play, healthUrl });
+  constructor({ replay, stop, isPlaying, render, play, healthUrl, cards }) {
+    Object.assign(this, { replay, stop, isPlaying, render, play, healthUrl, cards });
+    document.getElementById('play-all').onclick = () => this.playAll(this.cards());
+    document.getElementById('copy-link').onclick = () => this.copyLink(this.cards());
     this.linkOpened = false;
     this.match = true;       // "Match loudness" (the audition tab's toggle, through bridge.js)
     this.target = TARGET_LUFS;

@@ -338,7 +338,7 @@ function renderBoard() {
   $('loudness-note').textContent = board.note();
 }
 const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,
-  render: renderBoard, play, healthUrl: HEALTH_URL });
+  render: renderBoard, play, healthUrl: HEALTH_URL, cards: () => results.board });
 const blind = new BlindPanel($('blind'), $('blind-results'), {   // X plays as a copy: no card lights up
   play: (card, label) => replay({ ...card, label, onBoard: true }, `${label} (replay)`), changed: renderBoard });
 
@@ -373,8 +373,6 @@ document.addEventListener('keydown', (e) => {
 });
 $('stop').onclick = stopByVisitor;
 $('replay').onclick = () => replay();
-$('play-all').onclick = () => board.playAll(results.board);
-$('copy-link').onclick = () => board.copyLink(results.board);
 $('clear-history').onclick = () => results.renderHistory(replayEntry, clearHistory());
 wireCopyButtons();
 reportHeight();
