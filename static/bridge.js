@@ -51,8 +51,21 @@
     stop() {
       post({ type: 'moss-tts:stop' });
     },
+    options(options) {   // the audition tab's playback switches (Match loudness), for the board's replays
+      post({ type: 'moss-tts:options', options });
+    },
     theme,
   };
+
+  function keepSeed(seed) {   // the seed box gets the take's seed, and "New random seed" goes off
+    const random = document.querySelector('#random-seed input[type=checkbox]');
+    if (random && random.checked) random.click();
+    const box = document.querySelector('#seed input');
+    if (!box || !Number.isInteger(seed)) return;
+    box.value = String(seed);
+    box.dispatchEvent(new Event('input', { bubbles: true }));
+    box.dispatchEvent(new Event('change', { bubbles: true }));
+  }
 
   function generateFromKeyboard() {
     const button = primaryButton();
@@ -68,6 +81,8 @@
       generateFromKeyboard();
     } else if (e.data.type === 'moss-player:stop') {   // the player's Stop (or Esc in the player)
       stopAll();
+    } else if (e.data.type === 'moss-player:keep-seed') {   // a take's "Keep this take"
+      keepSeed(e.data.seed);
     }
   });
 

@@ -10,6 +10,8 @@
 // (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
 
 import { AudioOut } from './audio.js';
+import { BlindPanel } from './blind.js';
+import { BoardPlayback } from './board.js';
 import { clearHistory } from './history.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
@@ -105,8 +107,9 @@ async function play(payload, clickedAt) {
   const t0 = clickTime(clickedAt);
   const items = (payload && payload.items) || [];
   stats.completed = [];
-  const made = items.map((item) => newResult(item.label || '', item.request));
+  const made = items.map((item) => newResult(item.label || '', item.request, { voice: item.voice, take: item.take }));
   results.board = made.length > 1 ? made : [];
+  blind.start(results.board, (items[0] && items[0].request && items[0].request.text) || '');
   for (let i = 0; i < items.length && seq === playSeq; i++) {
     if (i > 0) { await sleep(AUDITION_GAP_MS); if (seq !== playSeq) break; }
     const ok = await playItem(items[i], made[i], i, items.length, i === 0 ? t0 : performance.now());
@@ -258,7 +261,7 @@ async function replay(result = results.last, label = null) {
   if (!result) return;
   const seq = ++playSeq;
   stopCurrent();
-  const run = newRun(performance.now(), result);
+  const run = newRun(performance.now(), result), kept = result.state;
   resetStats(run, label || `${result.label || ''} (replay)`, 0, 1);
   view.setButtons({ stop: true, replay: false });
   try { await audio.resume(unlockByClick); } catch (err) { return failed(run, err); }
@@ -268,14 +271,17 @@ async function replay(result = results.last, label = null) {
   const all = new Float32Array(result.frames * 2);   // one message: nothing to wait for mid-way
   let offset = 0;
   for (const chunk of result.chunks) { all.set(chunk, offset); offset += chunk.length; }
+  board.applyGain(all, result, results.board.includes(result) || result.onBoard);   // the kept PCM stays as made
   pushFrames(run, all, result.rate, false);
   audio.post({ type: 'end' });
   results.show(result);
   renderBoard();
   const how = await run.outcome;
+  result.state = kept;   // a replay leaves the result as it was (setState marked it playing)
   if (how === 'finished') setState('finished');
   view.setButtons({ stop: false, replay: true });
   renderBoard();
+  return how;
 }
 
 /** A history entry: from memory when this page still has it, else the server's kept copy. */
@@ -342,8 +348,13 @@ function render() {
 
 function renderBoard() {
   results.renderBoard(current && !current.settled ? current.result : null,
-    (result) => replay(result, `${result.label} (replay)`));
+    (result) => board.playCard(results.board, results.board.indexOf(result)), (result) => board.keepTake(result));
+  $('loudness-note').textContent = board.note();
 }
+const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,
+  render: renderBoard, play, healthUrl: HEALTH_URL, cards: () => results.board });
+const blind = new BlindPanel($('blind'), $('blind-results'), {   // X plays as a copy: no card lights up
+  play: (card, label) => replay({ ...card, label, onBoard: true }, `${label} (replay)`), changed: renderBoard });
 
 // ---- wiring -------------------------------------------------------------------------------------
 
@@ -358,6 +369,7 @@ window.addEventListener('message', (e) => {
   if (m.type === 'moss-tts:play') play(m.payload, m.clickedAt);
   else if (m.type === 'moss-tts:stop') stop();
   else if (m.type === 'moss-tts:theme') setTheme(m.theme);
+  else if (m.type === 'moss-tts:options') board.setOptions(m.options || {});
   else if (typeof m.type === 'string' && m.type.startsWith('tts:')) onPush(m);
 });
 function stopByVisitor() {   // the page hears of it too: its stop events may cancel work on the server
@@ -367,6 +379,7 @@ function stopByVisitor() {   // the page hears of it too: its stop events may ca
 
 document.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && current && !current.settled) stopByVisitor();
+  else if (board.onKey(e, results.board)) e.preventDefault();
   else if (e.key === 'Enter' && (e.ctrlKey || e.metaKey) && EMBEDDED) {   // the page's shortcut, from in here
     unlock();
     notifyParent({ type: 'moss-player:generate' });
@@ -395,6 +408,7 @@ refreshStatus();
 watchModel(HEALTH_URL, (m) => {
   model = m;
   stats.model = m.state;
+  if (m.state === 'ready') board.openLink();
   if (stats.state === 'idle') refreshStatus();
 });
 render();

@@ -82,9 +82,9 @@ export class Results {
     return result;
   }
 
-  renderBoard(playingResult, onPlay) {
+  renderBoard(playingResult, onPlay, onKeep) {
     const playing = this.board.indexOf(playingResult);
-    view.renderBoard(this.board, { play: (i) => onPlay(this.board[i]), base: this.base,
+    view.renderBoard(this.board, { play: (i) => onPlay(this.board[i]), keep: (i) => onKeep(this.board[i]), base: this.base,
       playing: playing >= 0 ? playing : null });
   }
 }

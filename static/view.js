@@ -181,12 +181,21 @@ export function renderBoard(results, actions) {
       figure('RTF', f.rtf == null ? '–' : f.rtf.toFixed(2), rtfClass(f.rtf)),
       figure('Audio', f.audioS ? `${f.audioS.toFixed(1)} s` : '–'),
     );
+    if (r.loudness && Number.isFinite(r.loudness.lufs)) {   // measured on its first replay (board.js)
+      figures.append(figure('Loudness', `${r.loudness.lufs.toFixed(1)} LUFS`));
+    }
     const tools = document.createElement('div');
     tools.className = 'card-tools';
     const play = button('▶ Play', `Play ${r.label}`, () => actions.play(i));
     play.className = 'card-play';
     play.disabled = !(r.frames > 0) || r.state === 'connecting' || r.state === 'buffering' || r.state === 'playing';
     tools.append(play);
+    if (r.take && r.frames > 0) {   // a take: pin its seed in the page (board.js keepTake)
+      const keep = button(r.kept ? '✓ Seed kept' : 'Keep this take', `Keep ${r.label} (seed ${r.request.seed})`,
+        () => actions.keep(i));
+      keep.className = 'card-keep';
+      tools.append(keep);
+    }
     if (r.requestId && r.frames > 0 && !r.pushed) {   // the server keeps what it streamed, not pushed audio
       tools.append(...downloadLinks(actions.base, r.requestId, r.stem, r.label));
     }

@@ -26,6 +26,7 @@ from ..config import SamplingParams
 from ..errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
 from ..types import SynthesisRequest, Voice
 from ..voices.library import is_voice_id
+from . import clip_report
 from .clip_decode import CLIP_DECODER
 from .openai_schemas import OPENAI_VOICES, SAMPLING_FIELDS, SpeechRequest, VoiceId
 from .ref_audio import read_ref_audio
@@ -186,6 +187,7 @@ class PageForm:
     clone: bool = False  # the "Clone a voice" tab: `ref_path` and `ref_text` instead of `voice`
     ref_path: str | None = None  # Gradio's temporary copy of the uploaded or recorded clip
     ref_text: str | None = None
+    ref_window: tuple[float, float] | None = None  # the "Clip check" window: the clone uses only it
 
 
 def form_body(form: PageForm, settings: ServerSettings, uploads: UploadStore) -> dict:
@@ -212,6 +214,8 @@ def form_body(form: PageForm, settings: ServerSettings, uploads: UploadStore) ->
         raise InvalidRequestError(
             f"The reference clip is larger than {settings.max_upload_bytes >> 20} MB; use a shorter one (3-10 s).",
             param="ref_audio")
+    if form.ref_window is not None:
+        data = clip_report.cut(data, form.ref_window, param="window")
     body["ref_audio_id"] = uploads.put(data)
     body["ref_text"] = (form.ref_text or "").strip() or None
     return body

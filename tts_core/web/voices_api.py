@@ -26,6 +26,8 @@ from ..errors import InvalidRequestError, VoiceNotFoundError
 from ..types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, Voice
 from ..voices.catalog import LANGUAGES
 from ..voices.library import SavedVoice, VoiceLibrary, sanitize_name
+from . import clip_report
+from .clip_report import ClipAnalysisInfo
 from .openai_schemas import ErrorResponse
 from .ref_audio import check_clip
 from .service import SynthesizerService
@@ -49,6 +51,8 @@ class SavedVoiceInfo(BaseModel):
     language: str | None = None
     sample_seconds: float
     sample_url: str = Field(description="The saved clip, to audition it.")
+    analysis: ClipAnalysisInfo | None = Field(None, description="The clip doctor's report on the uploaded "
+                                              "clip (in the response that saves it; null when listed).")
 
 
 class SavedVoiceList(BaseModel):
@@ -62,10 +66,10 @@ class DeletedVoice(BaseModel):
     deleted: bool = True
 
 
-def voice_info(voice: SavedVoice) -> SavedVoiceInfo:
+def voice_info(voice: SavedVoice, analysis: ClipAnalysisInfo | None = None) -> SavedVoiceInfo:
     return SavedVoiceInfo(id=voice.id, name=voice.name, created_at=voice.created_at, transcript=voice.transcript,
                           language=voice.language, sample_seconds=voice.sample_seconds,
-                          sample_url=f"/v1/audio/voices/{voice.id}/sample")
+                          sample_url=f"/v1/audio/voices/{voice.id}/sample", analysis=analysis)
 
 
 class SavedVoices:
@@ -109,8 +113,9 @@ class SavedVoices:
                 for v in self.library().list()]
 
     def create(self, *, name: str, sample: bytes, transcript: str | None, language: str | None,
-               consent: str | None) -> SavedVoice:
-        """Check, encode and save a clip. Blocking (decodes and runs the codec)."""
+               consent: str | None, window: str | None = None) -> tuple[SavedVoice, ClipAnalysisInfo]:
+        """Check, analyse, encode and save a clip (cut to `window` unless it is 'full' or omitted).
+        Blocking (decodes and runs the codec). Returns the voice and the clip doctor's analysis."""
         name = sanitize_name(name)  # the cheap checks first: nothing is decoded for a bad form
         if language is not None and language not in LANGUAGES:
             raise InvalidRequestError(f"language must be one of {', '.join(LANGUAGES)} or omitted",
@@ -119,6 +124,11 @@ class SavedVoices:
             raise InvalidRequestError(f"transcript is {len(transcript)} characters; the limit is "
                                       f"{self.settings.max_text_chars}", param="transcript")
         info = check_clip(sample, self.settings, param=SAMPLE_PARAM)
+        checked = clip_report.check(sample)  # the doctor reports; only the hard limits above refuse
+        chosen = clip_report.windowed(checked, clip_report.parse_window(window, info.seconds))
+        if chosen is not None:
+            sample = chosen
+            info = check_clip(sample, self.settings, param=SAMPLE_PARAM)
         try:
             codes, notice = self._encode(sample, transcript)
         except InvalidRequestError as exc:  # the bank names the clip ref_audio; here it is audio_sample
@@ -129,9 +139,10 @@ class SavedVoices:
         if notice:
             logger.info("saving voice %r: %s", name, notice)
         seconds = min(info.seconds, len(codes) * SAMPLES_PER_FRAME / SAMPLE_RATE_HZ)  # what the voice actually holds
-        return self.library().add(name=name, sample=sample, codes=codes, fingerprint=self.fingerprint,
-                                  sample_seconds=seconds, transcript=transcript, language=language,
-                                  consent=consent)
+        saved = self.library().add(name=name, sample=sample, codes=codes, fingerprint=self.fingerprint,
+                                   sample_seconds=seconds, transcript=transcript, language=language,
+                                   consent=consent)
+        return saved, checked.info()
 
 
 def build_voices_router(saved: SavedVoices, settings: ServerSettings) -> APIRouter:
@@ -149,14 +160,18 @@ def build_voices_router(saved: SavedVoices, settings: ServerSettings) -> APIRout
         consent: Annotated[str | None, Form(description="OpenAI's consent id; recorded, not verified here.")] = None,
         kind: Annotated[str | None, Form(alias="type", description="OpenAI's creation method: only 'audio_sample'.")]
         = None,
+        window: Annotated[str | None, Form(description="Which part of the clip to clone: 'full' (the default), "
+                                                       "'auto' (the clip doctor's window, see `analysis`) or "
+                                                       "'start,end' in seconds.")] = None,
     ) -> SavedVoiceInfo:
         if kind not in (None, "", "audio_sample"):
             raise InvalidRequestError(f"type {kind[:40]!r} is not supported: this server clones voices from an "
                                       "audio_sample only (send type 'audio_sample' or omit it)", param="type")
         sample = await audio_sample.read(settings.max_upload_bytes + 1)
-        voice = await anyio.to_thread.run_sync(lambda: saved.create(
-            name=name, sample=sample, transcript=transcript, language=language or None, consent=consent))
-        return voice_info(voice)
+        voice, analysis = await anyio.to_thread.run_sync(lambda: saved.create(
+            name=name, sample=sample, transcript=transcript, language=language or None, consent=consent,
+            window=window))
+        return voice_info(voice, analysis)
 
     @router.get("/v1/audio/voices", response_model=SavedVoiceList, responses=errors, summary="Saved voices")
     def list_voices() -> SavedVoiceList:

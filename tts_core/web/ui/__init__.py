@@ -17,6 +17,7 @@ from .zerogpu import wire_relay
 _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
 _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
+_JS_OPTIONS = "(m) => { window.mossTTS && window.mossTTS.options({matchLoudness: !!m}); }"
 # Events the page uses internally: no progress overlay, not part of the public API (/docs has that).
 _HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
 
@@ -60,11 +61,17 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
     w.saved_tab.select(handlers.saved_picker, inputs=w.saved_voice, outputs=w.saved_voice, **_HIDDEN)
     w.clone_tab.select(lambda: "clone", outputs=w.source, **_HIDDEN)
     w.ref_audio.change(handlers.describe_upload, inputs=w.ref_audio, outputs=w.ref_info, **_HIDDEN)
+    w.ref_audio.change(handlers.check_clip, inputs=w.ref_audio,
+                       outputs=[w.clip_view, w.clip_check, w.clip_start, w.clip_end], **_HIDDEN)
+    for box in (w.clip_start, w.clip_end, w.clip_use_window):
+        box.change(handlers.redraw_clip, inputs=[w.clip_view, w.clip_start, w.clip_end, w.clip_use_window],
+                   outputs=w.clip_check, **_HIDDEN)
 
     # Validation is quick: run it outside Gradio's queue, so the wait there is not added to the
     # time to first audio.
     speak_inputs = [w.text, w.voice, w.source, w.saved_voice, w.ref_audio, w.ref_text, *w.sampling, w.seed,
-                    w.random_seed, w.max_seconds, *([w.speed] if w.speed is not None else [])]
+                    w.random_seed, w.max_seconds, w.clip_view, w.clip_start, w.clip_end, w.clip_use_window,
+                    *([w.speed] if w.speed is not None else [])]
     w.generate_btn.click(None, js=_JS_ARM, **_HIDDEN)
     speak = w.generate_btn.click(
         handlers.prepare_speak, inputs=speak_inputs, outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,
@@ -72,11 +79,13 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
     w.audition_btn.click(None, js=_JS_ARM, **_HIDDEN)
     audition = w.audition_btn.click(
         handlers.prepare_audition,
-        inputs=[w.audition_text, w.audition_voices, *w.sampling, w.seed, w.random_seed, w.max_seconds],
+        inputs=[w.audition_text, w.audition_voices, *w.sampling, w.seed, w.random_seed, w.max_seconds,
+                w.audition_blind, w.audition_takes],
         outputs=[w.payload, w.message, w.seed], queue=False, **_HIDDEN,
     )
     if play:  # the player fetches the stream itself (in ZeroGPU mode `ui/zerogpu.py` feeds it)
         for event in (speak, audition):
             event.then(None, inputs=w.payload, js=_JS_PLAY, queue=False, **_HIDDEN)
     w.stop_btn.click(None, js=_JS_STOP, **_HIDDEN)
+    w.match_loudness.change(None, inputs=w.match_loudness, js=_JS_OPTIONS, **_HIDDEN)
     return [speak, audition]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import random
 import secrets
 import uuid
 from collections.abc import Callable
@@ -23,14 +24,16 @@ from ..errors import scrub_paths
 from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
+from . import clip_check
 from .examples import EXAMPLES
 from .text_limits import split_at_boundary
 
-MAX_AUDITION_VOICES = 8
+MAX_AUDITION_VOICES = 8  # cards on the board: voices x takes
+MAX_TAKES = 4
 FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
 _LANGUAGES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "jp": "Japanese", "ko": "Korean",
               "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "ru": "Russian"}
-_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text"}
+_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text", "window": "The clip window"}
 
 
 def language_name(code: str) -> str:
@@ -222,6 +225,20 @@ class PageHandlers:
             return page_error(f"Reference: {shape} — long; only the start is used. 3-10 s of clean speech works best.")
         return f"✅ Reference: {shape}."
 
+    def check_clip(self, path: str | None) -> tuple:
+        """The clip doctor on an upload. Outputs: the clip's view (state), the region, window start and end."""
+        view, shown = clip_check.analyse_upload(path, self.settings.max_upload_bytes)
+        if view is None:
+            return None, shown, None, None
+        start, end = view.analysis["window"]
+        return view, shown, start, end
+
+    def redraw_clip(self, view, start, end, use_window: bool) -> str:
+        """The region again, with the window the visitor set (or the whole clip)."""
+        if view is None:
+            return gr.skip()
+        return clip_check.render(view, clip_check.chosen_window(view, start, end) if use_window else None)
+
     async def _checked_body(self, form: PageForm, speed: float | None = None) -> dict:
         """The stream body for `form`, checked exactly as POST /api/tts/stream will check it."""
         body = self._with_speed(form_body(form, self.settings, self.uploads), speed)
@@ -243,7 +260,8 @@ class PageHandlers:
 
     async def prepare_speak(self, text, voice, source, saved_voice, ref_path, ref_text, do_sample, audio_temperature,
                             audio_top_p, audio_top_k, repetition_penalty, text_temperature, seed, random_seed,
-                            max_seconds, speed=1.0):
+                            max_seconds, clip_view=None, clip_start=None, clip_end=None, use_window=False,
+                            speed=1.0):
         """Outputs: the player payload (JSON), the message line (a problem or a warning, else empty), the seed."""
         seed = fresh_seed(seed, random_seed)
         text, warning = self._fitting(text)
@@ -253,7 +271,8 @@ class PageHandlers:
                 return "", page_error("Pick one of your saved voices (or switch back to a preset voice)."), seed
         form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
                         text_temperature, seed, max_seconds, voice=voice, clone=source == "clone",
-                        ref_path=ref_path, ref_text=ref_text)
+                        ref_path=ref_path, ref_text=ref_text,
+                        ref_window=clip_check.chosen_window(clip_view, clip_start, clip_end) if use_window else None)
         try:
             body = await self._checked_body(form, speed)
         except TTSError as exc:
@@ -267,26 +286,50 @@ class PageHandlers:
         return {**body, "speed": float(speed)} if speed and float(speed) != 1.0 else body
 
     async def prepare_audition(self, text, names, do_sample, audio_temperature, audio_top_p, audio_top_k,
-                               repetition_penalty, text_temperature, seed, random_seed, max_seconds):
-        """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison)."""
+                               repetition_penalty, text_temperature, seed, random_seed, max_seconds, blind=False,
+                               takes=1):
+        """Outputs as `prepare_speak`; one item per voice, all with the same seed (a fair comparison).
+        `blind`: the items in a random order, named A, B, C... (`blind_items`); `takes` (1-4): each
+        voice that many times, with seeds `take_seeds(seed, takes)`."""
         seed = fresh_seed(seed, random_seed)
         text, warning = self._fitting(text)
         if not names:
             return "", page_error("Pick at least one voice to compare."), seed
-        if len(names) > MAX_AUDITION_VOICES:
-            return "", page_error(f"Pick at most {MAX_AUDITION_VOICES} voices to compare."), seed
+        takes = int(takes or 1)
+        if not 1 <= takes <= MAX_TAKES:
+            return "", page_error(f"Takes must be 1 to {MAX_TAKES}."), seed
+        if len(names) * takes > MAX_AUDITION_VOICES:
+            return "", page_error(f"{len(names)} voices × {takes} takes is {len(names) * takes} cards; the board holds "
+                                  f"{MAX_AUDITION_VOICES}: pick fewer voices or takes."), seed
         listed = [name for _, name in voice_choices(self.presets())]
         names = sorted(names, key=lambda n: listed.index(n) if n in listed else len(listed))  # the list's order
         items = []
         try:
             for name in names:
-                form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
-                                text_temperature, seed, max_seconds, voice=name)
-                items.append({"label": name, "request": await self._checked_body(form)})
+                for take, take_seed in enumerate(take_seeds(seed, takes)):
+                    form = PageForm(text, do_sample, audio_temperature, audio_top_p, audio_top_k, repetition_penalty,
+                                    text_temperature, take_seed, max_seconds, voice=name)
+                    label = name if takes == 1 else f"{name} · take {take + 1}"
+                    items.append({"label": label, "request": await self._checked_body(form),
+                                  **({"take": take + 1} if takes > 1 else {})})
         except TTSError as exc:
             return "", page_error(exc.message), seed
-        payload = {"nonce": uuid.uuid4().hex, "items": items}
+        if blind:
+            items = blind_items(items, random.Random(secrets.randbits(64)))
+        payload = {"nonce": uuid.uuid4().hex, "items": items, "blind": bool(blind)}
         return json.dumps(payload), warning, seed
+
+
+def take_seeds(seed: int, takes: int) -> list[int]:
+    """The seeds of `takes` takes: the chosen seed first, then the next ones (mod 2**31)."""
+    return [(int(seed) + i) % 2**31 for i in range(takes)]
+
+
+def blind_items(items: list[dict], rng: random.Random) -> list[dict]:
+    """`items` shuffled by `rng` and named A, B, C...; each keeps its voice in `voice` for the reveal."""
+    shuffled = [dict(item) for item in items]
+    rng.shuffle(shuffled)
+    return [{**item, "label": chr(ord("A") + i), "voice": item["label"]} for i, item in enumerate(shuffled)]
 
 
 def engine_summary(health: dict) -> str:

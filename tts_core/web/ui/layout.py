@@ -54,11 +54,19 @@ class Widgets:
     ref_audio: gr.Audio
     ref_info: gr.Markdown
     ref_text: gr.Textbox
+    clip_check: gr.HTML
+    clip_start: gr.Number
+    clip_end: gr.Number
+    clip_use_window: gr.Checkbox
+    clip_view: gr.State
     speed: gr.Slider | None
     generate_btn: gr.Button
     stop_btn: gr.Button
     audition_text: gr.Textbox
     audition_voices: gr.CheckboxGroup
+    audition_takes: gr.Number
+    audition_blind: gr.Checkbox
+    match_loudness: gr.Checkbox
     audition_btn: gr.Button
     do_sample: gr.Checkbox
     audio_temperature: gr.Slider
@@ -139,6 +147,7 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
             parts["ref_audio"] = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav",
                                           label="Reference clip (3-10 s of clean speech)", elem_id="ref-audio")
             parts["ref_info"] = gr.Markdown(elem_id="ref-info")
+            parts |= _clip_check()
             parts["ref_text"] = gr.Textbox(
                 label="Transcript of the clip (optional)", elem_id="ref-text",
                 info="If given, the model continues the clip (continuation mode); "
@@ -152,6 +161,19 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
     return parts | {"preset_tab": preset_tab, "language": language, "saved_tab": saved_tab, "clone_tab": clone_tab}
 
 
+def _clip_check() -> dict:
+    """The clip doctor's region (filled on upload, `ui/clip_check.py`) and the window the clone uses."""
+    parts: dict = {"clip_check": gr.HTML("", elem_id="clip-check", js_on_load=None), "clip_view": gr.State(None)}
+    with gr.Row(equal_height=True, elem_id="clip-window-row"):
+        parts["clip_start"] = gr.Number(None, label="Window start (s)", elem_id="clip-window-start", minimum=0,
+                                        step=0.05, min_width=120)
+        parts["clip_end"] = gr.Number(None, label="Window end (s)", elem_id="clip-window-end", minimum=0,
+                                      step=0.05, min_width=120)
+    parts["clip_use_window"] = gr.Checkbox(True, label="Clone from this window only (off: the whole clip)",
+                                           elem_id="clip-use-window")
+    return parts
+
+
 def _audition_tab(settings: ServerSettings) -> dict:
     gr.Markdown("Hear one sentence in several preset voices, with the same seed; each voice keeps its own "
                 "card in the player to replay or download.")
@@ -160,6 +182,16 @@ def _audition_tab(settings: ServerSettings) -> dict:
                                     value="Hello! This is what my voice sounds like."),
         "audition_voices": gr.CheckboxGroup(label="Voices to compare", elem_id="audition-voices",
                                             info=f"Up to {MAX_AUDITION_VOICES}."),
+        "audition_takes": gr.Number(1, label="Takes", minimum=1, maximum=4, precision=0, step=1,
+                                    elem_id="audition-takes",
+                                    info="Each voice with 1-4 seeds side by side, so a bad take is not taken for a "
+                                         "bad voice; “Keep this take” pins its seed."),
+        "audition_blind": gr.Checkbox(False, label="Blind", elem_id="audition-blind",
+                                      info="Cards in a random order, named A, B, C…: rank them, then reveal. "
+                                           "With two voices, A/B/X: tell which one X is."),
+        "match_loudness": gr.Checkbox(True, label="Match loudness", elem_id="match-loudness",
+                                      info="Replays and Play all at one loudness (−23 LUFS, EBU R128), so the "
+                                           "louder voice does not sound better; downloads stay as generated."),
         "audition_btn": gr.Button("Compare voices", variant="primary", elem_id="audition-btn"),
     }
 
