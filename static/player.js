@@ -315,36 +315,8 @@ function onPush(m) {
 
 // ---- view ---------------------------------------------------------------------------------------
 
-function setState(state) {
-  stats.state = state;
-  if (stats.statesSeen && stats.statesSeen[stats.statesSeen.length - 1] !== state) stats.statesSeen.push(state);
-  if (current && current.result && ['connecting', 'buffering', 'playing', 'finishing'].includes(state)) {
-    current.result.state = state === 'finishing' ? 'playing' : state;
-  }
-  refreshStatus();
-  render();
-  notifyParent({ type: 'moss-player:state', state });
-}
-
-function refreshStatus() {
-  const state = stats.state === 'idle' ? model.state : stats.state;
-  const text = view.statusText(state, { waitS: stats.waitS, modelStatus: model.status, error: stats.error });
-  const n = stats.items > 1 ? ` (${stats.item + 1}/${stats.items})` : '';
-  view.showStatus(state, text, stats.label ? `${stats.label}${n}` : '');
-}
-
-let renderQueued = false;
-function render() {
-  if (renderQueued) return;
-  renderQueued = true;
-  requestAnimationFrame(() => {
-    renderQueued = false;
-    view.renderFigures(stats);
-    const result = current && current.result;
-    const playing = ['buffering', 'playing', 'finishing'].includes(stats.state);
-    view.renderReadAlong(result ? result.segments : null, playing || stats.state === 'finished' ? current.heardS : null);
-  });
-}
+const { setState, refreshStatus, render } = view.statusRenderer(stats, () => current, () => model,
+  (state) => notifyParent({ type: 'moss-player:state', state }));
 
 function renderBoard() {
   results.renderBoard(current && !current.settled ? current.result : null,

@@ -246,3 +246,38 @@ export function setSnippets(curl, python) {
   $('snippet-curl').textContent = curl;
   $('snippet-python').textContent = python;
 }
+
+/** The player's status line and figures for `stats` (redrawn at most once a frame); `run()` is the
+ *  run being played, `model()` the model's state, `notify(state)` tells the page of a new state. */
+export function statusRenderer(stats, run, model, notify) {
+  let queued = false;
+  function refreshStatus() {
+    const state = stats.state === 'idle' ? model().state : stats.state;
+    const text = statusText(state, { waitS: stats.waitS, modelStatus: model().status, error: stats.error });
+    const n = stats.items > 1 ? ` (${stats.item + 1}/${stats.items})` : '';
+    showStatus(state, text, stats.label ? `${stats.label}${n}` : '');
+  }
+  function render() {
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      renderFigures(stats);
+      const current = run(), result = current && current.result;
+      const playing = ['buffering', 'playing', 'finishing'].includes(stats.state);
+      renderReadAlong(result ? result.segments : null, playing || stats.state === 'finished' ? current.heardS : null);
+    });
+  }
+  function setState(state) {
+    stats.state = state;
+    if (stats.statesSeen && stats.statesSeen[stats.statesSeen.length - 1] !== state) stats.statesSeen.push(state);
+    const current = run();
+    if (current && current.result && ['connecting', 'buffering', 'playing', 'finishing'].includes(state)) {
+      current.result.state = state === 'finishing' ? 'playing' : state;
+    }
+    refreshStatus();
+    render();
+    notify(state);
+  }
+  return { setState, refreshStatus, render };
+}
