@@ -13,6 +13,7 @@ import threading
 import anyio
 import numpy as np
 import pytest
+from reliability_common import run_coro
 
 from tts_core.encoders import StreamEncoder
 from tts_core.types import AudioChunk, Timings
@@ -81,7 +82,7 @@ def test_every_chunk_then_the_tail_in_order_written_in_the_pump_thread():
         await pump.close()
         return source, writer, out, pump
 
-    source, writer, out, pump = asyncio.run(main())
+    source, writer, out, pump = run_coro(main())
     assert out == [bytes([i]) * 4 for i in range(5)] + [b"end"]
     assert writer.threads == {"pump-test"} and source.threads == {"pump-test"}
     assert source.closed.is_set() and writer.closed and pump.closed
@@ -97,7 +98,7 @@ def test_an_error_before_the_first_chunk_is_raised_by_first_and_the_stream_is_cl
         await pump.close()
         return source
 
-    assert asyncio.run(main()).closed.is_set()
+    assert run_coro(main()).closed.is_set()
 
 
 def test_an_error_mid_stream_reaches_the_reader_after_what_was_written():
@@ -113,7 +114,7 @@ def test_an_error_mid_stream_reaches_the_reader_after_what_was_written():
         await pump.close()
         return got, writer, source
 
-    got, writer, source = asyncio.run(main())
+    got, writer, source = run_coro(main())
     assert got == [b"\x00" * 4, b"\x01" * 4] and writer.closed and source.closed.is_set()
 
 
@@ -130,7 +131,7 @@ def test_close_mid_stream_stops_the_thread_and_closes_stream_and_writer():
         await pump.close()
         return source, writer
 
-    source, writer = asyncio.run(main())
+    source, writer = run_coro(main())
     assert source.closed.is_set() and source.cancel.is_set() and writer.closed
 
 
@@ -149,7 +150,7 @@ def test_a_client_that_does_not_read_holds_at_most_max_pending_outputs():
         await pump.close()
         return out
 
-    assert len(asyncio.run(main())) == MAX_PENDING * 3 + 1
+    assert len(run_coro(main())) == MAX_PENDING * 3 + 1
 
 
 def test_many_streams_do_not_need_the_shared_worker_pool():
@@ -181,7 +182,7 @@ def test_many_streams_do_not_need_the_shared_worker_pool():
         await blocker
         return outs
 
-    outs = asyncio.run(main())
+    outs = run_coro(main())
     import io
 
     import av
