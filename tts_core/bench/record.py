@@ -12,7 +12,7 @@ from pathlib import Path
 
 SCHEMA = "moss-tts-bench/1"
 # Flags whose values are local paths or bookkeeping: left out of the recorded command line.
-_UNRECORDED = ("--json", "--note", "--lm-config", "--codec-config", "--tokenizer")
+_UNRECORDED = ("--json", "--note", "--lm-config", "--codec-config", "--tokenizer", "--lm", "--codec", "--voices-dir")
 
 
 def command_line(argv: list[str], program: str = "python -m tts_core bench") -> str:
@@ -35,7 +35,7 @@ def new_record(kind: str, args: argparse.Namespace, machine: dict, setup: dict,
                program: str = "python -m tts_core bench") -> dict:
     """The head of a record: what ran, where, when, with which arguments."""
     recorded_args = {k: v for k, v in vars(args).items() if k not in ("func", "json", "note", "verbose", "command")}
-    for key in ("lm_config", "codec_config", "tokenizer"):
+    for key in ("lm_config", "codec_config", "tokenizer", "lm", "codec", "voices_dir"):
         if recorded_args.get(key):
             recorded_args[key] = Path(recorded_args[key]).name
     return {
