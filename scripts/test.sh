@@ -14,29 +14,22 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     "$PY" -m pip install -q torch==2.13.0
 fi
 "$PY" -m pip install -q -r requirements-dev.txt
-if [ ! -x /usr/bin/chromium ]; then
+# A Debian package the tests need: installed when root, else a warning (or, when CI requires the
+# browser tests, an error: those tests then fail rather than skip).
+system_package() {   # system_package PACKAGE WHAT
     if [ "$(id -u)" = "0" ]; then
-        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$1"
     else
         case "$(printf '%s' "${MOSS_TTS_REQUIRE_BROWSER:-}" | tr '[:upper:]' '[:lower:]')" in
-            1|true|yes|on) echo "error: /usr/bin/chromium missing and not root to install it;" \
-                "MOSS_TTS_REQUIRE_BROWSER is set, so the browser tests will fail" >&2 ;;
-            *) echo "warning: /usr/bin/chromium missing and not root; browser tests will be skipped" >&2 ;;
+            1|true|yes|on) echo "error: $1 missing and not root to install it;" \
+                "MOSS_TTS_REQUIRE_BROWSER is set, so the $2 tests will fail" >&2 ;;
+            *) echo "warning: $1 missing and not root; the $2 tests will be skipped" >&2 ;;
         esac
     fi
-fi
-# nginx for the two-replicas test (tests/test_nginx_replicas.py), the same way
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
-    if [ "$(id -u)" = "0" ]; then
-        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx
-    else
-        case "$(printf '%s' "${MOSS_TTS_REQUIRE_BROWSER:-}" | tr '[:upper:]' '[:lower:]')" in
-            1|true|yes|on) echo "error: nginx missing and not root to install it;" \
-                "MOSS_TTS_REQUIRE_BROWSER is set, so the nginx replica tests will fail" >&2 ;;
-            *) echo "warning: nginx missing and not root; the nginx replica tests will be skipped" >&2 ;;
-        esac
-    fi
-fi
+}
+[ -x /usr/bin/chromium ] || system_package chromium browser
+# nginx for the two-replicas test (tests/test_nginx_replicas.py)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || system_package nginx "nginx replica"
 # The in-browser engine's tests load onnxruntime-web from node_modules (package-lock.json pins it).
 if [ ! -f node_modules/onnxruntime-web/package.json ]; then
     if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then

@@ -11,7 +11,8 @@ export const KIND_PROGRESS = 2;   // f64 LE: the chunk's server time since the r
 const HEADER = 5;
 const MAX_PAYLOAD = 64 * 1024 * 1024;   // a corrupt length must not make us wait for gigabytes
 
-function joined(rest, bytes) {
+/** `rest` (bytes kept from the last read) followed by `bytes`. */
+export function joined(rest, bytes) {
   if (!rest || rest.length === 0) return bytes;
   const all = new Uint8Array(rest.length + bytes.length);
   all.set(rest);

@@ -7,16 +7,10 @@
 // pages (lacing value 255 continues it). Page CRCs are not checked: the bytes come over TCP, and a
 // corrupt structure (no capture pattern, an absurd size) is an error, not something to resync on.
 
+import { joined } from './framing.js';
+
 const HEADER = 27;
 const MAX_PENDING = 1 << 20;   // a packet larger than this is not Opus: the stream is corrupt
-
-function joined(rest, bytes) {
-  if (!rest || rest.length === 0) return bytes;
-  const all = new Uint8Array(rest.length + bytes.length);
-  all.set(rest);
-  all.set(bytes, rest.length);
-  return all;
-}
 
 export class OggDemuxer {
   constructor() {

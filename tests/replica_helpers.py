@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from e2e_helpers import REQUIRE_BROWSER
-from server_helpers import app_process
+from server_helpers import app_process, stop_process
 
 from tts_core.env import env_flag
 
@@ -99,10 +99,5 @@ def nginx_proxy(prefix: Path, port: int, replicas: tuple[str, str]) -> Iterator[
                 time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()

@@ -80,12 +80,17 @@ def app_process(command: list[str], *, cwd: Path, env: dict, log_path: Path) -> 
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float = 15) -> None:
+    """Terminate `process`, and kill it when it has not exited within `timeout_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def wait_until_ready(server: _AppLike, timeout_s: float) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import sys
 from pathlib import Path
 
 import httpx
@@ -19,12 +17,12 @@ import openai
 import pytest
 import soundfile as sf
 from e2e_helpers import free_port
-from server_helpers import app_process, wait_until_ready
+from replica_helpers import start_replica
+from server_helpers import wait_until_ready
 
 from tts_core.errors import InvalidRequestError, PayloadTooLargeError, VoiceNotFoundError
 from tts_core.voices.library import VoiceLibrary, is_voice_id, sanitize_name
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CODES = np.arange(32, dtype=np.int64).reshape(2, 16)
 
 
@@ -148,17 +146,6 @@ def _clip(data_dir: Path, start_s: float = 0.5, seconds: float = 2.0) -> bytes:
     return out.getvalue()
 
 
-def _start_app(data_dir: Path, cache_dir: Path, log_path: Path, port: int):
-    env = {**os.environ, "PORT": str(port), "MOSS_TTS_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1",
-           "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1", "MOSS_TTS_NUM_THREADS": "1"}
-    env.pop("SPACE_ID", None)
-    command = [sys.executable, "app.py", "--lm", str(data_dir / "parity" / "tiny_lm"),
-               "--codec", str(data_dir / "parity" / "tiny_codec"),
-               "--tokenizer", str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-               "--voices-dir", str(data_dir / "presets")]
-    return app_process(command, cwd=REPO_ROOT, env=env, log_path=log_path)
-
-
 class _App:
     def __init__(self, process, url: str, log_path: Path):
         self.process, self.url, self.log_path = process, url, log_path
@@ -184,7 +171,7 @@ def test_voice_library_over_http_survives_a_restart(data_dir: Path, tmp_path: Pa
     cache, port = tmp_path / "cache", free_port()
     url = f"http://127.0.0.1:{port}"
     clip = _clip(data_dir)
-    with _start_app(data_dir, cache, tmp_path / "first.log", port) as process:
+    with start_replica(data_dir, cache, tmp_path / "first.log", port) as process:
         wait_until_ready(_App(process, url, tmp_path / "first.log"), 150)
         sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=120)
         made = sdk.audio.voices.create(name="  My <b>narrator</b> ", audio_sample=("me.wav", clip, "audio/wav"),
@@ -217,7 +204,7 @@ def test_voice_library_over_http_survives_a_restart(data_dir: Path, tmp_path: Pa
             _library_errors(client)
     assert list((cache / "voices" / "library").glob("voice_*/codes-*.npy")), "codes are kept under the cache dir"
 
-    with _start_app(data_dir, cache, tmp_path / "second.log", port) as process:  # the same server, restarted
+    with start_replica(data_dir, cache, tmp_path / "second.log", port) as process:  # the same server, restarted
         wait_until_ready(_App(process, url, tmp_path / "second.log"), 150)
         with httpx.Client(base_url=url, timeout=120) as client:
             assert [v["id"] for v in client.get("/v1/audio/voices").json()["data"]] == [made.id, continued["id"]]
