@@ -5,6 +5,7 @@ plain words and offers the server's CPU engine, and that offer plays the audio."
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -63,8 +64,10 @@ def test_quota_out_is_said_plainly_and_the_cpu_engine_plays_instead(browser_cont
 
     button = page.locator("#zerogpu-cpu-btn")
     assert button.is_visible() and "CPU" in button.inner_text()
+    before = frame.evaluate("window.playerStats.runId")
     button.click()
-    frame.wait_for_function(DONE, timeout=60_000)
+    # The fallback's own run: the state of the refused attempt must not count as its end.
+    frame.wait_for_function(f"window.playerStats.runId !== {json.dumps(before)} && {DONE}", timeout=60_000)
     s = frame.evaluate("JSON.parse(JSON.stringify(window.playerStats))")
     assert s["state"] == "finished", s
     assert len(fetched) == 1, "the offer plays through the server's CPU engine (/api/tts/stream)"
