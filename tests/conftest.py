@@ -1,4 +1,4 @@
-"""Shared fixtures: where the parity data lives, the tiny checkpoints, the plugins in `support/`.
+"""Shared fixtures: where the parity data lives, the tiny checkpoints; helpers are in `support/`.
 
 Each folder's own conftest marks what the folder holds (`support.folders.mark_folder`), so a test
 file dropped into `e2e/`, `gpu/` or `reliability/` is marked like its neighbours.
@@ -22,11 +22,9 @@ if "TRITON_INTERPRET" not in os.environ:
 from tts_core.env import env_flag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The shared fixtures live in tests/support as plugins (loaded here, once, for every folder); test
-# modules import plain helpers from them too: rewrite their asserts either way.
+# Shared helpers and fixtures live in tests/support; each folder's conftest imports the fixtures its
+# tests use (so the GPU folder needs no web stack). Rewrite the helpers' asserts too.
 pytest.register_assert_rewrite("support")
-pytest_plugins = ["support.codec_helpers", "support.e2e_helpers", "support.studio_helpers",
-                  "support.openai_helpers", "support.reliability_helpers"]
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

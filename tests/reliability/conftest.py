@@ -8,6 +8,15 @@ from pathlib import Path
 
 import pytest
 from support.folders import mark_folder
+from support.reliability_helpers import (  # noqa: F401  (fixtures)
+    app_proc,
+    clip_wav,
+    figures,
+    file_server,
+    gradio_dir,
+    inproc,
+    inproc_client,
+)
 
 HERE = Path(__file__).resolve().parent
 
