@@ -1,0 +1,117 @@
+"""The CPU's runner: plain eager steps over exactly the given slots (no padding, no graphs).
+
+The LM step runs the slots as one batch, attention over each slot's own rows; a decode runs the
+smallest contiguous band of slots holding them through the codec in one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .host_copy import ReadyPcm
+from .prefix_cache import prefix_key
+from .runner_base import SlotRunner
+from .sampler import batch_for_frame
+
+
+class EagerRunner(SlotRunner):
+    """Exact LM steps and streaming codec decodes over `num_slots` stream slots.
+
+    Args:
+        lm: `MossTTSNanoLM` (eval mode, on `device`).
+        codec: `MossAudioCodec` (eval mode, on `device`).
+        num_slots: streams that can run at once.
+        max_context_rows: KV length per slot (prompt + generated rows).
+        prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
+    """
+
+    can_step_ahead = False  # each step has run when `step` returns
+    step_kind = "eager"
+    uses_graphs = False
+    compile_mode = "off"
+
+    def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,
+                 prefix_cache_size: int = 8):
+        super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
+                         state_rows=num_slots, cache_len=max_context_rows, prefix_cache_size=prefix_cache_size)
+        self.local = lm.new_local_cache(num_slots, self.device)  # the local transformer's scratch
+
+    def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
+        """Nothing to build: the eager step is the only one."""
+
+    def upgrade_ready(self) -> bool:
+        return False
+
+    def upgrade(self) -> None:
+        raise RuntimeError("the eager runner has no other step to switch to")
+
+    # ---- stream lifecycle ----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None,
+                      prefix_rows: int = 0) -> None:
+        """Prefill a prompt into the slot and reset (or prime) its codec stream; `prefix_rows`
+        leading rows are the voice's, whose KV is reused when it was computed before."""
+        self._new_segment(slot)
+        self.cache.reset(slot)
+        self._prefill_slot(slot, rows, prefix_rows)
+        self.lengths[slot] = int(rows.shape[0])
+        self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
+        if prime_codes is not None and len(prime_codes):
+            # Continuation: the decoder must continue the reference audio; its output is dropped.
+            self._decode_band([slot], prime_codes[None])
+
+    @torch.inference_mode()
+    def warm_prefix(self, rows: np.ndarray) -> bool:
+        """Compute and keep the KV of a prompt prefix (all of `rows`) for later requests of the same
+        voice; False when there is no prefix cache or it already holds it."""
+        if self.prefix_cache is None:
+            return False
+        key = prefix_key(rows, len(rows))
+        if key in self.prefix_cache:
+            return False
+        scratch = self.lm.new_cache(1, len(rows))  # no slot is taken from the streams
+        self.lm.prefill(torch.as_tensor(rows, dtype=torch.long), scratch, 0)
+        self.prefix_cache.store(key, scratch, 0, len(rows))
+        return True
+
+    @torch.inference_mode()  # the caches are made of inference tensors
+    def release(self, slot: int) -> None:
+        self.samplers[slot] = None
+        self.lengths[slot] = 0
+        self.cache.reset(slot)
+        self.codec_state.reset_row(slot)
+
+    # ---- the work --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """One frame for each slot: stop decision + 16 codes, then the global step for those that go on.
+
+        Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
+        """
+        slots = list(slots)
+        samplers = [self.samplers[s] for s in slots]
+        batch = batch_for_frame(samplers, device=self.device)
+        slot_index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
+        is_continue, codes = self.lm.generate_frame(self.hidden[slot_index], batch, local=self.local)
+        is_continue_host = is_continue.cpu().numpy()
+        codes_host = codes.cpu().numpy().astype(np.int64)
+        going = [i for i, flag in enumerate(is_continue_host) if flag and self.context_left(slots[i]) > 0]
+        if going:
+            go_index = torch.as_tensor(going, dtype=torch.long, device=self.device)
+            go_slots = slot_index[go_index]
+            self.hidden[go_slots] = self.lm.decode(codes[go_index], self.cache, go_slots)
+            for i in going:
+                samplers[i].observe(codes_host[i])
+                self.lengths[slots[i]] += 1
+        return is_continue_host.astype(bool), codes_host
+
+    @torch.inference_mode()
+    def decode_async(self, slots: Sequence[int], codes: np.ndarray) -> ReadyPcm:
+        """Decode codes [B, n, 16] in one codec call over the band of slots holding them
+        (`SlotRunner._decode_band`); the audio is on the host when this returns."""
+        return ReadyPcm(self._decode_band(slots, codes))
