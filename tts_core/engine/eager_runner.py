@@ -1,7 +1,10 @@
-"""The CPU's runner: plain eager steps over exactly the given slots (no padding, no graphs).
+"""The CPU's runner: plain eager steps, each stream computed on its own.
 
-The LM step runs the slots as one batch, attention over each slot's own rows; a decode runs the
-smallest contiguous band of slots holding them through the codec in one call.
+A stream's PCM is a function of its request alone: each slot's LM step runs with one row, and its
+codec decodes one frame per call, so no computation's shape depends on which streams run beside it
+or on how many frames the pacing (a wall-clock decision) hands to one decode. Float kernels round
+differently for different shapes (a CPU GEMM picks its path by the row count), which would otherwise
+change a stream's audio, or in rare cases a sampled code (docs/ARCHITECTURE.md, "Two runners").
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from .sampler import batch_for_frame
 
 
 class EagerRunner(SlotRunner):
-    """Exact LM steps and streaming codec decodes over `num_slots` stream slots.
+    """Exact per-slot LM steps and streaming codec decodes over `num_slots` stream slots.
 
     Args:
         lm: `MossTTSNanoLM` (eval mode, on `device`).
@@ -37,7 +40,7 @@ class EagerRunner(SlotRunner):
                  prefix_cache_size: int = 8):
         super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
                          state_rows=num_slots, cache_len=max_context_rows, prefix_cache_size=prefix_cache_size)
-        self.local = lm.new_local_cache(num_slots, self.device)  # the local transformer's scratch
+        self.local = lm.new_local_cache(1, self.device)  # the local transformer's scratch: one stream at a time
 
     def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
         """Nothing to build: the eager step is the only one."""
@@ -89,29 +92,35 @@ class EagerRunner(SlotRunner):
 
     @torch.inference_mode()
     def step(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """One frame for each slot: stop decision + 16 codes, then the global step for those that go on.
+        """One frame for each slot: stop decision + 16 codes, then the global step if it goes on.
 
         Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
         """
-        slots = list(slots)
-        samplers = [self.samplers[s] for s in slots]
-        batch = batch_for_frame(samplers, device=self.device)
-        slot_index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
-        is_continue, codes = self.lm.generate_frame(self.hidden[slot_index], batch, local=self.local)
-        is_continue_host = is_continue.cpu().numpy()
-        codes_host = codes.cpu().numpy().astype(np.int64)
-        going = [i for i, flag in enumerate(is_continue_host) if flag and self.context_left(slots[i]) > 0]
-        if going:
-            go_index = torch.as_tensor(going, dtype=torch.long, device=self.device)
-            go_slots = slot_index[go_index]
-            self.hidden[go_slots] = self.lm.decode(codes[go_index], self.cache, go_slots)
-            for i in going:
-                samplers[i].observe(codes_host[i])
-                self.lengths[slots[i]] += 1
-        return is_continue_host.astype(bool), codes_host
+        frames = [self._step_slot(slot) for slot in slots]
+        return np.array([go for go, _ in frames], dtype=bool), np.stack([codes for _, codes in frames])
+
+    def _step_slot(self, slot: int) -> tuple[bool, np.ndarray]:
+        sampler = self.samplers[slot]
+        row = self.hidden[slot : slot + 1]
+        is_continue, codes = self.lm.generate_frame(row, batch_for_frame([sampler], device=self.device),
+                                                    local=self.local)
+        go = bool(is_continue[0])
+        codes_host = codes[0].cpu().numpy().astype(np.int64)
+        if go and self.context_left(slot) > 0:
+            self.hidden[slot : slot + 1] = self.lm.decode(codes, self.cache, [slot])
+            sampler.observe(codes_host)
+            self.lengths[slot] += 1
+        return go, codes_host
 
     @torch.inference_mode()
     def decode_async(self, slots: Sequence[int], codes: np.ndarray) -> ReadyPcm:
-        """Decode codes [B, n, 16] in one codec call over the band of slots holding them
-        (`SlotRunner._decode_band`); the audio is on the host when this returns."""
-        return ReadyPcm(self._decode_band(slots, codes))
+        """Decode codes [B, n, 16]: each slot's frames one at a time through its own row of the codec
+        state (see the module doc). The audio is on the host when this returns."""
+        codes = np.asarray(codes, dtype=np.int64)
+        pcm = []
+        for i, slot in enumerate(slots):
+            state = self.codec_state.narrow(slot, slot + 1)
+            frames = [self.codec.decode_step(torch.as_tensor(frame, device=self.device).view(1, -1, 1), state)
+                      for frame in codes[i]]  # each [1, 2, 3840]
+            pcm.append(torch.cat(frames, dim=-1))
+        return ReadyPcm(self._host_pcm.fetch(torch.cat(pcm)))
