@@ -40,7 +40,8 @@ class EagerRunner(SlotRunner):
                  prefix_cache_size: int = 8):
         super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
                          state_rows=num_slots, cache_len=max_context_rows, prefix_cache_size=prefix_cache_size)
-        self.local = lm.new_local_cache(1, self.device)  # the local transformer's scratch: one stream at a time
+        with torch.inference_mode():  # like the state the base made
+            self.local = lm.new_local_cache(1, self.device)  # the local transformer's scratch: one stream at a time
 
     def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
         """Nothing to build: the eager step is the only one."""
