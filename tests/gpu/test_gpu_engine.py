@@ -21,7 +21,7 @@ from support.runner_helpers import drive
 from bench.lib import build_random_models, make_prompt
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.engine import Engine
-from tts_core.engine.runner import Runner
+from tts_core.engine.static_runner import StaticRunner
 from tts_core.engine.types import Segment, StreamJob, StreamStatus
 from tts_core.model import fused_ops, lm_step
 from tts_core.model.codec_loading import load_codec
@@ -58,9 +58,9 @@ def prompts(config_paths):
     return [make_prompt(config, 100 + 13 * (i % 7), seed=i) for i in range(16)]  # different lengths
 
 
-def _runner(models, num_slots, **kwargs) -> Runner:
+def _runner(models, num_slots, **kwargs) -> StaticRunner:
     lm, codec = models
-    return Runner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)
+    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +68,9 @@ def runners(full_models):
     """Runners shared by the tests, one per (dtype, slots, options): building one compiles its units
     and captures its graphs, which is most of this suite's cost. A test leaves every slot released
     (`drive` and a finished engine do), so the next one starts from clean slots."""
-    built: dict[tuple, Runner] = {}
+    built: dict[tuple, StaticRunner] = {}
 
-    def get(dtype: torch.dtype, num_slots: int, **kwargs) -> Runner:
+    def get(dtype: torch.dtype, num_slots: int, **kwargs) -> StaticRunner:
         key = (dtype, num_slots, tuple(sorted(kwargs.items())))
         if key not in built:
             built[key] = _runner(full_models(dtype), num_slots, **kwargs)
@@ -229,7 +229,7 @@ def test_cancellation_and_slot_reuse_under_graphs(runners, prompts):
         while handles[1].outbox.get(timeout=120) is not None:
             pass
         assert handles[1].status is StreamStatus.CANCELLED
-        assert engine.stats()["cancelled"] == 1
+        assert engine.stats().cancelled == 1
         # Every stream equals the same request run alone afterwards (slot state fully reset).
         for index, seed, frames, got in ((0, 200, 60, kept[0]), (2, 202, 60, kept[1]), (3, 203, 60, kept[2]),
                                          (5, 205, 30, reused)):
@@ -336,7 +336,7 @@ def test_64_callers_on_the_servers_gpu_path_all_finish(full_models, prompts):
                 thread.join(300)
             assert not any(thread.is_alive() for thread in threads), "callers still waiting after 300 s"
             assert all(1 <= n <= 24 for n in frames), frames
-            assert not engine.stats()["stalled"]
+            assert not engine.stats().stalled
     finally:
         engine.close()
 

@@ -13,7 +13,7 @@ import torch
 
 from bench.lib import build_random_models
 from tts_core.engine.host_copy import HostPcm, PinnedRing
-from tts_core.engine.runner import Runner
+from tts_core.engine.static_runner import StaticRunner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -74,7 +74,7 @@ def test_decodes_queued_back_to_back_equal_decodes_waited_for(fp32_models):
     generator = np.random.default_rng(5)
     groups = [([0, 2, 3], 1), ([1, 2], 4), ([0, 1, 2, 3], 2), ([3], 7), ([0, 2], 4), ([1, 3], 1)]
     codes = [generator.integers(0, 1024, (len(slots), n, 16)) for slots, n in groups]
-    waited, queued = (Runner(*models, num_slots=4, max_context_rows=320, device=CUDA) for _ in range(2))
+    waited, queued = (StaticRunner(*models, num_slots=4, max_context_rows=320, device=CUDA) for _ in range(2))
     want = [waited.decode(slots, c) for (slots, _), c in zip(groups, codes)]
     pending = [queued.decode_async(slots, c) for (slots, _), c in zip(groups[:2], codes[:2])]
     got = []

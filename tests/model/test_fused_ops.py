@@ -176,10 +176,10 @@ def test_cpu_steps_keep_the_plain_path(monkeypatch):
 
 
 def _static_runner(models, num_slots=2):
-    from tts_core.engine.runner import Runner
+    from tts_core.engine.static_runner import StaticRunner
 
     lm, codec = models
-    return Runner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"), static=True)
+    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"))
 
 
 def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vectors):
