@@ -59,7 +59,10 @@ def test_without_audio_decoder_compressed_falls_back_to_16_bit(browser_context, 
     assert s["wire"].startswith("16-bit PCM (lossless)"), s["wire"]
 
 
-def test_lossless_mode_and_the_first_automatic_utterance_stay_float32(browser_context, studio):
+def test_lossless_mode_and_the_first_automatic_utterance_stay_float32(browser_context, studio, paced):
+    # Paced at twice real time: the utterance's reads then span ~0.5 s whatever this machine's speed
+    # (an unpaced tiny model can deliver it all within the meter's shortest span, leaving no reading).
+    paced.rtf = 0.5
     page, frame = open_page(browser_context, studio.url)
     set_max_seconds(page, 1.0)
     body = generate(page)  # auto, nothing measured yet: float32 as before, and the link is measured

@@ -201,10 +201,11 @@ def test_fast_generation_keeps_the_short_start(browser_context, studio):
     assert s["state"] == "finished" and s["estimatedS"] == pytest.approx(2.0, abs=0.01)
     from support.e2e_helpers import chunks_arrived_in_time
     # Where generation provably ran ahead of playback (it may not on a loaded machine), the player
-    # started early, not after a planned wait of seconds (the audio thread may still see the first
-    # chunks later than the page did: the exact short start is shown in test_worklet_adaptive.py).
+    # planned the short start, not a wait of seconds. (What was buffered when it started is not the
+    # measure: chunks that reach the audio thread together, as on a busy machine, are all buffered
+    # by its first render quantum. The exact short start is shown in test_worklet_adaptive.py.)
     if chunks_arrived_in_time(s["arrivals"], total_frames=s["framesReceived"], prebuffer_ms=200):
-        assert s["startBufferedFrames"] < 1.0 * 48_000, (s["startBufferedFrames"], s["arrivals"][:8])
+        assert s["plan"] is None or s["plan"]["targetS"] < 1.0, (s["plan"], s["arrivals"][:8])
         assert s["underruns"] == 0
 
 

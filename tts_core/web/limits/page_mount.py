@@ -31,7 +31,7 @@ from ...env import env_str
 from .gradio_files import GradioFileGuard, UploadPaths
 from .upload_disk import UploadDiskBound
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 _SYSTEM_DIRS = ("/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/var", "/usr", "/home")
 
 
