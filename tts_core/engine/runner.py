@@ -217,6 +217,18 @@ class Runner:
             self.prefix_cache.store(key, self.cache, slot, prefix_rows)
         return self.lm.prefill(rows_t[prefix_rows:], self.cache, slot, reset=False)
 
+    def replace_models(self, lm, codec) -> None:
+        """Eager (CPU) path, no stream running: serve with other weights of the same model (a CPU
+        precision mode settled after start). The prompt-prefix cache is emptied: its KV came from
+        the old weights. Slot state (KV cache, codec rings) is reset when a stream starts."""
+        if self.stepper is not None:
+            raise ValueError("only the eager path swaps its models (the static one holds compiled units)")
+        if any(sampler is not None for sampler in self.samplers):
+            raise RuntimeError("streams are running: models are replaced between requests")
+        self.lm, self.codec = lm, codec
+        if self.prefix_cache is not None:
+            self.prefix_cache = PrefixCache(self.prefix_cache.capacity)
+
     def flush_prefills(self) -> None:
         """Static path: prefill the prompts admitted since the last step (`prefill.BatchPrefiller`)."""
         if self.prefills is not None:

@@ -1,9 +1,14 @@
-"""Owns the app's one Synthesizer: builds it in the background so the page is up at once.
+"""Owns the app's one Synthesizer: builds it in the background so the server answers at once.
 
 The web routes ask `service.get()`; while the weights download or warm up that raises a 503
 error whose message is the current status line, and after a failure it raises the load error.
 Status lines and the load error are kept path-free (`scrub_paths`): they reach the page, /health
 and error messages; the server log gets them whole.
+
+Start-up work that must not delay a first listener (building the Gradio page, `page_slot.py`)
+waits on `wait_for_quiet`: the model settled (ready or failed) and no stream still waiting for its
+first audio. Streams count as waiting from `get().stream(...)` until their first audio, their end
+or their close.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ if TYPE_CHECKING:
     from ..types import AudioChunk
 
 StreamObserver = Callable[["Iterator[AudioChunk]"], "Iterator[AudioChunk]"]
+# wait_for_quiet: how long no stream must be waiting for its first audio, and how long a server that
+# never goes quiet delays the waiter at most.
+QUIET_S = 0.5
+MAX_WAIT_S = 15.0
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +59,9 @@ class SynthesizerService:
         self._error: str | None = None
         self._thread: threading.Thread | None = None
         self._observer: StreamObserver | None = None
+        self._settled = threading.Event()  # set once READY or FAILED
+        self._waiting: set[int] = set()  # streams handed out that have not yet given audio (their ids)
+        self._waiting_lock = threading.RLock()  # (a watch collected while held calls back in)
         self.started_at = time.monotonic()
 
     @property
@@ -65,7 +77,9 @@ class SynthesizerService:
         return self._error
 
     def _report(self, status: str) -> None:
-        logger.info("model: %s", status)
+        # Each status line is its own message template: the log-storm filter (logstorm.py) groups
+        # records by template, and a start's dozen progress lines are no storm to thin out.
+        logger.info("model: " + status.replace("%", "%%"))
         self._status = scrub_paths(status) or ""
 
     def start(self, *, background: bool = True) -> None:
@@ -94,11 +108,13 @@ class SynthesizerService:
         self._synth = synth
         self._state = ServiceState.READY
         self._report("ready")
+        self._settled.set()
 
     def _fail(self, message: str) -> None:
         self._error = scrub_paths(message)
         self._state = ServiceState.FAILED
         self._report(f"failed: {message}")
+        self._settled.set()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until loaded or failed; True when ready."""
@@ -110,11 +126,43 @@ class SynthesizerService:
         """Pass every stream that `get().stream(...)` returns through `observer` (metrics)."""
         self._observer = observer
 
+    @property
+    def awaiting_first_audio(self) -> int:
+        """Streams handed out by `get().stream(...)` that have given no audio yet and not ended."""
+        with self._waiting_lock:
+            return len(self._waiting)
+
+    def wait_for_quiet(self, *, quiet_s: float = QUIET_S, max_wait_s: float = MAX_WAIT_S,
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> None:
+        """Block until the model has settled (ready or failed) and then no stream has been waiting
+        for its first audio for `quiet_s`; at most `max_wait_s` after settling. `clock` and `sleep`
+        are for tests."""
+        self._settled.wait()
+        deadline = clock() + max_wait_s
+        quiet_since = None
+        while clock() < deadline:
+            if self.awaiting_first_audio:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = clock()
+            elif clock() - quiet_since >= quiet_s:
+                return
+            sleep(0.05)
+
+    def _watch_first_audio(self, chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
+        watch = _FirstAudioWatch(chunks, self._stream_heard)
+        with self._waiting_lock:
+            self._waiting.add(id(watch))
+        return watch
+
+    def _stream_heard(self, key: int) -> None:
+        with self._waiting_lock:
+            self._waiting.discard(key)
+
     def get(self) -> Synthesizer:
         if self._state is ServiceState.READY and self._synth is not None:
-            if self._observer is not None:
-                return _Observed(self._synth, self._observer)  # type: ignore[return-value]
-            return self._synth
+            return _Observed(self._synth, self)  # type: ignore[return-value]
         if self._state is ServiceState.FAILED:
             raise ModelLoadError(f"the model failed to load: {self._error}")
         raise ModelNotReadyError(f"the model is still loading ({self._status}); try again in a few seconds")
@@ -125,16 +173,60 @@ class SynthesizerService:
 
 
 class _Observed:
-    """The Synthesizer with its streams passed through an observer; everything else delegated."""
+    """The Synthesizer with its streams passed through the service's observer (metrics) and counted
+    until their first audio; everything else delegated."""
 
-    __slots__ = ("_observer", "_synth")
+    __slots__ = ("_service", "_synth")
 
-    def __init__(self, synth: Synthesizer, observer: StreamObserver):
+    def __init__(self, synth: Synthesizer, service: SynthesizerService):
         self._synth = synth
-        self._observer = observer
+        self._service = service
 
     def stream(self, request, *, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
-        return self._observer(self._synth.stream(request, cancel=cancel))
+        chunks = self._synth.stream(request, cancel=cancel)
+        observer = self._service._observer
+        return self._service._watch_first_audio(observer(chunks) if observer is not None else chunks)
 
     def __getattr__(self, name: str):
         return getattr(self._synth, name)
+
+
+class _FirstAudioWatch:
+    """Iterates `chunks`; calls `heard(id(self))` once, at the first chunk with audio, the end, an
+    error or `close()`. A class rather than a generator: an unstarted generator's cleanup never
+    runs, and a stream counts as waiting from the moment it is handed out."""
+
+    __slots__ = ("_chunks", "_heard")
+
+    def __init__(self, chunks: Iterator[AudioChunk], heard: Callable[[int], None]):
+        self._chunks = chunks
+        self._heard: Callable[[int], None] | None = heard
+
+    def __iter__(self) -> _FirstAudioWatch:
+        return self
+
+    def __next__(self) -> AudioChunk:
+        if self._heard is None:
+            return next(self._chunks)
+        try:
+            chunk = next(self._chunks)
+        except BaseException:
+            self._finish()
+            raise
+        if chunk.pcm.shape[1] or chunk.is_last:
+            self._finish()
+        return chunk
+
+    def close(self) -> None:
+        self._finish()
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+    def _finish(self) -> None:
+        heard, self._heard = self._heard, None
+        if heard is not None:
+            heard(id(self))
+
+    def __del__(self) -> None:
+        self._finish()
