@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
+from .cpu_mode import ModeChoice
+from .cpu_mode_settle import PendingMode, settle_cpu_mode
 from .engine.features import EngineFeatures
 from .engine.outbox import handle_chunks
 from .engine.types import EngineLike, StreamJob
@@ -26,6 +28,7 @@ from .errors import InvalidRequestError, TTSError
 from .jobs import CheckedRequest, JobPlan, JobRequest, continuation_prefix_rows, voice_clone_prefix_rows
 from .loader import load_parts
 from .model.lm_config import LMConfig
+from .model.quant import QUANT_MODES
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text
 from .tokenizer import TextTokenizer
@@ -51,6 +54,7 @@ class Synthesizer:
         self.config = config
         self.info = dict(info)
         self.warm = False
+        self._closing = threading.Event()
         self.plan = JobPlan(self.template, tokenizer, config, voices.catalog)
         # Jobs are built on the engine's thread (`engine/intake.py`); in the caller's only for an
         # engine without an intake, and with `prepare_on_engine=False` in tests comparing the two.
@@ -93,9 +97,12 @@ class Synthesizer:
         if warmup:
             report("warming up…")
             synth.warmup()
+        if warmup or parts.pending_mode is not None:
             # Preset voices' prompt prefixes are computed in the background, so each preset's
-            # first request is already as fast as its later ones.
-            threading.Thread(target=synth.warm_voices, name="voice-warm", daemon=True).start()
+            # first request is already as fast as its later ones; then a CPU precision left to
+            # settle by a first start is measured at idle moments (`cpu_mode_settle.py`).
+            threading.Thread(target=synth._after_start, args=(warmup, parts.pending_mode), name="voice-warm",
+                             daemon=True).start()
         logger.info("synthesizer ready: %s", json.dumps(synth.info))
         for features in synth.features():
             logger.info("engine on %s", features.summary())
@@ -196,13 +203,14 @@ class Synthesizer:
         self.warm = True
 
     def warm_voices(self) -> int:
-        """Resolve every available preset (encoding its clip once, cached on disk) and have the
-        engine precompute each voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap).
-        Returns the number of prefixes queued."""
+        """Resolve every available preset (encoding its clip once, cached on disk; the default voice
+        first, the one a first request most likely asks for) and have the engine precompute each
+        voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap). Returns the number of
+        prefixes queued."""
         rows = build_prompt_rows(self.template, "continuation", self.tokenizer.encode("."), None)
         self.engine.warm_prefix(rows[: continuation_prefix_rows(self.template)])
         count = 1
-        for preset in self.voices.list_presets():
+        for preset in sorted(self.voices.list_presets(), key=lambda p: p.name != self.default_voice):
             if not preset.available:
                 continue
             try:
@@ -216,6 +224,36 @@ class Synthesizer:
         logger.info("queued %d voice prefixes for precomputation", count)
         return count
 
+    def _after_start(self, warm_voices: bool, pending: PendingMode | None) -> None:
+        if warm_voices:
+            self.warm_voices()
+        if pending is not None:
+            settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
+
+    def _serve_settled(self, lm, codec, choice: ModeChoice) -> None:
+        """The CPU precision settled after start. With models (another mode than the one served),
+        the engine switches to them at an idle moment, then the voices' prefixes are computed again."""
+        if lm is None:
+            self.info.update(precision=choice.reason)
+            return
+        switched = threading.Event()
+
+        def switch() -> None:  # on the engine thread, with no stream running (errors: logged there)
+            try:
+                self.engine.runner.replace_models(lm, codec)
+                self.info.update(quantize=choice.mode if choice.mode in QUANT_MODES else None,
+                                 precision=choice.reason)
+            finally:
+                switched.set()
+
+        self.engine.when_idle(switch)
+        while not switched.wait(0.5):
+            if self._closing.is_set():
+                return
+        if self.engine.runner.lm is lm:
+            logger.info("now serving in %s weights (%s)", choice.mode, choice.reason)
+            self.warm_voices()
+
     def stats(self) -> dict:
         return self.engine.stats()
 
@@ -228,4 +266,5 @@ class Synthesizer:
                 "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:
+        self._closing.set()
         self.engine.close()
