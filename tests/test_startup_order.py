@@ -221,11 +221,13 @@ def test_the_app_streams_audio_before_its_gradio_page_exists(data_dir, tmp_path)
             assert response.status_code == 200
             assert next(response.iter_bytes())  # first audio, while the page is not built
         assert not app.state.page_runner.served.is_set()
-        assert httpx.get(server.url + "/health").json()["status"] == "ready"
+        health = httpx.get(server.url + "/health").json()
+        assert health["status"] == "ready" and health["page"] == "building"
         turn.set()
         assert app.state.page_runner.served.wait(120)
         page = httpx.get(server.url + "/")
         assert page.status_code == 200 and "gradio" in page.text.lower()
+        assert httpx.get(server.url + "/health").json()["page"] == "served"
         assert app.state.page.has_launched  # Gradio's file checks are on, as launch() would set
 
 

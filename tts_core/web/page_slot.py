@@ -60,6 +60,13 @@ class PageSlot:
         self.target: ASGIApp | None = None
         self.failed = False
 
+    @property
+    def state(self) -> str:
+        """For /health: "served", "building", "failed" or "off"."""
+        if self.mode is PageMode.OFF:
+            return "off"
+        return "served" if self.target is not None else "failed" if self.failed else "building"
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.target is not None:
             await self.target(scope, receive, send)
