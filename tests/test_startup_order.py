@@ -1,5 +1,5 @@
 """Start-up order of `python app.py`: the API first, the Gradio page once the model has settled and
-no first listener waits. Ordered by events (gates the test opens), never by timing."""
+no stream is in progress. Ordered by events (gates the test opens), never by timing."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class _Chunks:
 
     def __init__(self):
         self.ready = threading.Semaphore(0)
-        self.closed = False
+        self.closed = self.last = False
 
     def __iter__(self):
         return self
@@ -58,7 +58,7 @@ class _Chunks:
     def __next__(self) -> AudioChunk:
         self.ready.acquire()
         return AudioChunk(seq=0, pcm=np.zeros((2, 3840), np.float32), codes=np.zeros((1, 16), np.int64),
-                          is_last=False, timings=Timings(first_audio_s=0.1, elapsed_s=0.1, audio_s=0.08))
+                          is_last=self.last, timings=Timings(first_audio_s=0.1, elapsed_s=0.1, audio_s=0.08))
 
     def close(self) -> None:
         self.closed = True
@@ -73,22 +73,26 @@ class _FakeSynth:
         return self.streams[-1]
 
 
-def test_a_stream_counts_as_waiting_from_hand_out_to_first_audio_or_close():
+def test_a_stream_counts_from_hand_out_to_its_last_chunk_or_close():
     synth = _FakeSynth()
     service = SynthesizerService(lambda report: synth)
     service.start(background=False)
     first = service.get().stream(object())
-    assert service.awaiting_first_audio == 1  # counted before anything was read
+    assert service.streams_in_progress == 1  # counted before anything was read
     synth.streams[0].ready.release()
     next(first)
-    assert service.awaiting_first_audio == 0
+    assert service.streams_in_progress == 1  # playing: still in progress
+    synth.streams[0].last = True
+    synth.streams[0].ready.release()
+    next(first)
+    assert service.streams_in_progress == 0
     unread = service.get().stream(object())
-    assert service.awaiting_first_audio == 1
+    assert service.streams_in_progress == 1
     unread.close()  # a client gone before any audio
-    assert service.awaiting_first_audio == 0 and synth.streams[1].closed
+    assert service.streams_in_progress == 0 and synth.streams[1].closed
 
 
-def test_wait_for_quiet_waits_for_the_model_then_for_first_listeners():
+def test_wait_for_quiet_waits_for_the_model_then_for_streams_in_progress():
     synth, loaded, ticks = _FakeSynth(), threading.Event(), threading.Semaphore(0)
     service = SynthesizerService(lambda report: loaded.wait() and synth)
     service.start()
@@ -109,10 +113,17 @@ def test_wait_for_quiet_waits_for_the_model_then_for_first_listeners():
     stream = service.get().stream(object())  # a first listener asks at once
     for _ in range(40):
         ticks.release()
-    _wait(lambda: clock.now >= 2.0, "two fake seconds")
-    assert not returned.is_set()  # its stream has no audio yet
+    _wait(lambda: clock.now > 1.99, "two fake seconds")
+    assert not returned.is_set()  # its stream is in progress
     synth.streams[0].ready.release()
-    next(stream)
+    next(stream)  # first audio: still in progress
+    for _ in range(20):
+        ticks.release()
+    _wait(lambda: clock.now > 2.99, "another fake second")
+    assert not returned.is_set()
+    synth.streams[0].last = True
+    synth.streams[0].ready.release()
+    next(stream)  # its last chunk
     for _ in range(20):
         ticks.release()
     assert returned.wait(10)  # half a fake second of quiet later

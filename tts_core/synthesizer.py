@@ -202,17 +202,19 @@ class Synthesizer:
             return
         self.warm = True
 
-    def warm_voices(self) -> int:
+    def warm_voices(self, between: Callable[[], bool] | None = None) -> int:
         """Resolve every available preset (encoding its clip once, cached on disk; the default voice
         first, the one a first request most likely asks for) and have the engine precompute each
-        voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap). Returns the number of
-        prefixes queued."""
+        voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap). `between` runs before
+        each voice after the default; False stops. Returns the number of prefixes queued."""
         rows = build_prompt_rows(self.template, "continuation", self.tokenizer.encode("."), None)
         self.engine.warm_prefix(rows[: continuation_prefix_rows(self.template)])
         count = 1
         for preset in sorted(self.voices.list_presets(), key=lambda p: p.name != self.default_voice):
             if not preset.available:
                 continue
+            if between is not None and preset.name != self.default_voice and not between():
+                break
             try:
                 resolved = self.voices.resolve(Voice.preset(preset.name))
             except TTSError as exc:
@@ -226,9 +228,19 @@ class Synthesizer:
 
     def _after_start(self, warm_voices: bool, pending: PendingMode | None) -> None:
         if warm_voices:
-            self.warm_voices()
+            self.warm_voices(between=self._until_no_stream)
         if pending is not None:
             settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
+
+    def _until_no_stream(self) -> bool:
+        """Wait while the engine generates (a clip's encoding would take a core from it); False once
+        the synthesizer is closing."""
+        while not self._closing.is_set():
+            stats = self.engine.stats()
+            if not (stats["active_streams"] or stats["queued"]):
+                return True
+            self._closing.wait(0.05)
+        return False
 
     def _serve_settled(self, lm, codec, choice: ModeChoice) -> None:
         """The CPU precision settled after start. With models (another mode than the one served),
@@ -252,7 +264,7 @@ class Synthesizer:
                 return
         if self.engine.runner.lm is lm:
             logger.info("now serving in %s weights (%s)", choice.mode, choice.reason)
-            self.warm_voices()
+            self.warm_voices(between=self._until_no_stream)
 
     def stats(self) -> dict:
         return self.engine.stats()

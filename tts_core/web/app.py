@@ -2,8 +2,8 @@
 
 `create_app(service, settings)` returns a FastAPI app. Its own routes are declared first and the
 page's slot is mounted last at `/`: Gradio's catch-all would shadow any route added after it. The
-page is built before serving, or (`python app.py`) once the model is ready and no first listener
-waits, while the API already answers (`page_slot.py`); Gradio is imported only by that build. The
+page is built before serving, or (`python app.py`) once the model is ready and no stream is in
+progress, while the API already answers (`page_slot.py`); Gradio is imported only by that build. The
 player's static files live under `/player`, never `/static` or `/assets` (Gradio owns those prefixes).
 
 Middlewares, outermost first: request metrics, body limits and deadlines (`guards.py`), CORS,
@@ -47,7 +47,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
 
     With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`); its
     page is always built now. `page`: "now" builds the Gradio page before serving, "deferred" once
-    the model has settled and no first listener waits (`app.state.page_runner.served` says when it
+    the model has settled and no stream is in progress (`app.state.page_runner.served` says when it
     serves), "off" serves no page. `page_files` bounds Gradio's upload folder; `body_deadlines` how
     slowly a request body may arrive.
     """

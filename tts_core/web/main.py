@@ -2,7 +2,7 @@
 
 Run by `python app.py` and `python -m tts_core serve`. The server is up at once; the model loads
 in the service's background thread, so torch is imported off the start-up path, and the Gradio page
-is built once the model is ready and no first listener waits (`page_slot.py`): importing Gradio
+is built once the model is ready and no stream is in progress (`page_slot.py`): importing Gradio
 beside the engine's load would slow both, and the API's first audio needs neither. ZeroGPU mode
 builds its page before serving (it wires the GPU calls).
 

@@ -3,7 +3,7 @@
 `python app.py` serves the API first. Uvicorn answers as soon as the routes exist; the Gradio page
 (importing Gradio and building the page: seconds of work under the interpreter lock, which would
 slow the engine's own load and a first listener's audio) is built in a thread once the model has
-settled and no stream waits for its first audio (`SynthesizerService.wait_for_quiet`). Until then
+settled and no stream is in progress (`SynthesizerService.wait_for_quiet`). Until then
 "/" answers `static/starting.html` (it reloads itself) and Gradio's other paths answer 503 with
 Retry-After; `/api/tts/stream`, `/v1/audio/speech` and `/health` are routes of their own and never
 wait for the page. Tests and ZeroGPU mode build the page before serving (`PageMode.NOW`);
@@ -37,7 +37,7 @@ RETRY_AFTER_S = 2
 
 class PageMode(str, Enum):
     NOW = "now"  # built before serving
-    DEFERRED = "deferred"  # built once the model has settled and no first listener waits
+    DEFERRED = "deferred"  # built once the model has settled and no stream is in progress
     OFF = "off"  # no page: the API alone
 
 

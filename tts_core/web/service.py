@@ -5,10 +5,10 @@ error whose message is the current status line, and after a failure it raises th
 Status lines and the load error are kept path-free (`scrub_paths`): they reach the page, /health
 and error messages; the server log gets them whole.
 
-Start-up work that must not delay a first listener (building the Gradio page, `page_slot.py`)
-waits on `wait_for_quiet`: the model settled (ready or failed) and no stream still waiting for its
-first audio. Streams count as waiting from `get().stream(...)` until their first audio, their end
-or their close.
+Start-up work that must not slow a first listener (building the Gradio page, `page_slot.py`:
+seconds of interpreter-bound work that, on a small CPU, made a stream in progress fall far behind
+real time) waits on `wait_for_quiet`: the model settled (ready or failed) and no stream in
+progress. A stream counts from `get().stream(...)` until its end, an error or its close.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from ..types import AudioChunk
 
 StreamObserver = Callable[["Iterator[AudioChunk]"], "Iterator[AudioChunk]"]
-# wait_for_quiet: how long no stream must be waiting for its first audio, and how long a server that
-# never goes quiet delays the waiter at most.
+# wait_for_quiet: how long no stream must be in progress, and how long a server that never goes quiet
+# delays the waiter at most.
 QUIET_S = 0.5
 MAX_WAIT_S = 15.0
 
@@ -60,7 +60,7 @@ class SynthesizerService:
         self._thread: threading.Thread | None = None
         self._observer: StreamObserver | None = None
         self._settled = threading.Event()  # set once READY or FAILED
-        self._waiting: set[int] = set()  # streams handed out that have not yet given audio (their ids)
+        self._in_progress: set[int] = set()  # streams handed out and not yet ended or closed (their ids)
         self._waiting_lock = threading.RLock()  # (a watch collected while held calls back in)
         self.started_at = time.monotonic()
 
@@ -127,22 +127,21 @@ class SynthesizerService:
         self._observer = observer
 
     @property
-    def awaiting_first_audio(self) -> int:
-        """Streams handed out by `get().stream(...)` that have given no audio yet and not ended."""
+    def streams_in_progress(self) -> int:
+        """Streams handed out by `get().stream(...)` that have not ended, failed or been closed."""
         with self._waiting_lock:
-            return len(self._waiting)
+            return len(self._in_progress)
 
     def wait_for_quiet(self, *, quiet_s: float = QUIET_S, max_wait_s: float = MAX_WAIT_S,
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], None] = time.sleep) -> None:
-        """Block until the model has settled (ready or failed) and then no stream has been waiting
-        for its first audio for `quiet_s`; at most `max_wait_s` after settling. `clock` and `sleep`
-        are for tests."""
+        """Block until the model has settled (ready or failed) and then no stream has been in
+        progress for `quiet_s`; at most `max_wait_s` after settling. `clock` and `sleep` are for tests."""
         self._settled.wait()
         deadline = clock() + max_wait_s
         quiet_since = None
         while clock() < deadline:
-            if self.awaiting_first_audio:
+            if self.streams_in_progress:
                 quiet_since = None
             elif quiet_since is None:
                 quiet_since = clock()
@@ -150,15 +149,15 @@ class SynthesizerService:
                 return
             sleep(0.05)
 
-    def _watch_first_audio(self, chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
-        watch = _FirstAudioWatch(chunks, self._stream_heard)
+    def _watch_stream(self, chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
+        watch = _StreamWatch(chunks, self._stream_ended)
         with self._waiting_lock:
-            self._waiting.add(id(watch))
+            self._in_progress.add(id(watch))
         return watch
 
-    def _stream_heard(self, key: int) -> None:
+    def _stream_ended(self, key: int) -> None:
         with self._waiting_lock:
-            self._waiting.discard(key)
+            self._in_progress.discard(key)
 
     def get(self) -> Synthesizer:
         if self._state is ServiceState.READY and self._synth is not None:
@@ -174,7 +173,7 @@ class SynthesizerService:
 
 class _Observed:
     """The Synthesizer with its streams passed through the service's observer (metrics) and counted
-    until their first audio; everything else delegated."""
+    while in progress; everything else delegated."""
 
     __slots__ = ("_service", "_synth")
 
@@ -185,35 +184,33 @@ class _Observed:
     def stream(self, request, *, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
         chunks = self._synth.stream(request, cancel=cancel)
         observer = self._service._observer
-        return self._service._watch_first_audio(observer(chunks) if observer is not None else chunks)
+        return self._service._watch_stream(observer(chunks) if observer is not None else chunks)
 
     def __getattr__(self, name: str):
         return getattr(self._synth, name)
 
 
-class _FirstAudioWatch:
-    """Iterates `chunks`; calls `heard(id(self))` once, at the first chunk with audio, the end, an
-    error or `close()`. A class rather than a generator: an unstarted generator's cleanup never
-    runs, and a stream counts as waiting from the moment it is handed out."""
+class _StreamWatch:
+    """Iterates `chunks`; calls `ended(id(self))` once, at the last chunk, the end, an error or
+    `close()`. A class rather than a generator: an unstarted generator's cleanup never runs, and a
+    stream counts from the moment it is handed out."""
 
-    __slots__ = ("_chunks", "_heard")
+    __slots__ = ("_chunks", "_ended")
 
-    def __init__(self, chunks: Iterator[AudioChunk], heard: Callable[[int], None]):
+    def __init__(self, chunks: Iterator[AudioChunk], ended: Callable[[int], None]):
         self._chunks = chunks
-        self._heard: Callable[[int], None] | None = heard
+        self._ended: Callable[[int], None] | None = ended
 
-    def __iter__(self) -> _FirstAudioWatch:
+    def __iter__(self) -> _StreamWatch:
         return self
 
     def __next__(self) -> AudioChunk:
-        if self._heard is None:
-            return next(self._chunks)
         try:
             chunk = next(self._chunks)
         except BaseException:
             self._finish()
             raise
-        if chunk.pcm.shape[1] or chunk.is_last:
+        if chunk.is_last:
             self._finish()
         return chunk
 
@@ -224,9 +221,9 @@ class _FirstAudioWatch:
             close()
 
     def _finish(self) -> None:
-        heard, self._heard = self._heard, None
-        if heard is not None:
-            heard(id(self))
+        ended, self._ended = self._ended, None
+        if ended is not None:
+            ended(id(self))
 
     def __del__(self) -> None:
         self._finish()
