@@ -191,9 +191,11 @@ class Synthesizer:
     # ---- service -------------------------------------------------------------------------------
 
     def warmup(self) -> None:
-        """One short greedy request through the whole path (LM, codec, engine)."""
+        """One short greedy request through the whole path (LM prefill, a frame, the global step
+        after it, a codec decode, the engine): the first calls' set-up, which a first listener
+        would otherwise wait for. Two frames cover every step; more only lengthen the start."""
         request = SynthesisRequest(text="Hello.", mode="continuation", sampling=SamplingParams.greedy(), seed=0,
-                                   max_frames=4,
+                                   max_frames=2,
                                    normalize_text=False)
         try:
             self.synthesize(request)
