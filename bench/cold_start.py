@@ -176,6 +176,7 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
     env = {**os.environ, "PORT": str(port), "MOSS_TTS_CACHE_DIR": str(cache_dir), "GRADIO_ANALYTICS_ENABLED": "False",
            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the app keeps it under the cache dir
+    load_average = round(os.getloadavg()[0], 2)  # this run's share of a shared machine
     t0 = time.monotonic()
     process = subprocess.Popen([sys.executable, "app.py", *app_args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT)
@@ -196,7 +197,8 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
         result = {"scenario": name, "server_up_s": round(up_s, 3), "first_audio_s": round(audio_s, 3),
                   "refused_while_loading": refused, "ready_s": _round(log.first("model: ready")),
                   "warm_request_ttfp_ms": round(request_ttfp_ms(url), 1), "device": health.get("device"),
-                  "dtype": health.get("dtype"), "phases": app_phases(log)}
+                  "dtype": health.get("dtype"), "precision": health.get("precision"),
+                  "load_average_1m": load_average, "phases": app_phases(log)}
         while log.first(PAGE_LINE) is None and "--no-ui" not in app_args and time.monotonic() < deadline \
                 and process.poll() is None:
             time.sleep(0.1)

@@ -37,7 +37,10 @@ def render_cold_start(records: list[tuple[str, dict]]) -> str:
         for run in record["runs"]:
             if run.get("phases"):
                 steps = "; ".join(f"{t:.1f} s {_PATH.sub('<path>', what)}" for t, what in run["phases"])
-                lines += ["", f"Where the time went ({run['scenario']} cache, seconds from process start): {steps}."]
+                load = (f", load average {run['load_average_1m']:.1f} as it began"
+                        if run.get("load_average_1m") is not None else "")
+                lines += ["", f"Where the time went ({run['scenario']} cache{load}, seconds from process start): "
+                              f"{steps}."]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
