@@ -192,3 +192,24 @@ def test_the_runner_refuses_to_swap_weights_under_a_running_stream(data_dir):
     runner.release(0)
     runner.replace_models(lm, codec)
     assert len(runner.prefix_cache) == 0
+
+
+def test_work_beside_the_load_starts_only_after_the_measurement(tmp_path, monkeypatch, tiny_loader):
+    """The default voice is encoded beside the load (`loader._resolve_default_voice`), but never
+    beside the fp32 measurement, which would then see a busier CPU than the one it serves on."""
+    monkeypatch.setenv("MOSS_TTS_CACHE_DIR", str(tmp_path))
+    events: list[str] = []
+
+    def measure(lm, codec, *, pipelined):
+        events.append("measure")
+        return 1.6 * FRAME_S
+
+    lm, codec = tiny_loader()
+    _apply_precision(lm, codec, "auto", torch.device("cpu"), EngineConfig(), lambda line: None,
+                     load_fp32=tiny_loader, measure=measure, measured=lambda: events.append("measured"))
+    assert events == ["measure", "measured"]
+    events.clear()
+    lm, codec = tiny_loader()  # the kept choice: nothing to measure, the work may start at once
+    _apply_precision(lm, codec, "auto", torch.device("cpu"), EngineConfig(), lambda line: None,
+                     load_fp32=tiny_loader, measure=measure, measured=lambda: events.append("measured"))
+    assert events == ["measured"]

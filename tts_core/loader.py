@@ -28,7 +28,7 @@ from .engine.engine import Engine
 from .engine.pool import EnginePool
 from .engine.runner import Runner
 from .env import env_flag, env_str
-from .errors import ModelLoadError
+from .errors import ModelLoadError, TTSError
 from .model.checkpoint import resolve_checkpoint_dir
 from .model.codec import MossAudioCodec
 from .model.codec_loading import load_codec
@@ -143,21 +143,25 @@ def reference_encoder(codec: MossAudioCodec, device: torch.device) -> Callable[[
 def _apply_precision(lm_model, codec_model, quantize: str | None, device: torch.device,
                      engine_config: EngineConfig, report: Callable[[str], None],
                      load_fp32: Callable[[], tuple[Any, Any]] | None = None,
-                     measure: Callable[..., float] = measure_frame_s) -> Precision:
+                     measure: Callable[..., float] = measure_frame_s,
+                     measured: Callable[[], None] = lambda: None) -> Precision:
     """CPU weight precision: None/"fp32" keeps fp32, "fp16"/"int8" forces a mode, "auto" applies the
     choice an earlier start kept, else measures fp32 and, when it is too slow, serves int8 at once
     with fp16 left to settle after start (`cpu_mode_settle.py`; `load_fp32` reads fresh fp32 models
-    for that). `measure` is for tests."""
+    for that). `measured` runs once no measurement is left to take before serving (other work may
+    then share the CPU); `measure` is for tests."""
     mode = (quantize or "fp32").strip().lower()
     if mode not in ("auto", "fp32", *QUANT_MODES):
         raise ModelLoadError(f"unknown precision {quantize!r}; use auto, fp32, {', '.join(QUANT_MODES)}")
+    if mode != "auto" or device.type != "cpu":
+        measured()
     if device.type != "cpu":
         if mode in QUANT_MODES:
             raise ModelLoadError(f"{mode} weights are a CPU mode; drop --quantize on CUDA (the LM runs in bf16 there)")
         return Precision(lm_model, codec_model, ModeChoice("fp32", reason=f"{device.type}: LM {lm_model.dtype}, "
                                                                            f"codec fp32"))
     if mode == "auto":
-        return _auto_precision(lm_model, codec_model, engine_config, report, load_fp32, measure)
+        return _auto_precision(lm_model, codec_model, engine_config, report, load_fp32, measure, measured)
     if mode in QUANT_MODES:
         report(f"converting linear layers to {mode} weights…")
         quantize_lm(lm_model, mode)
@@ -166,12 +170,15 @@ def _apply_precision(lm_model, codec_model, quantize: str | None, device: torch.
 
 
 def _auto_precision(lm_model, codec_model, engine_config: EngineConfig, report: Callable[[str], None],
-                    load_fp32: Callable[[], tuple[Any, Any]] | None, measure: Callable[..., float]) -> Precision:
+                    load_fp32: Callable[[], tuple[Any, Any]] | None, measure: Callable[..., float],
+                    measured: Callable[[], None]) -> Precision:
     pipelined = engine_config.pipeline_codec
     if pipelined is None:
         pipelined = available_cpus() >= 2
     key = cpu_mode_cache.choice_key(lm_model.config, pipelined=pipelined)
     known = cpu_mode_cache.load_choice(default_cache_dir(), key)
+    if known is not None:
+        measured()
     if known is not None and not known.settled and "fp32" in known.rtf:
         report(f"fp32 was too slow here at an earlier start: serving {PROVISIONAL} now, fp16 is measured when idle…")
         return _provisional(lm_model, codec_model, load_fp32, known.rtf["fp32"], pipelined, key)
@@ -184,6 +191,7 @@ def _auto_precision(lm_model, codec_model, engine_config: EngineConfig, report: 
                          ModeChoice(known.mode, known.rtf, f"{known.reason} (measured at an earlier start)"))
     report("measuring CPU speed in fp32…")
     fp32_rtf = measure(lm_model, codec_model, pipelined=pipelined) / FRAME_S
+    measured()
     logger.info("CPU mode fp32: RTF %.2f", fp32_rtf)
     if fp32_rtf <= REALTIME_RTF:
         choice = ModeChoice("fp32", {"fp32": fp32_rtf}, realtime_reason("fp32", fp32_rtf))
@@ -205,6 +213,19 @@ def _provisional(lm_model, codec_model, load_fp32: Callable[[], tuple[Any, Any]]
     quantize_lm(lm_model, PROVISIONAL)
     quantize_codec(codec_model, PROVISIONAL)
     return Precision(lm_model, codec_model, pending.provisional_choice(), pending)
+
+
+def _resolve_default_voice(voices: VoiceBank) -> None:
+    """Encode the default voice's clip (once per cache) in a thread, beside the rest of the load:
+    the likeliest first request needs it, and the load's own work uses one core."""
+
+    def resolve() -> None:
+        try:
+            voices.resolve(None)
+        except TTSError as exc:  # the request for it reports the problem
+            logger.info("default voice not prepared: %s", exc.message)
+
+    threading.Thread(target=resolve, name="voice-default", daemon=True).start()
 
 
 def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str | None,
@@ -234,12 +255,8 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
     report(f"loading codec on {torch_device} (float32)…")
     codec_model = load_codec(codec_dir, device=torch_device, dtype=torch.float32)
     text_tokenizer = TextTokenizer.from_file(tokenizer_path)
-    precision = _apply_precision(lm_model, codec_model, quantize, torch_device, engine_config, report,
-                                 load_fp32=lambda: (load_lm(lm_dir, device=torch_device, dtype=lm_dtype),
-                                                    load_codec(codec_dir, device=torch_device, dtype=torch.float32)))
-    lm_model, codec_model = precision.lm, precision.codec
-
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    # The encoder (fp32 in every precision mode; converting the decoder leaves it alone) is ready now.
     voices = VoiceBank(
         load_catalog(),
         voices_dir=Path(voices_dir) if voices_dir else None,
@@ -248,6 +265,11 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         codec_fingerprint=checkpoint_fingerprint(codec_dir),
         allow_download=allow_download,
     )
+    precision = _apply_precision(lm_model, codec_model, quantize, torch_device, engine_config, report,
+                                 load_fp32=lambda: (load_lm(lm_dir, device=torch_device, dtype=lm_dtype),
+                                                    load_codec(codec_dir, device=torch_device, dtype=torch.float32)),
+                                 measured=lambda: _resolve_default_voice(voices))
+    lm_model, codec_model = precision.lm, precision.codec
     if any(d.type == "cuda" for d in engine_devices):
         logger.info("torch.compile cache: %s", persist_compile_cache(cache_root))
     engines = []

@@ -234,12 +234,15 @@ class Synthesizer:
         if pending is not None:
             settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
 
-    def _until_no_stream(self) -> bool:
-        """Wait while the engine generates (a clip's encoding would take a core from it); False once
-        the synthesizer is closing."""
+    def _until_no_stream(self, quiet_s: float = 1.0) -> bool:
+        """Wait until the engine has generated nothing for `quiet_s` (a clip's encoding takes a
+        core, and a request often follows another); False once the synthesizer is closing."""
+        quiet_since, submitted = time.monotonic(), None
         while not self._closing.is_set():
             stats = self.engine.stats()
-            if not (stats["active_streams"] or stats["queued"]):
+            if stats["active_streams"] or stats["queued"] or stats["submitted"] != submitted:
+                quiet_since, submitted = time.monotonic(), stats["submitted"]
+            elif time.monotonic() - quiet_since >= quiet_s:
                 return True
             self._closing.wait(0.05)
         return False

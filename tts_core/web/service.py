@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 StreamObserver = Callable[["Iterator[AudioChunk]"], "Iterator[AudioChunk]"]
 # wait_for_quiet: how long no stream must be in progress, and how long a server that never goes quiet
 # delays the waiter at most.
-QUIET_S = 0.5
+QUIET_S = 1.0
 MAX_WAIT_S = 15.0
 
 logger = logging.getLogger(__name__)
