@@ -14,7 +14,9 @@ connection cap with a fast 503, request-head deadlines, idle keep-alive; `Connec
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -92,6 +94,10 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
+    if not zerogpu_enabled(args):  # (ZeroGPU: `spaces` is imported before torch, in `_zerogpu_mode`)
+        # Importing torch and the engine is the longest step before the weights can be read: it
+        # starts now, beside the web stack's own imports (the loader thread finds it done or waits).
+        threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_storm_filter()
 
@@ -119,6 +125,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     logger.info("serving on http://%s:%d (model loads in the background%s)", args.host, args.port,
                 {PageMode.DEFERRED: ", then the page", PageMode.OFF: "; API only, no page"}.get(page, ""))
     uvicorn.Server(config).run()
+
+
+def _import_engine() -> None:
+    try:
+        importlib.import_module("tts_core.synthesizer")
+    except Exception:
+        logger.debug("early engine import failed", exc_info=True)
 
 
 def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:
