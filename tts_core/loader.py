@@ -265,10 +265,17 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         codec_fingerprint=checkpoint_fingerprint(codec_dir),
         allow_download=allow_download,
     )
+
+    def measured() -> None:
+        # CPU only: a GPU encodes a clip in milliseconds, and GPU work beside a CUDA graph capture
+        # (--no-defer-compile captures during the load) would break the capture.
+        if torch_device.type == "cpu":
+            _resolve_default_voice(voices)
+
     precision = _apply_precision(lm_model, codec_model, quantize, torch_device, engine_config, report,
                                  load_fp32=lambda: (load_lm(lm_dir, device=torch_device, dtype=lm_dtype),
                                                     load_codec(codec_dir, device=torch_device, dtype=torch.float32)),
-                                 measured=lambda: _resolve_default_voice(voices))
+                                 measured=measured)
     lm_model, codec_model = precision.lm, precision.codec
     if any(d.type == "cuda" for d in engine_devices):
         logger.info("torch.compile cache: %s", persist_compile_cache(cache_root))
