@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
-from server_helpers import ServerThread, tiny_synthesizer_factory
 from starlette.responses import PlainTextResponse
+from support.server_helpers import ServerThread, tiny_synthesizer_factory
 
 from tts_core.errors import ModelLoadError
 from tts_core.types import AudioChunk, Timings
