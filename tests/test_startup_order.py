@@ -249,3 +249,76 @@ def test_no_ui_serves_the_api_alone(data_dir, tmp_path):
         answer = httpx.get(server.url + "/")
         assert answer.status_code == 404 and answer.json()["error"]["code"] == "page_disabled"
         assert httpx.get(server.url + "/health").status_code in (200, 503)
+
+
+def test_the_page_waits_for_the_synthesizers_voice_warm_up():
+    synth, ticks = _FakeSynth(), threading.Semaphore(0)
+    synth.voices_warmed = threading.Event()
+    service = SynthesizerService(lambda report: synth)
+    service.start(background=False)
+    clock, returned = _Clock(), threading.Event()
+
+    def sleep(seconds: float) -> None:
+        ticks.acquire()
+        clock.sleep(seconds)
+
+    def waiter() -> None:
+        service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=sleep)
+        returned.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    for _ in range(40):
+        ticks.release()
+    _wait(lambda: clock.now > 1.99, "two fake seconds")
+    assert not returned.is_set()  # its voice warm-up (reads of cached codes) is still running
+    synth.voices_warmed.set()
+    for _ in range(20):
+        ticks.release()
+    assert returned.wait(10)
+
+
+def _runner_with(build, slot: PageSlot):
+    runner = PageRunner(slot, build, wait_turn=lambda: None)
+
+    @asynccontextmanager
+    async def lifespan(_):
+        async with runner.running():
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+    app.mount("/", slot)
+    return runner, app
+
+
+def test_a_build_that_met_cpythons_ast_race_is_run_again():
+    attempts = []
+
+    def build() -> PageApp:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=153, after=38)")
+
+        @asynccontextmanager
+        async def lifespan():
+            yield
+
+        return PageApp(app=_text_app("the page"), blocks=None, lifespan=lifespan)
+
+    runner, app = _runner_with(build, PageSlot(PageMode.DEFERRED))
+    with ServerThread(app) as server:
+        assert runner.served.wait(30)
+        assert httpx.get(server.url + "/").text == "the page" and len(attempts) == 2
+
+
+def test_other_build_errors_are_not_retried():
+    attempts = []
+
+    def build() -> PageApp:
+        attempts.append(1)
+        raise SystemError("something else")
+
+    slot = PageSlot(PageMode.DEFERRED)
+    _, app = _runner_with(build, slot)
+    with ServerThread(app):
+        _wait(lambda: slot.failed, "the build to fail")
+    assert attempts == [1] and slot.state == "failed"

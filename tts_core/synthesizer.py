@@ -55,6 +55,10 @@ class Synthesizer:
         self.info = dict(info)
         self.warm = False
         self._closing = threading.Event()
+        # Set once the start-up's background voice warm-up is over (or there is none): work that must
+        # not overlap it (the web page's build, web/page_slot.py) waits for it.
+        self.voices_warmed = threading.Event()
+        self._quiet = (0.0, -1)  # (since when, `submitted` count then): the engine's last quiet stretch
         self.plan = JobPlan(self.template, tokenizer, config, voices.catalog)
         # Jobs are built on the engine's thread (`engine/intake.py`); in the caller's only for an
         # engine without an intake, and with `prepare_on_engine=False` in tests comparing the two.
@@ -97,6 +101,8 @@ class Synthesizer:
         if warmup:
             report("warming up…")
             synth.warmup()
+        if not warmup:
+            synth.voices_warmed.set()
         if warmup or parts.pending_mode is not None:
             # Preset voices' prompt prefixes are computed in the background, so each preset's
             # first request is already as fast as its later ones; then a CPU precision left to
@@ -230,19 +236,22 @@ class Synthesizer:
 
     def _after_start(self, warm_voices: bool, pending: PendingMode | None) -> None:
         if warm_voices:
-            self.warm_voices(between=self._until_no_stream)
+            try:
+                self.warm_voices(between=self._until_no_stream)
+            finally:
+                self.voices_warmed.set()
         if pending is not None:
             settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
 
     def _until_no_stream(self, quiet_s: float = 1.0) -> bool:
         """Wait until the engine has generated nothing for `quiet_s` (a clip's encoding takes a
         core, and a request often follows another); False once the synthesizer is closing."""
-        quiet_since, submitted = time.monotonic(), None
         while not self._closing.is_set():
             stats = self.engine.stats()
+            since, submitted = self._quiet
             if stats["active_streams"] or stats["queued"] or stats["submitted"] != submitted:
-                quiet_since, submitted = time.monotonic(), stats["submitted"]
-            elif time.monotonic() - quiet_since >= quiet_s:
+                self._quiet = (time.monotonic(), stats["submitted"])
+            elif time.monotonic() - since >= quiet_s:
                 return True
             self._closing.wait(0.05)
         return False

@@ -33,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 STARTING_PAGE = Path(__file__).resolve().parents[2] / "static" / "starting.html"
 RETRY_AFTER_S = 2
+# Importing Gradio parses hundreds of sources with `ast` (its ComponentMeta), and CPython 3.11 keeps
+# the AST builder's recursion count per interpreter, not per thread: another thread parsing at the
+# same moment (numpy's .npy header reader, torch's overload checks) fails one of the two with
+# "SystemError: AST constructor recursion depth mismatch" (cpython#106905). A build that met it is
+# run again; the modules imported before it stay imported.
+BUILD_ATTEMPTS = 3
 
 
 class PageMode(str, Enum):
@@ -145,12 +151,23 @@ class PageRunner:
         try:
             self._wait_turn()
             logger.info("building the page (the API already answers)")
-            page = self._build()
+            page = self._build_retrying()
         except Exception as exc:  # the API keeps serving; "/" says the page failed
             logger.exception("the page could not be built")
             self._hand_over(loop, built, functools.partial(built.set_exception, exc))
         else:
             self._hand_over(loop, built, functools.partial(built.set_result, page))
+
+    def _build_retrying(self) -> PageApp:
+        assert self._build is not None
+        for attempt in range(1, BUILD_ATTEMPTS + 1):
+            try:
+                return self._build()
+            except SystemError as exc:
+                if attempt == BUILD_ATTEMPTS or "recursion depth mismatch" not in str(exc):
+                    raise
+                logger.warning("building the page met CPython's AST race (%s); building it again", exc)
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _hand_over(loop: asyncio.AbstractEventLoop, built: asyncio.Future, settle: Callable[[], None]) -> None:

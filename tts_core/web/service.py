@@ -135,10 +135,16 @@ class SynthesizerService:
     def wait_for_quiet(self, *, quiet_s: float = QUIET_S, max_wait_s: float = MAX_WAIT_S,
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], None] = time.sleep) -> None:
-        """Block until the model has settled (ready or failed) and then no stream has been in
-        progress for `quiet_s`; at most `max_wait_s` after settling. `clock` and `sleep` are for tests."""
+        """Block until the model has settled (ready or failed), its background voice warm-up is
+        over (`Synthesizer.voices_warmed`: its reads of cached voice codes parse .npy headers with
+        `ast`, which CPython 3.11 does not guard against another thread's parsing, and Gradio's
+        import parses hundreds of sources), and then no stream has been in progress for `quiet_s`;
+        at most `max_wait_s` after settling. `clock` and `sleep` are for tests."""
         self._settled.wait()
         deadline = clock() + max_wait_s
+        warmed = getattr(self._synth, "voices_warmed", None)  # the synthesizer's own start-up work
+        while warmed is not None and not warmed.is_set() and clock() < deadline:
+            sleep(0.05)
         quiet_since = None
         while clock() < deadline:
             if self.streams_in_progress:
