@@ -18,7 +18,7 @@ from tts_core.errors import ModelLoadError
 from tts_core.types import AudioChunk, Timings
 from tts_core.web.app import create_app
 from tts_core.web.page_slot import PageApp, PageMode, PageRunner, PageSlot
-from tts_core.web.service import ServiceState, SynthesizerService
+from tts_core.web.service import VOICES_WAIT_S, ServiceState, SynthesizerService
 from tts_core.web.settings import ServerSettings
 
 STREAM = {"text": "Hello there.", "mode": "continuation", "seed": 1, "max_frames": 6}
@@ -275,6 +275,15 @@ def test_the_page_waits_for_the_synthesizers_voice_warm_up():
     for _ in range(20):
         ticks.release()
     assert returned.wait(10)
+
+
+def test_an_empty_caches_long_voice_warm_up_delays_the_page_a_few_seconds_only():
+    synth, clock = _FakeSynth(), _Clock()
+    synth.voices_warmed = threading.Event()  # encoding every preset's clip: never set here
+    service = SynthesizerService(lambda report: synth)
+    service.start(background=False)
+    service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=clock.sleep)
+    assert VOICES_WAIT_S <= clock.now < VOICES_WAIT_S + 1.0
 
 
 def _runner_with(build, slot: PageSlot):

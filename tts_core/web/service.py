@@ -32,6 +32,9 @@ StreamObserver = Callable[["Iterator[AudioChunk]"], "Iterator[AudioChunk]"]
 # delays the waiter at most.
 QUIET_S = 1.0
 MAX_WAIT_S = 15.0
+# ... and how long it waits for the synthesizer's voice warm-up: reading cached voice codes takes well
+# under a second; an empty cache's encodes take longer, and parse no source (see wait_for_quiet).
+VOICES_WAIT_S = 3.0
 
 logger = logging.getLogger(__name__)
 
@@ -136,14 +139,16 @@ class SynthesizerService:
                        clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], None] = time.sleep) -> None:
         """Block until the model has settled (ready or failed), its background voice warm-up is
-        over (`Synthesizer.voices_warmed`: its reads of cached voice codes parse .npy headers with
-        `ast`, which CPython 3.11 does not guard against another thread's parsing, and Gradio's
-        import parses hundreds of sources), and then no stream has been in progress for `quiet_s`;
-        at most `max_wait_s` after settling. `clock` and `sleep` are for tests."""
+        over or `VOICES_WAIT_S` passed (`Synthesizer.voices_warmed`: its reads of cached voice codes
+        parse .npy headers with `ast`, which CPython 3.11 does not guard against another thread's
+        parsing, and Gradio's import parses hundreds of sources; `page_slot.BUILD_ATTEMPTS`), and
+        then no stream has been in progress for `quiet_s`; at most `max_wait_s` after settling.
+        `clock` and `sleep` are for tests."""
         self._settled.wait()
         deadline = clock() + max_wait_s
         warmed = getattr(self._synth, "voices_warmed", None)  # the synthesizer's own start-up work
-        while warmed is not None and not warmed.is_set() and clock() < deadline:
+        voices_deadline = min(deadline, clock() + VOICES_WAIT_S)
+        while warmed is not None and not warmed.is_set() and clock() < voices_deadline:
             sleep(0.05)
         quiet_since = None
         while clock() < deadline:
