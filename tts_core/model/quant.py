@@ -19,6 +19,7 @@ embedding tables and the codec's quantiser. On CUDA the LM runs in bf16 instead.
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
 from torch import nn
@@ -38,10 +39,12 @@ def _linear_names(module: nn.Module, include: tuple[str, ...] = ("",), skip: tup
 
 def _quantize(module: nn.Module, names: set[str], dtype: torch.dtype) -> None:
     """Replace the linears named `names` in place by dynamic quantised ones (`dynamic_linear`)."""
-    for name in sorted(names):
-        parent_name, _, child = name.rpartition(".")
-        parent = module.get_submodule(parent_name)
-        setattr(parent, child, dynamic_linear(getattr(parent, child), dtype))
+    with warnings.catch_warnings():  # torch.ao.quantization announces its future move; it still works
+        warnings.simplefilter("ignore")
+        for name in sorted(names):
+            parent_name, _, child = name.rpartition(".")
+            parent = module.get_submodule(parent_name)
+            setattr(parent, child, dynamic_linear(getattr(parent, child), dtype))
 
 
 def dynamic_linear(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
