@@ -14,6 +14,7 @@ from tts_core import cpu_mode_cache
 from tts_core.config import EngineConfig
 from tts_core.cpu_mode import FRAME_S, ModeChoice
 from tts_core.cpu_mode_settle import PendingMode, QuietMeasure, SettleCancelled, settle_cpu_mode
+from tts_core.engine.types import EngineStats
 from tts_core.loader import _apply_precision
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_loading import load_lm
@@ -104,8 +105,9 @@ class _Engine:
     def __init__(self):
         self.state = {"active_streams": 0, "queued": 0, "submitted": 0}
 
-    def stats(self) -> dict:
-        return dict(self.state)
+    def stats(self) -> EngineStats:
+        return EngineStats(**self.state, max_active_streams=1, max_queue=1, finished=0, cancelled=0, refused=0,
+                           stalled=False)
 
 
 def test_a_measurement_waits_for_quiet_and_is_taken_again_when_a_request_came():
@@ -181,11 +183,11 @@ def test_the_engine_switches_weights_between_requests(data_dir, tmp_path):
 
 def test_the_runner_refuses_to_swap_weights_under_a_running_stream(data_dir):
     from tts_core.config import SamplingParams
-    from tts_core.engine.runner import Runner
+    from tts_core.engine.eager_runner import EagerRunner
 
     parity = data_dir / "parity"
     lm, codec = load_lm(parity / "tiny_lm"), load_codec(parity / "tiny_codec")
-    runner = Runner(lm, codec, num_slots=2, max_context_rows=64, device=torch.device("cpu"))
+    runner = EagerRunner(lm, codec, num_slots=2, max_context_rows=64, device=torch.device("cpu"))
     runner.begin_stream(0, SamplingParams.greedy(), 0)
     with pytest.raises(RuntimeError, match="between requests"):
         runner.replace_models(lm, codec)

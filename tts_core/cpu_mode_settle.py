@@ -22,6 +22,7 @@ from typing import Any
 
 from . import cpu_mode_cache
 from .cpu_mode import ModeChoice, choose_cpu_mode, measure_frame_s
+from .engine.types import EngineStats
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +60,12 @@ class QuietMeasure:
     measures again when one arrived meanwhile (its numbers would be the two sharing the CPU).
 
     Args:
-        stats: the engine's `stats()` (active_streams, queued, submitted).
+        stats: the engine's `stats()` (`EngineStats`: its load and submitted count).
         stop: set when the server stops; waiting then raises SettleCancelled.
         measure, clock, sleep: the real ones, or fakes in tests.
     """
 
-    def __init__(self, stats: Callable[[], dict], *, stop: threading.Event,
+    def __init__(self, stats: Callable[[], EngineStats], *, stop: threading.Event,
                  measure: Callable[..., float] = measure_frame_s, quiet_s: float = QUIET_S,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
                  cpu_clock: Callable[[], float] = time.process_time):
@@ -72,7 +73,7 @@ class QuietMeasure:
         self._quiet_s, self._clock, self._sleep, self._cpu_clock = quiet_s, clock, sleep, cpu_clock
         self.retries = 0
 
-    def wait_quiet(self) -> dict:
+    def wait_quiet(self) -> EngineStats:
         """Block until the engine has had no stream, and the process little CPU work, for `quiet_s`;
         returns the engine's stats then."""
         since = None  # (wall, process CPU) seconds when the quiet began
@@ -81,7 +82,7 @@ class QuietMeasure:
                 raise SettleCancelled("the server is stopping")
             stats = self._stats()
             now = self._clock(), self._cpu_clock()
-            if stats["active_streams"] or stats["queued"]:
+            if stats.load:
                 since = None
             elif since is None:
                 since = now
@@ -96,7 +97,7 @@ class QuietMeasure:
             before = self.wait_quiet()
             seconds = self._measure(lm, codec, pipelined=pipelined)
             after = self._stats()
-            if not (after["active_streams"] or after["queued"]) and after["submitted"] == before["submitted"]:
+            if not after.load and after.submitted == before.submitted:
                 return seconds
             self.retries += 1
             logger.info("CPU mode measurement overlapped a request; measuring again at the next idle moment")

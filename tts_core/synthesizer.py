@@ -23,7 +23,7 @@ from .cpu_mode import ModeChoice
 from .cpu_mode_settle import PendingMode, settle_cpu_mode
 from .engine.features import EngineFeatures
 from .engine.outbox import handle_chunks
-from .engine.types import EngineLike, StreamJob
+from .engine.types import EngineLike, EngineStats, StreamJob
 from .errors import InvalidRequestError, TTSError
 from .jobs import CheckedRequest, JobPlan, JobRequest, continuation_prefix_rows, voice_clone_prefix_rows
 from .loader import load_parts
@@ -32,7 +32,15 @@ from .model.quant import QUANT_MODES
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text
 from .tokenizer import TextTokenizer
-from .types import SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, SynthesisResult, Timings, Voice
+from .types import (
+    NUM_CODEBOOKS,
+    SAMPLE_RATE_HZ,
+    AudioChunk,
+    SynthesisRequest,
+    SynthesisResult,
+    Timings,
+    Voice,
+)
 from .voices import PresetInfo, VoiceBank
 
 logger = logging.getLogger(__name__)
@@ -169,7 +177,7 @@ class Synthesizer:
                 code_parts.append(chunk.codes)
             timings = chunk.timings
         pcm = np.concatenate(pcm_parts, axis=1) if pcm_parts else np.zeros((2, 0), np.float32)
-        codes = np.concatenate(code_parts) if code_parts else np.zeros((0, 16), np.int64)
+        codes = np.concatenate(code_parts) if code_parts else np.zeros((0, NUM_CODEBOOKS), np.int64)
         return SynthesisResult(pcm=pcm, sample_rate=SAMPLE_RATE_HZ, codes=codes, timings=timings,
                                request_id=request_id, notice=notice)
 
@@ -249,8 +257,8 @@ class Synthesizer:
         while not self._closing.is_set():
             stats = self.engine.stats()
             since, submitted = self._quiet
-            if stats["active_streams"] or stats["queued"] or stats["submitted"] != submitted:
-                self._quiet = (time.monotonic(), stats["submitted"])
+            if stats.load or stats.submitted != submitted:
+                self._quiet = (time.monotonic(), stats.submitted)
             elif time.monotonic() - since >= quiet_s:
                 return True
             self._closing.wait(0.05)
@@ -280,7 +288,7 @@ class Synthesizer:
             logger.info("now serving in %s weights (%s)", choice.mode, choice.reason)
             self.warm_voices(between=self._until_no_stream)
 
-    def stats(self) -> dict:
+    def stats(self) -> EngineStats:
         return self.engine.stats()
 
     def features(self) -> list[EngineFeatures]:
@@ -288,7 +296,7 @@ class Synthesizer:
         return self.engine.features()
 
     def health(self) -> dict:
-        return {**self.info, "warm": self.warm, **self.engine.stats(),
+        return {**self.info, "warm": self.warm, **self.engine.stats().as_dict(),
                 "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:
