@@ -9,9 +9,9 @@ make-random-checkpoint`, real configs from the shared data) into --checkpoint-di
 Each scenario starts `python app.py` with its own MOSS_TTS_CACHE_DIR (encoded voices and the
 torch.compile cache live there): "empty" a new folder, "warm" the folder the previous run filled.
 From the moment the process is spawned it records: the first answer of GET /health (server up),
-"ready" (model loaded and warmed up), and the first audio byte of POST /api/tts/stream, asked for
+"ready" (model loaded and warmed up), the first audio byte of POST /api/tts/stream, asked for
 again and again from the moment the server answers, as an impatient first listener would (503
-while loading). On CUDA it then waits for the engine to switch to the compiled step with CUDA
+while loading), and when the Gradio page is served (built after the model; not with --no-ui). On CUDA it then waits for the engine to switch to the compiled step with CUDA
 graphs (its log line) and times one more request there. Timings are measurements, never asserted.
 """
 
@@ -176,6 +176,7 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
     env = {**os.environ, "PORT": str(port), "MOSS_TTS_CACHE_DIR": str(cache_dir), "GRADIO_ANALYTICS_ENABLED": "False",
            "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the app keeps it under the cache dir
+    load_average = round(os.getloadavg()[0], 2)  # this run's share of a shared machine
     t0 = time.monotonic()
     process = subprocess.Popen([sys.executable, "app.py", *app_args], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT)
@@ -196,7 +197,12 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
         result = {"scenario": name, "server_up_s": round(up_s, 3), "first_audio_s": round(audio_s, 3),
                   "refused_while_loading": refused, "ready_s": _round(log.first("model: ready")),
                   "warm_request_ttfp_ms": round(request_ttfp_ms(url), 1), "device": health.get("device"),
-                  "dtype": health.get("dtype"), "phases": app_phases(log)}
+                  "dtype": health.get("dtype"), "precision": health.get("precision"),
+                  "load_average_1m": load_average, "phases": app_phases(log)}
+        while log.first(PAGE_LINE) is None and "--no-ui" not in app_args and time.monotonic() < deadline \
+                and process.poll() is None:
+            time.sleep(0.1)
+        result["page_s"] = _round(log.first(PAGE_LINE))
         if str(health.get("device", "")).startswith("cuda"):
             while log.first(GRAPHS_LINE) is None and time.monotonic() < deadline and process.poll() is None:
                 time.sleep(0.1)
@@ -217,16 +223,21 @@ def run_scenario(name: str, app_args: list[str], cache_dir: Path, args: argparse
 
 # Log lines of app.py that mark where its start-up time goes (seconds from process start to each).
 APP_MARKERS = (("model: importing the engine", "engine import begins (model-loader thread)"),
-               ("CPU inference with", "torch and the engine imported"),
+               ("model: locating LM checkpoint", "torch and the engine imported"),
                ("model: loading LM", "LM weights: reading"),
                ("model: loading codec", "codec weights: reading"),
-               ("model: measuring CPU speed in fp32", "CPU mode: measuring"),
+               ("model: measuring CPU speed in fp32", "CPU mode: measuring fp32"),
+               ("serving int8 now", "CPU mode: int8 for now, fp16 measured later"),
                ("as measured at an earlier start", "CPU mode: kept from an earlier start"),
                ("model: warming up", "warm-up"),
                ("model: ready", "model ready"),
-               ("serving on http", "page built (Gradio imported), about to serve"),
+               ("serving on http", "server routes built, about to serve"),
                ("Application startup complete", "server answering"),
-               ("encoding reference clip", "first request: encoding its voice clip"))
+               ("encoding reference clip", "a voice clip encoded (first request or voice warm-up)"),
+               ("building the page", "page: building (Gradio imported now)"),
+               ("the page is served at /", "page served"),
+               ("CPU mode settled", "CPU mode settled (background)"))
+PAGE_LINE = "the page is served at /"
 
 
 def app_phases(log: LogWatch) -> list[list]:

@@ -27,16 +27,20 @@ def render_cold_start(records: list[tuple[str, dict]]) -> str:
         titled = {**record, "command": record.get("command", "python bench/cold_start.py")}
         lines = [_caption(f"Cold start of `{record['setup'].get('what', 'python app.py')}`", titled, source),
                  f"Weights: {record['setup']['weights']}; device {record['setup'].get('device', '?')}.", "",
-                 "| cache | server answering | model ready | first audio | first request's TTFP once warm |",
-                 "|---|---|---|---|---|"]
+                 "| cache | server answering | model ready | first audio | page served | first request's TTFP once warm |",
+                 "|---|---|---|---|---|---|"]
         for run in record["runs"]:
             warm = run.get("warm_request_ttfp_ms") or run.get("first_request_ttfp_ms")
             lines.append(f"| {run['scenario']} | {_s(run.get('server_up_s'))} | {_s(run.get('ready_s'))} | "
-                         f"{_s(run['first_audio_s'])} | {'–' if warm is None else f'{warm:.0f} ms'} |")
+                         f"{_s(run['first_audio_s'])} | {_s(run.get('page_s'))} | "
+                         f"{'–' if warm is None else f'{warm:.0f} ms'} |")
         for run in record["runs"]:
             if run.get("phases"):
                 steps = "; ".join(f"{t:.1f} s {_PATH.sub('<path>', what)}" for t, what in run["phases"])
-                lines += ["", f"Where the time went ({run['scenario']} cache, seconds from process start): {steps}."]
+                load = (f", load average {run['load_average_1m']:.1f} as it began"
+                        if run.get("load_average_1m") is not None else "")
+                lines += ["", f"Where the time went ({run['scenario']} cache{load}, seconds from process start): "
+                              f"{steps}."]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 MODES_BY_FIDELITY = ("fp32", "fp16", "int8")
 REALTIME_RTF = 0.8  # margin for the server's own work (HTTP, encoding) and slower moments
-_FRAME_S = 0.08
+FRAME_S = 0.08
 _PROMPT_ROWS = 96
 
 
@@ -35,6 +35,7 @@ class ModeChoice:
     mode: str
     rtf: dict[str, float] = field(default_factory=dict)
     reason: str = ""
+    settled: bool = True  # False: served for now, the more faithful modes not measured yet (cpu_mode_settle.py)
 
 
 @torch.inference_mode()
@@ -63,23 +64,29 @@ def measure_frame_s(lm, codec, *, pipelined: bool, frames: int = 4) -> float:
 
 
 def choose_cpu_mode(lm, codec, *, pipelined: bool, report: Callable[[str], None] = lambda _line: None,
-                    measure: Callable[..., float] = measure_frame_s) -> tuple[object, object, ModeChoice]:
+                    measure: Callable[..., float] = measure_frame_s, modes: tuple[str, ...] = MODES_BY_FIDELITY,
+                    known: dict[str, float] | None = None) -> tuple[object, object, ModeChoice]:
     """Returns (lm, codec, choice): the models in the chosen mode (quantised copies, or the fp32
     originals) and why. The fp32 models are left untouched when another mode wins. `measure`
-    (lm, codec, pipelined=...) -> seconds per frame; tests pass a fake clock."""
-    rtf: dict[str, float] = {}
+    (lm, codec, pipelined=...) -> seconds per frame; tests pass a fake clock. `modes` are measured
+    in order of fidelity; `known` holds RTFs measured before (of modes not in `modes`, all slower
+    than real time: a first start measures fp32 before serving, `cpu_mode_settle.py` the rest)."""
+    rtf: dict[str, float] = dict(known or {})
     candidates = {"fp32": (lm, codec)}
-    for mode in MODES_BY_FIDELITY:
+    for mode in modes:
         if mode != "fp32":
             report(f"measuring CPU speed with {mode} weights…")
             candidates[mode] = (quantize_lm(copy.deepcopy(lm), mode), quantize_codec(copy.deepcopy(codec), mode))
         else:
             report("measuring CPU speed in fp32…")
-        rtf[mode] = measure(*candidates[mode], pipelined=pipelined) / _FRAME_S
+        rtf[mode] = measure(*candidates[mode], pipelined=pipelined) / FRAME_S
         logger.info("CPU mode %s: RTF %.2f", mode, rtf[mode])
         if rtf[mode] <= REALTIME_RTF:
-            reason = f"auto: {mode}, the most faithful mode that runs in real time here (RTF {rtf[mode]:.2f})"
-            return *candidates[mode], ModeChoice(mode, rtf, reason)
+            return *candidates[mode], ModeChoice(mode, rtf, realtime_reason(mode, rtf[mode]))
     mode = min(rtf, key=rtf.get)
     reason = f"auto: {mode}, the fastest mode here, and still slower than real time (RTF {rtf[mode]:.2f})"
     return *candidates[mode], ModeChoice(mode, rtf, reason)
+
+
+def realtime_reason(mode: str, rtf: float) -> str:
+    return f"auto: {mode}, the most faithful mode that runs in real time here (RTF {rtf:.2f})"

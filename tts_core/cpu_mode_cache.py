@@ -4,7 +4,9 @@ Measuring fp32, then fp16 and int8 weights is the longest step of a CPU start af
 weights, and its answer only changes with the machine, the torch build and the model's shape. So
 the choice is stored in the cache dir (`cpu-mode.json`, one entry per such key) and a later start
 with `--quantize auto` applies it directly; a different machine, thread count, torch version or
-model shape measures again. Delete the file to measure again anyway.
+model shape measures again. Delete the file to measure again anyway. An entry kept unsettled (fp32
+measured too slow, the server stopped before fp16 was measured) starts in int8 at once and settles
+in the background as the first start would have (`cpu_mode_settle.py`).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def load_choice(cache_dir: Path, key: str) -> ModeChoice | None:
         entry = json.loads((cache_dir / FILE_NAME).read_text()).get(key)
         if entry is None:
             return None
-        return ModeChoice(entry["mode"], {k: float(v) for k, v in entry["rtf"].items()}, entry["reason"])
+        return ModeChoice(entry["mode"], {k: float(v) for k, v in entry["rtf"].items()}, entry["reason"],
+                          bool(entry.get("settled", True)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
@@ -62,7 +65,7 @@ def store_choice(cache_dir: Path, key: str, choice: ModeChoice) -> None:
             entries = {}
     except (OSError, ValueError):
         entries = {}
-    entries[key] = {"mode": choice.mode, "rtf": choice.rtf, "reason": choice.reason}
+    entries[key] = {"mode": choice.mode, "rtf": choice.rtf, "reason": choice.reason, "settled": choice.settled}
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{FILE_NAME}.{os.getpid()}")

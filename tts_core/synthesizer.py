@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
+from .cpu_mode import ModeChoice
+from .cpu_mode_settle import PendingMode, settle_cpu_mode
 from .engine.features import EngineFeatures
 from .engine.outbox import handle_chunks
 from .engine.types import EngineLike, EngineStats, StreamJob
@@ -26,6 +28,7 @@ from .errors import InvalidRequestError, TTSError
 from .jobs import CheckedRequest, JobPlan, JobRequest, continuation_prefix_rows, voice_clone_prefix_rows
 from .loader import load_parts
 from .model.lm_config import LMConfig
+from .model.quant import QUANT_MODES
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text
 from .tokenizer import TextTokenizer
@@ -59,6 +62,11 @@ class Synthesizer:
         self.config = config
         self.info = dict(info)
         self.warm = False
+        self._closing = threading.Event()
+        # Set once the start-up's background voice warm-up is over (or there is none): work that must
+        # not overlap it (the web page's build, web/page_slot.py) waits for it.
+        self.voices_warmed = threading.Event()
+        self._quiet = (0.0, -1)  # (since when, `submitted` count then): the engine's last quiet stretch
         self.plan = JobPlan(self.template, tokenizer, config, voices.catalog)
         # Jobs are built on the engine's thread (`engine/intake.py`); in the caller's only for an
         # engine without an intake, and with `prepare_on_engine=False` in tests comparing the two.
@@ -101,9 +109,14 @@ class Synthesizer:
         if warmup:
             report("warming up…")
             synth.warmup()
+        if not warmup:
+            synth.voices_warmed.set()
+        if warmup or parts.pending_mode is not None:
             # Preset voices' prompt prefixes are computed in the background, so each preset's
-            # first request is already as fast as its later ones.
-            threading.Thread(target=synth.warm_voices, name="voice-warm", daemon=True).start()
+            # first request is already as fast as its later ones; then a CPU precision left to
+            # settle by a first start is measured at idle moments (`cpu_mode_settle.py`).
+            threading.Thread(target=synth._after_start, args=(warmup, parts.pending_mode), name="voice-warm",
+                             daemon=True).start()
         logger.info("synthesizer ready: %s", json.dumps(synth.info))
         for features in synth.features():
             logger.info("engine on %s", features.summary())
@@ -192,9 +205,11 @@ class Synthesizer:
     # ---- service -------------------------------------------------------------------------------
 
     def warmup(self) -> None:
-        """One short greedy request through the whole path (LM, codec, engine)."""
+        """One short greedy request through the whole path (LM prefill, a frame, the global step
+        after it, a codec decode, the engine): the first calls' set-up, which a first listener
+        would otherwise wait for. Two frames cover every step; more only lengthen the start."""
         request = SynthesisRequest(text="Hello.", mode="continuation", sampling=SamplingParams.greedy(), seed=0,
-                                   max_frames=4,
+                                   max_frames=2,
                                    normalize_text=False)
         try:
             self.synthesize(request)
@@ -203,16 +218,19 @@ class Synthesizer:
             return
         self.warm = True
 
-    def warm_voices(self) -> int:
-        """Resolve every available preset (encoding its clip once, cached on disk) and have the
-        engine precompute each voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap).
-        Returns the number of prefixes queued."""
+    def warm_voices(self, between: Callable[[], bool] | None = None) -> int:
+        """Resolve every available preset (encoding its clip once, cached on disk; the default voice
+        first, the one a first request most likely asks for) and have the engine precompute each
+        voice's prompt-prefix KV (CPU path; a no-op where prefill is cheap). `between` runs before
+        each voice after the default; False stops. Returns the number of prefixes queued."""
         rows = build_prompt_rows(self.template, "continuation", self.tokenizer.encode("."), None)
         self.engine.warm_prefix(rows[: continuation_prefix_rows(self.template)])
         count = 1
-        for preset in self.voices.list_presets():
+        for preset in sorted(self.voices.list_presets(), key=lambda p: p.name != self.default_voice):
             if not preset.available:
                 continue
+            if between is not None and preset.name != self.default_voice and not between():
+                break
             try:
                 resolved = self.voices.resolve(Voice.preset(preset.name))
             except TTSError as exc:
@@ -223,6 +241,52 @@ class Synthesizer:
             count += 1
         logger.info("queued %d voice prefixes for precomputation", count)
         return count
+
+    def _after_start(self, warm_voices: bool, pending: PendingMode | None) -> None:
+        if warm_voices:
+            try:
+                self.warm_voices(between=self._until_no_stream)
+            finally:
+                self.voices_warmed.set()
+        if pending is not None:
+            settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
+
+    def _until_no_stream(self, quiet_s: float = 1.0) -> bool:
+        """Wait until the engine has generated nothing for `quiet_s` (a clip's encoding takes a
+        core, and a request often follows another); False once the synthesizer is closing."""
+        while not self._closing.is_set():
+            stats = self.engine.stats()
+            since, submitted = self._quiet
+            if stats.load or stats.submitted != submitted:
+                self._quiet = (time.monotonic(), stats.submitted)
+            elif time.monotonic() - since >= quiet_s:
+                return True
+            self._closing.wait(0.05)
+        return False
+
+    def _serve_settled(self, lm, codec, choice: ModeChoice) -> None:
+        """The CPU precision settled after start. With models (another mode than the one served),
+        the engine switches to them at an idle moment, then the voices' prefixes are computed again."""
+        if lm is None:
+            self.info.update(precision=choice.reason)
+            return
+        switched = threading.Event()
+
+        def switch() -> None:  # on the engine thread, with no stream running (errors: logged there)
+            try:
+                self.engine.runner.replace_models(lm, codec)
+                self.info.update(quantize=choice.mode if choice.mode in QUANT_MODES else None,
+                                 precision=choice.reason)
+            finally:
+                switched.set()
+
+        self.engine.when_idle(switch)
+        while not switched.wait(0.5):
+            if self._closing.is_set():
+                return
+        if self.engine.runner.lm is lm:
+            logger.info("now serving in %s weights (%s)", choice.mode, choice.reason)
+            self.warm_voices(between=self._until_no_stream)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
@@ -236,4 +300,5 @@ class Synthesizer:
                 "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:
+        self._closing.set()
         self.engine.close()

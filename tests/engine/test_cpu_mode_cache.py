@@ -41,7 +41,7 @@ def test_auto_measures_once_then_applies_the_kept_choice(tmp_path, monkeypatch, 
     monkeypatch.setenv("MOSS_TTS_CACHE_DIR", str(tmp_path))
     lines: list[str] = []
     lm, codec = tiny
-    _, _, first = _apply_precision(lm, codec, "auto", torch.device("cpu"), EngineConfig(), lines.append)
+    first = _apply_precision(lm, codec, "auto", torch.device("cpu"), EngineConfig(), lines.append).choice
     assert any("measuring CPU speed" in line for line in lines)
     assert (tmp_path / cpu_mode_cache.FILE_NAME).is_file()
     # Pretend the earlier start chose int8: the next start applies it without measuring.
@@ -52,7 +52,8 @@ def test_auto_measures_once_then_applies_the_kept_choice(tmp_path, monkeypatch, 
     lines.clear()
     parity = data_dir / "parity"
     lm2, codec2 = load_lm(parity / "tiny_lm"), load_codec(parity / "tiny_codec")
-    lm2, _, again = _apply_precision(lm2, codec2, "auto", torch.device("cpu"), EngineConfig(), lines.append)
+    precision = _apply_precision(lm2, codec2, "auto", torch.device("cpu"), EngineConfig(), lines.append)
+    lm2, again = precision.lm, precision.choice
     assert not any("measuring" in line for line in lines), lines
     assert lines == ["CPU mode int8, as measured at an earlier start on this machine"]
     assert again.mode == "int8" and again.reason == "auto: int8 (test) (measured at an earlier start)"

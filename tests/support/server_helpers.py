@@ -66,6 +66,7 @@ class ServerThread:
 
 class _AppLike(Protocol):
     process: subprocess.Popen
+    url: str
 
     def health(self) -> dict: ...
 
@@ -94,7 +95,8 @@ def stop_process(process: subprocess.Popen, timeout_s: float = 15) -> None:
 
 
 def wait_until_ready(server: _AppLike, timeout_s: float) -> None:
-    """Poll /health until the model is ready; fail with the app's log when it exits or fails."""
+    """Poll /health until the model is ready and the page served (app.py builds it once the model
+    is ready, `web/page_slot.py`); fail with the app's log when it exits or fails."""
     deadline = time.monotonic() + timeout_s
     status = "no answer"
     while time.monotonic() < deadline:
@@ -103,7 +105,9 @@ def wait_until_ready(server: _AppLike, timeout_s: float) -> None:
         try:
             health = server.health()
             status = health.get("status")
-            if status == "ready":
+            if status == "ready" and health.get("page") == "failed":
+                pytest.fail(f"the page failed to build:\n{server.log_tail()}")
+            if status == "ready" and health.get("page") != "building":
                 return
             if status == "failed":
                 pytest.fail(f"model failed to load: {health.get('error')}\n{server.log_tail()}")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .host_copy import ReadyPcm
-from .prefix_cache import prefix_key
+from .prefix_cache import PrefixCache, prefix_key
 from .runner_base import SlotRunner
 from .sampler import batch_for_frame
 
@@ -83,6 +83,16 @@ class EagerRunner(SlotRunner):
         return True
 
     @torch.inference_mode()  # the caches are made of inference tensors
+    def replace_models(self, lm, codec) -> None:
+        """No stream running: serve with other weights of the same model (a CPU precision mode
+        settled after start, `cpu_mode_settle.py`). The prompt-prefix cache is emptied: its KV came
+        from the old weights. Slot state (KV cache, codec rings) is reset when a stream starts."""
+        if any(sampler is not None for sampler in self.samplers):
+            raise RuntimeError("streams are running: models are replaced between requests")
+        self.lm, self.codec = lm, codec
+        if self.prefix_cache is not None:
+            self.prefix_cache = PrefixCache(self.prefix_cache.capacity)
+
     def release(self, slot: int) -> None:
         self.samplers[slot] = None
         self.lengths[slot] = 0

@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class Engine:
         self._wake = threading.Condition(self._lock)
         self._handles: dict[str, StreamHandle] = {}
         self._live: dict[str, LiveStream] = {}
-        self._warm_jobs: deque[np.ndarray] = deque()  # prompt prefixes to precompute when idle
+        self._idle_work: deque[tuple[Callable[..., object], tuple]] = deque()  # prefix warm-ups, weight swaps: run when idle
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
         self._intakes: list[Intake] = []  # request queues this thread builds and admits (`intake.py`)
         self._steps = StepDriver(runner, self._live, step_ahead)  # the LM steps, one ahead where possible
@@ -107,9 +108,12 @@ class Engine:
 
     def warm_prefix(self, rows: np.ndarray) -> None:
         """Queue a prompt prefix [P, 17] whose KV the runner keeps; computed only while idle."""
-        with self._wake:
-            self._warm_jobs.append(np.asarray(rows, dtype=np.int64))
-            self._wake.notify()
+        self.when_idle(self.runner.warm_prefix, np.asarray(rows, dtype=np.int64))
+
+    def when_idle(self, work: Callable[..., object], *args) -> None:
+        """Run `work(*args)` on this thread at an idle moment, in order; errors are logged (`cpu_mode_settle.py`)."""
+        self._idle_work.append((work, args))  # (deque.append is atomic; the engine takes work under its lock)
+        self._notify()
 
     def attach_intake(self, intake: Intake) -> None:
         """This thread builds and admits `intake`'s requests between iterations (own or a pool's)."""
@@ -159,19 +163,18 @@ class Engine:
             for intake in intakes:  # (outside the lock: what it builds is submitted to this engine too)
                 with self._watch.watching():
                     intake.pump()
-            with self._wake:
-                warm = self._warm_jobs.popleft() if self._is_idle() and self._warm_jobs else None
             if self._upgrade_due():  # the compiled step is ready: switch over between steps
                 self._upgrade()
                 continue
-            if warm is not None:
-                # Watched too: a request arriving now waits for it. (An upgrade's graph capture is
-                # not: on a slow GPU it may legitimately take longer than the limit.)
+            with self._wake:
+                work = self._idle_work.popleft() if self._is_idle() and self._idle_work else None
+            if work is not None:
+                # Watched too: a request arriving now waits for it (an upgrade's capture is not: slow GPUs take longer)
                 with self._watch.watching():
                     try:
-                        self.runner.warm_prefix(warm)
+                        work[0](*work[1])
                     except Exception:  # a warm-up problem must not stop the engine
-                        logger.exception("could not precompute a prompt prefix")
+                        logger.exception("work at an idle moment failed")
                 continue
             with self._watch.watching():
                 try:
@@ -204,7 +207,7 @@ class Engine:
             intake.detach(self._notify, EngineStalledError(message))
 
     def _has_work(self) -> bool:
-        return bool(self._live or self._scheduler.num_waiting or self._warm_jobs or self._upgrade_due()
+        return bool(self._live or self._scheduler.num_waiting or self._idle_work or self._upgrade_due()
                     or any(intake.waiting for intake in self._intakes))
 
     def _is_idle(self) -> bool:
@@ -226,8 +229,7 @@ class Engine:
         if not self.runner.upgrade_ready():
             return False
         now = time.monotonic()
-        if self._upgrade_ready_since is None:
-            self._upgrade_ready_since = now
+        self._upgrade_ready_since = self._upgrade_ready_since or now
         return self._is_idle() or now - self._upgrade_ready_since >= MAX_DEFER_S
 
     def _upgrade(self) -> None:

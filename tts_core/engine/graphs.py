@@ -153,8 +153,10 @@ class StaticStepper:
     def _compile_units(self, before_each=None) -> lm_step.StepUnits | None:
         """The compiled units, built on scratch tensors for every bucket; None if compiling failed
         (a compiler problem must not take the engine down: the plain functions stay)."""
-        units = lm_step.StepUnits.compiled(self._target_mode)
         try:
+            if before_each is not None:  # importing the compiler (torch._dynamo) is seconds of interpreter
+                before_each()  # work: not beside the warm-up or a first listener's stream
+            units = lm_step.StepUnits.compiled(self._target_mode)
             compile_on_scratch(self.lm, units, self.buckets, self.state.cache.max_len, self.device, before_each)
         except CompileCancelled:
             return None

@@ -18,8 +18,10 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .onnx_export import ExportOptions, export_onnx
+if TYPE_CHECKING:
+    from .onnx_export import ExportOptions
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,9 @@ def export_web(out_dir: Path, lm, codec, *, codec_dir: Path, tokenizer: Path, vo
         raise FileExistsError(f"{out_dir} is not empty: give a new folder for the build")
     dist = ort_dist()
     models = out_dir / "models"
+    # torch only when exporting: the server imports this module for CROSS_ORIGIN_HEADERS
+    from .onnx_export import ExportOptions, export_onnx
+
     export_onnx(models, lm, codec, options or ExportOptions())
     (models / "tokenizer.json").write_text(json.dumps(tokenizer_json(tokenizer)), encoding="utf-8")
     (models / "voices.json").write_text(json.dumps(voices_json(codec, codec_dir, voices_dir, max_text_tokens)),

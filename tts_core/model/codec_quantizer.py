@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .codec_config import QuantizerSpec
+from .layers import Embedding
 
 
 class _WeightNormParams(nn.Module):
@@ -17,7 +18,8 @@ class _WeightNormParams(nn.Module):
         super().__init__()
         self.original0 = nn.Parameter(torch.ones(out_channels, 1, 1))
         self.original1 = nn.Parameter(torch.empty(out_channels, in_channels, 1))
-        nn.init.normal_(self.original1, std=in_channels**-0.5)
+        if not self.original1.is_meta:  # (see layers.Embedding: normal_ on meta imports torch._dynamo)
+            nn.init.normal_(self.original1, std=in_channels**-0.5)
 
 
 class WeightNormConv1d(nn.Module):
@@ -64,7 +66,7 @@ class LFQ(nn.Module):
         super().__init__()
         self.in_proj = WeightNormConv1d(spec.rvq_dim, spec.codebook_dim)
         self.out_proj = WeightNormConv1d(spec.codebook_dim, spec.rvq_dim)
-        self.codebook = nn.Embedding(spec.codebook_size, spec.codebook_dim)
+        self.codebook = Embedding(spec.codebook_size, spec.codebook_dim)
 
     def quantize(self, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """residual [B, rvq_dim, F] -> (indices [B, F], quantised [B, rvq_dim, F])."""

@@ -20,7 +20,7 @@ Ties: scores are ordered by value, then by ascending id (a total order, so the d
 defined); top-k keeps every score equal to the k-th, as the plain path does.
 
 Off where Triton is not installed or cannot build for the GPU (`check_device`), chosen at start-up
-and logged. Tests on a machine without a GPU run the kernels in Triton's interpreter
+and logged; a CPU build of torch does not import Triton at all. Tests on a machine without a GPU run the kernels in Triton's interpreter
 (TRITON_INTERPRET=1, CPU tensors).
 """
 
@@ -34,12 +34,24 @@ from collections.abc import Iterator
 
 import torch
 
-try:  # Triton ships with CUDA builds of torch; a CPU install may lack it
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the install
-    triton = None
-    tl = None
+from ..env import env_str
+
+
+def _import_triton():
+    """Triton, where its kernels can run: a CUDA (or ROCm) build of torch, or Triton's interpreter
+    asked for (TRITON_INTERPRET). A CPU build never runs them: importing Triton there cost a CPU
+    start a third of a second on its way to the first audio."""
+    if torch.version.cuda is None and torch.version.hip is None and not env_str("TRITON_INTERPRET"):
+        return None, None
+    try:  # Triton ships with CUDA builds of torch; a CPU install may lack it
+        import triton
+        import triton.language as tl
+    except ImportError:  # pragma: no cover - depends on the install
+        return None, None
+    return triton, tl
+
+
+triton, tl = _import_triton()
 
 logger = logging.getLogger(__name__)
 

@@ -158,6 +158,19 @@ def block_finish(block: Block, h: torch.Tensor, attn_out: torch.Tensor) -> torch
     return h + block.mlp(block.ln_2(h))
 
 
+class Embedding(nn.Embedding):
+    """`nn.Embedding` whose random init is skipped on the meta device.
+
+    The loaders build every model on "meta" and assign the checkpoint's tensors. There torch's
+    `normal_` has nothing to fill, yet it goes through torch._refs, whose first use imports
+    torch._dynamo: seconds of a CPU start spent on a compiler the CPU path never runs.
+    """
+
+    def reset_parameters(self) -> None:
+        if not self.weight.is_meta:
+            super().reset_parameters()
+
+
 class DecoderStack(nn.Module):
     """`transformer` / `local_transformer`: optional token table `wte`, blocks `h`, final `ln_f`."""
 
@@ -173,7 +186,7 @@ class DecoderStack(nn.Module):
         super().__init__()
         # The local transformer has no table of its own (its inputs are built from shared tables).
         if vocab_size is not None:
-            self.wte = nn.Embedding(vocab_size, hidden_size)
+            self.wte = Embedding(vocab_size, hidden_size)
         self.h = nn.ModuleList(Block(hidden_size, num_heads, inner_size, eps) for _ in range(num_layers))
         self.ln_f = nn.LayerNorm(hidden_size, eps=eps)
 

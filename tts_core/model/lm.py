@@ -18,7 +18,7 @@ from torch import nn
 
 from . import lm_step
 from .kv_cache import DecodeAttender, KVCache, LocalKVCache, PrefillAttender
-from .layers import DecoderStack, RotaryTable, attention_backends
+from .layers import DecoderStack, Embedding, RotaryTable, attention_backends
 from .lm_config import LMConfig
 from .sampling import SamplingBatch
 
@@ -34,7 +34,7 @@ class MossTTSNanoLM(nn.Module):
             c.hidden_size, c.num_layers, c.num_heads, c.inner_size, c.layer_norm_eps, c.text_vocab_size
         )
         self.audio_embeddings = nn.ModuleList(
-            nn.Embedding(size, c.hidden_size) for size in c.audio_codebook_sizes
+            Embedding(size, c.hidden_size) for size in c.audio_codebook_sizes
         )
         self.text_lm_head = nn.Linear(c.hidden_size, c.text_vocab_size, bias=False)
         self.audio_lm_heads = nn.ModuleList(

@@ -38,12 +38,35 @@ def _linear_names(module: nn.Module, include: tuple[str, ...] = ("",), skip: tup
 
 
 def _quantize(module: nn.Module, names: set[str], dtype: torch.dtype) -> None:
-    from torch.ao.quantization import default_dynamic_qconfig, float16_dynamic_qconfig, quantize_dynamic
-
-    qconfig = float16_dynamic_qconfig if dtype == torch.float16 else default_dynamic_qconfig
+    """Replace the linears named `names` in place by dynamic quantised ones (`dynamic_linear`)."""
     with warnings.catch_warnings():  # torch.ao.quantization announces its future move; it still works
         warnings.simplefilter("ignore")
-        quantize_dynamic(module, {name: qconfig for name in names}, dtype=dtype, inplace=True)
+        for name in sorted(names):
+            parent_name, _, child = name.rpartition(".")
+            parent = module.get_submodule(parent_name)
+            setattr(parent, child, dynamic_linear(getattr(parent, child), dtype))
+
+
+def dynamic_linear(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
+    """What `torch.ao.quantization.quantize_dynamic` makes of `linear` with torch's default dynamic
+    qconfigs (the same packed weights: a per-tensor symmetric MinMax scale for int8, fp16 packing
+    otherwise), built without its throw-away full-size zero weight, packed along with the real
+    one: that doubled the cost of converting a model, a step a CPU start waits for."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from torch.ao.quantization import default_dynamic_qconfig
+
+    if dtype not in (torch.qint8, torch.float16):
+        raise ValueError(f"dynamic linears hold qint8 or float16 weights, not {dtype}")
+    converted = DynamicLinear(1, 1, dtype=dtype)  # its 1x1 placeholder weight is replaced below
+    weight = linear.weight.detach().float()
+    if dtype == torch.qint8:
+        observer = default_dynamic_qconfig.weight()
+        observer(weight)
+        scale, zero_point = observer.calculate_qparams()
+        weight = torch.quantize_per_tensor(weight, float(scale), int(zero_point), torch.qint8)
+    converted.set_weight_bias(weight, None if linear.bias is None else linear.bias.detach().float())
+    converted.in_features, converted.out_features = linear.in_features, linear.out_features
+    return converted
 
 
 def _check_mode(module: nn.Module, mode: str) -> None:

@@ -1,8 +1,10 @@
 """The web app around one Synthesizer: raw-PCM streaming, health, metrics, preset clips, player, Gradio UI.
 
 `create_app(service, settings)` returns a FastAPI app. Its own routes are declared first and the
-Gradio page is mounted last at `/`: its catch-all would shadow any route added after it. The player's
-static files live under `/player`, never `/static` or `/assets` (Gradio owns those prefixes).
+page's slot is mounted last at `/`: Gradio's catch-all would shadow any route added after it. The
+page is built before serving, or (`python app.py`) once the model is ready and no stream is in
+progress, while the API already answers (`page_slot.py`); Gradio is imported only by that build. The
+player's static files live under `/player`, never `/static` or `/assets` (Gradio owns those prefixes).
 
 Middlewares, outermost first: request metrics, body limits and deadlines (`guards.py`), CORS,
 the Gradio file guard (`gradio_files.py`), then the routes. The server's connection-level limits
@@ -14,7 +16,6 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import gradio as gr
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -29,30 +30,38 @@ from .delivery.results import ResultStore, build_results_router
 from .errors import install_error_handlers
 from .limits.clip_decode import CLIP_DECODER
 from .limits.guards import BodyDeadlines, GuardCounters, install_http_guards
-from .limits.page_mount import PageFiles, mount_page, upload_disk_bound
+from .limits.page_mount import PageFiles, install_file_guard, upload_disk_bound
 from .limits.upload_disk import UploadDiskBound
+from .page_slot import PageApp, PageMode, PageRunner, PageSlot
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
-from .ui import build_ui
 from .zerogpu import PageRelay, ZeroGPUMode
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 
 
 def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: ZeroGPUMode | None = None, *,
-               page_files: PageFiles | None = None, body_deadlines: BodyDeadlines | None = None) -> FastAPI:
-    """Build the FastAPI app: streaming + helper routes, the OpenAI router, /player, then Gradio at /.
+               page_files: PageFiles | None = None, body_deadlines: BodyDeadlines | None = None,
+               page: PageMode | str = PageMode.NOW) -> FastAPI:
+    """Build the FastAPI app: streaming + helper routes, the OpenAI router, /player, then the page at /.
 
-    With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`).
-    `page_files` bounds Gradio's upload folder; `body_deadlines` how slowly a request body may arrive.
+    With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`); its
+    page is always built now. `page`: "now" builds the Gradio page before serving, "deferred" once
+    the model has settled and no stream is in progress (`app.state.page_runner.served` says when it
+    serves), "off" serves no page. `page_files` bounds Gradio's upload folder; `body_deadlines` how
+    slowly a request body may arrive.
     """
     page_files = page_files or PageFiles()
     body_deadlines = body_deadlines or BodyDeadlines()
+    page = PageMode(page)
+    if zerogpu is not None and page is not PageMode.NOW:
+        raise ValueError("ZeroGPU mode builds its page before serving (page='now'): the page wires the GPU calls")
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        service.start()  # loads in a background thread; the page is served meanwhile
-        yield
+        service.start()  # loads in a background thread; the server answers meanwhile
+        async with runner.running():
+            yield
         service.close()
 
     app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan)
@@ -79,6 +88,34 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
         app.mount(MOUNT_PATH, IsolatedStaticFiles(directory=check_build(settings.browser_build), html=True),
                   name="browser")
 
+    slot = PageSlot(page)
+    app.mount("/", slot, name="page")  # last: the page's catch-all
+    build = None
+    if page is not PageMode.OFF:
+        install_file_guard(app, disk)  # the innermost middleware
+
+        def build() -> PageApp:
+            return _build_page(app, service, settings, uploads, saved, zerogpu, disk, page_files)
+
+    runner = PageRunner(slot, build, wait_turn=service.wait_for_quiet)
+    app.state.page_runner = runner
+    if page is PageMode.NOW:
+        runner.build_now()
+    # body-size limits, deadlines and same-origin CORS, for Gradio's routes too
+    install_http_guards(app, settings, deadlines=body_deadlines, counters=counters)
+    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
+    return app
+
+
+def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
+                saved: SavedVoices, zerogpu: ZeroGPUMode | None, disk: UploadDiskBound,
+                page_files: PageFiles) -> PageApp:
+    """Import Gradio, build the studio page and its Gradio app (`page_mount.build_page_app`)."""
+    import gradio as gr
+
+    from .limits.page_mount import build_page_app
+    from .ui import build_ui
+
     relay = (PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,), transport="opus")
              if zerogpu else None)
     demo = build_ui(service, settings, uploads, relay, saved)
@@ -87,7 +124,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
         head += ('<script src="/player/bridge-zerogpu.js" defer></script>'
                  '<script src="/player/zerogpu-notice.js" defer></script>')
     private = [p for p in (settings.lm_id, settings.codec_id) if Path(p).exists()]
-    mount_page(  # installs the Gradio file guard (the innermost middleware)
+    built = build_page_app(
         app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes,
         max_age_s=page_files.max_age_s,
         head=head,
@@ -95,10 +132,8 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
         footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
         theme=gr.themes.Soft(),
     )
-    # body-size limits, deadlines and same-origin CORS, for Gradio's routes too
-    install_http_guards(app, settings, deadlines=body_deadlines, counters=counters)
-    app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
-    return app
+    app.state.page = demo
+    return built
 
 
 def _live_values(service: SynthesizerService, counters: GuardCounters, disk: UploadDiskBound) -> dict:

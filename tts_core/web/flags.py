@@ -17,7 +17,8 @@ from .settings import ServerSettings
 DESCRIPTION = """MOSS-TTS-Nano Studio: serves the Gradio page, the streaming route and the OpenAI API.
 
 Every flag has an environment twin (in brackets below). The server is up at once; the model loads
-in the background and the page shows its progress. Hugging Face Spaces: binds 0.0.0.0:7860 there."""
+in the background, then the page is built while the API already serves. Hugging Face Spaces: binds
+0.0.0.0:7860 there."""
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -56,6 +57,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    default=env_flag("MOSS_TTS_DEFER_COMPILE", True),
                    help="GPU: serve at once on the plain step while torch.compile and CUDA graphs are built in the "
                         "background (--no-defer-compile builds them before serving) [MOSS_TTS_DEFER_COMPILE]")
+    p.add_argument("--ui", action=argparse.BooleanOptionalAction, default=env_flag("MOSS_TTS_UI", True),
+                   help="serve the Gradio page at / (built once the model is ready, while the API already "
+                        "answers); --no-ui serves the API alone, e.g. for replicas behind a proxy [MOSS_TTS_UI]")
     p.add_argument("--zerogpu", action=argparse.BooleanOptionalAction, default=_tristate("MOSS_TTS_ZEROGPU"),
                    help="ZeroGPU mode: this process never touches CUDA; the page generates in @spaces.GPU calls "
                         "(forked workers; a local harness with the same contract where Spaces is absent); the API "

@@ -1,7 +1,10 @@
 """`main(argv)`: flags → logging → SynthesizerService → create_app → uvicorn.
 
 Run by `python app.py` and `python -m tts_core serve`. The server is up at once; the model loads
-in the service's background thread, so torch is imported off the start-up path.
+in the service's background thread, so torch is imported off the start-up path, and the Gradio page
+is built once the model is ready and no stream is in progress (`page_slot.py`): importing Gradio
+beside the engine's load would slow both, and the API's first audio needs neither. ZeroGPU mode
+builds its page before serving (it wires the GPU calls).
 
 The uvicorn side of the hardening lives here: the log-storm filter on the log handlers, the
 open-file limit raised to its maximum, and uvicorn built by `connections.uvicorn_config` (the
@@ -11,7 +14,9 @@ connection cap with a fast 503, request-head deadlines, idle keep-alive; `Connec
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING
 
@@ -89,6 +94,10 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = parse_args(argv, prog)
+    if not zerogpu_enabled(args):  # (ZeroGPU: `spaces` is imported before torch, in `_zerogpu_mode`)
+        # Importing torch and the engine is the longest step before the weights can be read: it
+        # starts now, beside the web stack's own imports (the loader thread finds it done or waits).
+        threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_storm_filter()
 
@@ -96,23 +105,33 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     from .service import SynthesizerService
 
     service = SynthesizerService(make_factory(args, zerogpu))
-    # The model starts loading now, in its thread, so importing torch and reading the weights
-    # overlap with importing Gradio and building the page (the lifespan's start is then a no-op).
+    # The model starts loading now, in its thread, while the server's routes are built; the page
+    # follows the model (ZeroGPU: before serving). The lifespan's start is then a no-op.
     service.start()
     import uvicorn
 
     from .app import create_app
     from .limits.connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
+    from .page_slot import PageMode
 
     raise_open_files_limit()
-    app = create_app(service, server_settings(args), zerogpu)
+    page = PageMode.NOW if zerogpu is not None else PageMode.DEFERRED if args.ui else PageMode.OFF
+    app = create_app(service, server_settings(args), zerogpu, page=page)
     if zerogpu is not None:
         load_zerogpu_weights(args, zerogpu)
         zerogpu.before_serving()
     config = uvicorn_config(app, host=args.host, port=args.port, limits=ConnectionLimits(),
                             counters=app.state.guard_counters, log_config=None, access_log=False)
-    logger.info("serving on http://%s:%d (model loads in the background)", args.host, args.port)
+    logger.info("serving on http://%s:%d (model loads in the background%s)", args.host, args.port,
+                {PageMode.DEFERRED: ", then the page", PageMode.OFF: "; API only, no page"}.get(page, ""))
     uvicorn.Server(config).run()
+
+
+def _import_engine() -> None:
+    try:
+        importlib.import_module("tts_core.synthesizer")
+    except Exception:
+        logger.debug("early engine import failed", exc_info=True)
 
 
 def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:

@@ -9,7 +9,7 @@ Checkpoint paths and load errors are sanitized (`sanitize_health`).
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import sanitize_health
@@ -25,8 +25,11 @@ def build_ops_router(service: SynthesizerService, metrics: AppMetrics) -> APIRou
     router = APIRouter()
 
     @router.get("/health", responses={503: {"description": "the model is loading or failed to load"}})
-    def health() -> JSONResponse:
+    def health(request: Request) -> JSONResponse:
         out: dict = {"status": service.state.value, "message": service.status, "error": service.error}
+        runner = getattr(request.app.state, "page_runner", None)  # the page is built after the model
+        if runner is not None:
+            out["page"] = runner.slot.state
         if service.state is not ServiceState.READY:
             failed = service.state is ServiceState.FAILED  # a restart is needed: ask again much later
             retry_after = FAILED_RETRY_AFTER_S if failed else LOADING_RETRY_AFTER_S

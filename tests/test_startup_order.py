@@ -1,0 +1,333 @@
+"""Start-up order of `python app.py`: the API first, the Gradio page once the model has settled and
+no stream is in progress. Ordered by events (gates the test opens), never by timing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import asynccontextmanager
+
+import httpx
+import numpy as np
+import pytest
+from fastapi import FastAPI
+from starlette.responses import PlainTextResponse
+from support.server_helpers import ServerThread, tiny_synthesizer_factory
+
+from tts_core.errors import ModelLoadError
+from tts_core.types import AudioChunk, Timings
+from tts_core.web.app import create_app
+from tts_core.web.page_slot import PageApp, PageMode, PageRunner, PageSlot
+from tts_core.web.service import VOICES_WAIT_S, ServiceState, SynthesizerService
+from tts_core.web.settings import ServerSettings
+
+STREAM = {"text": "Hello there.", "mode": "continuation", "seed": 1, "max_frames": 6}
+
+
+def _wait(predicate, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class _Clock:
+    """A fake monotonic clock that `sleep` advances."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _Chunks:
+    """A synthesizer's stream whose chunks the test hands out one at a time."""
+
+    def __init__(self):
+        self.ready = threading.Semaphore(0)
+        self.closed = self.last = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> AudioChunk:
+        self.ready.acquire()
+        return AudioChunk(seq=0, pcm=np.zeros((2, 3840), np.float32), codes=np.zeros((1, 16), np.int64),
+                          is_last=self.last, timings=Timings(first_audio_s=0.1, elapsed_s=0.1, audio_s=0.08))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _FakeSynth:
+    def __init__(self):
+        self.streams: list[_Chunks] = []
+
+    def stream(self, request, *, cancel=None):
+        self.streams.append(_Chunks())
+        return self.streams[-1]
+
+
+def test_a_stream_counts_from_hand_out_to_its_last_chunk_or_close():
+    synth = _FakeSynth()
+    service = SynthesizerService(lambda report: synth)
+    service.start(background=False)
+    first = service.get().stream(object())
+    assert service.streams_in_progress == 1  # counted before anything was read
+    synth.streams[0].ready.release()
+    next(first)
+    assert service.streams_in_progress == 1  # playing: still in progress
+    synth.streams[0].last = True
+    synth.streams[0].ready.release()
+    next(first)
+    assert service.streams_in_progress == 0
+    unread = service.get().stream(object())
+    assert service.streams_in_progress == 1
+    unread.close()  # a client gone before any audio
+    assert service.streams_in_progress == 0 and synth.streams[1].closed
+
+
+def test_wait_for_quiet_waits_for_the_model_then_for_streams_in_progress():
+    synth, loaded, ticks = _FakeSynth(), threading.Event(), threading.Semaphore(0)
+    service = SynthesizerService(lambda report: loaded.wait() and synth)
+    service.start()
+    clock, returned = _Clock(), threading.Event()
+
+    def sleep(seconds: float) -> None:  # fake time passes one tick at a time, as the test releases them
+        ticks.acquire()
+        clock.sleep(seconds)
+
+    def waiter() -> None:
+        service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=sleep)
+        returned.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    assert not returned.wait(0.2)  # the model is loading: the waiter blocks without polling
+    loaded.set()
+    assert service.wait(10)
+    stream = service.get().stream(object())  # a first listener asks at once
+    for _ in range(40):
+        ticks.release()
+    _wait(lambda: clock.now > 1.99, "two fake seconds")
+    assert not returned.is_set()  # its stream is in progress
+    synth.streams[0].ready.release()
+    next(stream)  # first audio: still in progress
+    for _ in range(20):
+        ticks.release()
+    _wait(lambda: clock.now > 2.99, "another fake second")
+    assert not returned.is_set()
+    synth.streams[0].last = True
+    synth.streams[0].ready.release()
+    next(stream)  # its last chunk
+    for _ in range(20):
+        ticks.release()
+    assert returned.wait(10)  # half a fake second of quiet later
+
+
+def test_wait_for_quiet_returns_after_a_failed_load_too():
+    def factory(report):
+        raise ModelLoadError("no weights here")
+
+    service = SynthesizerService(factory)
+    service.start(background=False)
+    clock = _Clock()
+    service.wait_for_quiet(quiet_s=0.5, clock=clock, sleep=clock.sleep)
+    assert service.state is ServiceState.FAILED and 0.5 <= clock.now < 1.0
+
+
+def _text_app(text: str):
+    async def app(scope, receive, send):
+        await PlainTextResponse(text)(scope, receive, send)
+
+    return app
+
+
+def test_the_api_answers_while_the_page_is_built_and_the_page_follows():
+    """PageRunner in a real server: routes answer and "/" says "starting" until the build ends."""
+    turn, building, started = threading.Event(), threading.Event(), []
+
+    def build() -> PageApp:
+        building.set()
+        assert turn.wait(60)
+
+        @asynccontextmanager
+        async def lifespan():
+            started.append("up")
+            yield
+            started.append("down")
+
+        return PageApp(app=_text_app("the page"), blocks=None, lifespan=lifespan)
+
+    slot = PageSlot(PageMode.DEFERRED)
+    runner = PageRunner(slot, build, wait_turn=lambda: None)
+
+    @asynccontextmanager
+    async def lifespan(_):
+        async with runner.running():
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+    app.get("/v1/ping")(lambda: {"ok": True})
+    app.mount("/", slot)
+    with ServerThread(app) as server:
+        assert building.wait(30)
+        assert httpx.get(server.url + "/v1/ping").json() == {"ok": True}
+        page = httpx.get(server.url + "/")
+        assert page.status_code == 503 and "Starting" in page.text and page.headers["retry-after"] == "2"
+        asset = httpx.get(server.url + "/gradio_api/info")
+        assert asset.status_code == 503 and asset.json()["error"]["code"] == "page_starting"
+        turn.set()
+        assert runner.served.wait(30)
+        assert httpx.get(server.url + "/").text == "the page" and started == ["up"]
+    assert started == ["up", "down"]  # the page's lifespan ends with the server
+
+
+def test_a_page_that_fails_to_build_leaves_the_api_serving():
+    def build() -> PageApp:
+        raise RuntimeError("gradio is not installed")
+
+    slot = PageSlot(PageMode.DEFERRED)
+    runner = PageRunner(slot, build, wait_turn=lambda: None)
+
+    @asynccontextmanager
+    async def lifespan(_):
+        async with runner.running():
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+    app.get("/v1/ping")(lambda: {"ok": True})
+    app.mount("/", slot)
+    with ServerThread(app) as server:
+        _wait(lambda: slot.failed, "the build to fail")
+        answer = httpx.get(server.url + "/")
+        assert answer.status_code == 503 and answer.json()["error"]["code"] == "page_failed"
+        assert "gradio" not in answer.text  # the cause is in the server log only
+        assert httpx.get(server.url + "/v1/ping").status_code == 200
+
+
+class _GatedService(SynthesizerService):
+    """The real service, with the page's turn given by the test instead of by quiet."""
+
+    def __init__(self, factory, turn: threading.Event):
+        super().__init__(factory)
+        self.turn = turn
+
+    def wait_for_quiet(self, **_) -> None:
+        assert self.turn.wait(120)
+
+
+def test_the_app_streams_audio_before_its_gradio_page_exists(data_dir, tmp_path):
+    turn = threading.Event()
+    service = _GatedService(tiny_synthesizer_factory(data_dir, tmp_path), turn)
+    app = create_app(service, ServerSettings(), page=PageMode.DEFERRED)
+    with ServerThread(app) as server:
+        assert httpx.get(server.url + "/").status_code == 503
+        _wait(lambda: service.state is ServiceState.READY, "the tiny model")
+        with httpx.stream("POST", server.url + "/api/tts/stream", json=STREAM, timeout=60) as response:
+            assert response.status_code == 200
+            assert next(response.iter_bytes())  # first audio, while the page is not built
+        assert not app.state.page_runner.served.is_set()
+        health = httpx.get(server.url + "/health").json()
+        assert health["status"] == "ready" and health["page"] == "building"
+        turn.set()
+        assert app.state.page_runner.served.wait(120)
+        page = httpx.get(server.url + "/")
+        assert page.status_code == 200 and "gradio" in page.text.lower()
+        assert httpx.get(server.url + "/health").json()["page"] == "served"
+        assert app.state.page.has_launched  # Gradio's file checks are on, as launch() would set
+
+
+def test_no_ui_serves_the_api_alone(data_dir, tmp_path):
+    service = SynthesizerService(tiny_synthesizer_factory(data_dir, tmp_path))
+    app = create_app(service, ServerSettings(), page=PageMode.OFF)
+    with ServerThread(app) as server:
+        answer = httpx.get(server.url + "/")
+        assert answer.status_code == 404 and answer.json()["error"]["code"] == "page_disabled"
+        assert httpx.get(server.url + "/health").status_code in (200, 503)
+
+
+def test_the_page_waits_for_the_synthesizers_voice_warm_up():
+    synth, ticks = _FakeSynth(), threading.Semaphore(0)
+    synth.voices_warmed = threading.Event()
+    service = SynthesizerService(lambda report: synth)
+    service.start(background=False)
+    clock, returned = _Clock(), threading.Event()
+
+    def sleep(seconds: float) -> None:
+        ticks.acquire()
+        clock.sleep(seconds)
+
+    def waiter() -> None:
+        service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=sleep)
+        returned.set()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    for _ in range(40):
+        ticks.release()
+    _wait(lambda: clock.now > 1.99, "two fake seconds")
+    assert not returned.is_set()  # its voice warm-up (reads of cached codes) is still running
+    synth.voices_warmed.set()
+    for _ in range(20):
+        ticks.release()
+    assert returned.wait(10)
+
+
+def test_an_empty_caches_long_voice_warm_up_delays_the_page_a_few_seconds_only():
+    synth, clock = _FakeSynth(), _Clock()
+    synth.voices_warmed = threading.Event()  # encoding every preset's clip: never set here
+    service = SynthesizerService(lambda report: synth)
+    service.start(background=False)
+    service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=clock.sleep)
+    assert VOICES_WAIT_S <= clock.now < VOICES_WAIT_S + 1.0
+
+
+def _runner_with(build, slot: PageSlot):
+    runner = PageRunner(slot, build, wait_turn=lambda: None)
+
+    @asynccontextmanager
+    async def lifespan(_):
+        async with runner.running():
+            yield
+
+    app = FastAPI(lifespan=lifespan)
+    app.mount("/", slot)
+    return runner, app
+
+
+def test_a_build_that_met_cpythons_ast_race_is_run_again():
+    attempts = []
+
+    def build() -> PageApp:
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=153, after=38)")
+
+        @asynccontextmanager
+        async def lifespan():
+            yield
+
+        return PageApp(app=_text_app("the page"), blocks=None, lifespan=lifespan)
+
+    runner, app = _runner_with(build, PageSlot(PageMode.DEFERRED))
+    with ServerThread(app) as server:
+        assert runner.served.wait(30)
+        assert httpx.get(server.url + "/").text == "the page" and len(attempts) == 2
+
+
+def test_other_build_errors_are_not_retried():
+    attempts = []
+
+    def build() -> PageApp:
+        attempts.append(1)
+        raise SystemError("something else")
+
+    slot = PageSlot(PageMode.DEFERRED)
+    _, app = _runner_with(build, slot)
+    with ServerThread(app):
+        _wait(lambda: slot.failed, "the build to fail")
+    assert attempts == [1] and slot.state == "failed"
