@@ -2,7 +2,7 @@
 # Issue 33's H200 run, one command of at most ~9 minutes: the API under 64 ... 384 concurrent
 # listeners on full-size random weights, beside the in-process engine of the same model.
 #
-# Prepare here (once): VENV=/work/main/.venv bash scripts/device_wheels.sh
+# Prepare here (once): VENV=/work/main/.venv bash bench/device_prep.sh
 # Run there (the device tool, from the repo root; $OUT comes back):
 #   command: bash bench/device_http_load.sh     carry: [".whl", "outputs/device-data"]
 #
@@ -26,8 +26,11 @@ T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-500}
 CLIENT_CPUS=${CLIENT_CPUS:-4}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
-DATA=${MOSS_TTS_PARITY_DIR:-outputs/device-data}
-[ -d "$DATA" ] || DATA=../shared/moss_tts_nano_data
+if [ "${SMOKE:-0}" = 1 ] || [ ! -d outputs/device-data ]; then  # the smoke run needs the tiny checkpoints
+  DATA=${MOSS_TTS_PARITY_DIR:-../shared/moss_tts_nano_data}
+else
+  DATA=${MOSS_TTS_PARITY_DIR:-outputs/device-data}
+fi
 PY=${PYTHON:-python3}
 step() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$OUT/steps.log"; }
 
@@ -38,7 +41,7 @@ if [ "${SMOKE:-0}" != 1 ] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export MOSS_TTS_PARITY_DIR=$DATA HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False PYTHONUNBUFFERED=1
 $PY -c "import fastapi, uvicorn, av, soxr, soundfile, openai, httpx, psutil, prometheus_client" \
-  || { step "missing packages: run scripts/device_wheels.sh here and carry .whl"; exit 2; }
+  || { step "missing packages: run bench/device_prep.sh here and carry .whl"; exit 2; }
 $PY app.py --help | grep -q -- "--no-ui" \
   || { step "app.py has no --no-ui: this run needs the API-only start (no Gradio on the GPU image)"; exit 2; }
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
