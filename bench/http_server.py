@@ -161,7 +161,8 @@ def app_command(files: ModelFiles, *, max_streams: int, extra_args: tuple[str, .
 
 @contextmanager
 def serve(files: ModelFiles, work: Path, *, max_streams: int, threads: str | None, cpus: tuple[int, ...] | None,
-          extra_args: tuple[str, ...] = (), root: Path = ROOT) -> Iterator[ServedApp]:
+          extra_args: tuple[str, ...] = (), root: Path = ROOT, extra_env: dict[str, str] | None = None
+          ) -> Iterator[ServedApp]:
     """`python app.py` (from `root`) with its temp dir and voice cache under `work`, pinned to `cpus`;
     terminated on exit. Not yet ready: see `ServedApp.wait_ready`."""
     port = _free_port()
@@ -172,6 +173,7 @@ def serve(files: ModelFiles, work: Path, *, max_streams: int, threads: str | Non
            "TMPDIR": str(work / "tmp"), "GRADIO_TEMP_DIR": str(work / "tmp" / "gradio")}
     if threads:
         env["MOSS_TTS_NUM_THREADS"] = threads
+    env.update(extra_env or {})
     for name in ("SPACE_ID", "MOSS_TTS_MAX_ACTIVE", "MOSS_TTS_MAX_QUEUE"):
         env.pop(name, None)
     log_path = work / "app.log"
