@@ -7,9 +7,11 @@ counters of `/metrics`, and the process's CPU time split by thread from `/proc` 
 
 - `event_loop_s`: the main thread, where uvicorn's event loop runs (every response's bytes pass
   through it: when it nears one CPU second per second, the loop is the bottleneck);
-- `ended_threads_s`: threads that ended during the run, i.e. the per-stream pump threads (reading
-  the engine's chunks and encoding them);
-- `other_threads_s`: the threads that live on: the engine, its codec thread, torch's workers.
+- `ended_threads_s` (reported as the pumps'): the stream pump threads, which read the engine's
+  chunks and encode them: threads the operating system knows as "stream-pump" (the server's pool,
+  `tts_core/web/pump_threads.py`), and threads that ended during the run (a server that starts one
+  thread per stream);
+- `other_threads_s`: the rest: the engine, its codec thread, torch's workers.
 
 Works for any version of the server (nothing inside it is asked), so two checkouts can be compared.
 """
@@ -70,25 +72,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+PUMP_THREAD_NAME = "stream-pump"
+
+
 @dataclass(frozen=True, slots=True)
 class CpuSnapshot:
     total_s: float
     threads: dict[int, float]  # thread id -> CPU seconds
     main_tid: int
+    pumps: frozenset[int] = frozenset()  # ids of the threads named PUMP_THREAD_NAME
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def cpu_snapshot(ps: psutil.Process) -> CpuSnapshot:
     times = ps.cpu_times()
-    return CpuSnapshot(times.user + times.system, {t.id: t.user_time + t.system_time for t in ps.threads()}, ps.pid)
+    threads = {t.id: t.user_time + t.system_time for t in ps.threads()}
+    pumps = frozenset(tid for tid in threads if _thread_name(ps.pid, tid) == PUMP_THREAD_NAME)
+    return CpuSnapshot(times.user + times.system, threads, ps.pid, pumps)
 
 
 def cpu_split(before: CpuSnapshot, after: CpuSnapshot) -> dict:
-    """CPU seconds between two snapshots: total, the event loop's thread, threads that ended, the rest."""
+    """CPU seconds between two snapshots: total, the event loop's thread, the pumps' (named pump
+    threads, and threads that ended), the rest."""
     total = after.total_s - before.total_s
     loop = after.threads.get(after.main_tid, 0.0) - before.threads.get(before.main_tid, 0.0)
-    living = sum(cpu - before.threads.get(tid, 0.0) for tid, cpu in after.threads.items() if tid != after.main_tid)
-    ended = max(0.0, total - loop - living)
-    return {"total_s": total, "event_loop_s": loop, "ended_threads_s": ended, "other_threads_s": total - loop - ended}
+    deltas = {tid: cpu - before.threads.get(tid, 0.0) for tid, cpu in after.threads.items() if tid != after.main_tid}
+    ended = max(0.0, total - loop - sum(deltas.values()))
+    pumps = ended + sum(d for tid, d in deltas.items() if tid in after.pumps)
+    return {"total_s": total, "event_loop_s": loop, "ended_threads_s": pumps, "other_threads_s": total - loop - pumps}
 
 
 @dataclass
