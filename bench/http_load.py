@@ -57,6 +57,7 @@ TEXT = ("Streaming speech reaches every listener while it is still being generat
         "another, and the server keeps up with all of them at once.")
 FORMATS = ("pcm", "opus", "mp3", "aac", "flac", "wav")
 _LOCAL_PATH_FLAGS = ("--data", "--checkpoint", "--app-log")
+APP_LOG_TAIL_BYTES = 4 << 20
 
 
 def _levels(text: str) -> list[int]:
@@ -202,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine-note", default="other engineers' work ran on the same cores; compare runs of one "
                                              "record only", help="what else ran on the machine (for the record)")
     p.add_argument("--json", default=None)
-    p.add_argument("--app-log", default=None, help="keep the app's log here (it is removed with the work folder)")
+    p.add_argument("--app-log", default=None, help="keep the end of the app's log here (the work folder is removed)")
     p.add_argument("--note", action="append")
     return p
 
@@ -274,8 +275,8 @@ def main() -> None:
             bench.save()
     finally:
         pool.close()
-        if args.app_log and (work / "app" / "app.log").exists():
-            shutil.copy(work / "app" / "app.log", args.app_log)
+        if args.app_log and (work / "app" / "app.log").exists():  # its end: a log per request adds up
+            Path(args.app_log).write_bytes((work / "app" / "app.log").read_bytes()[-APP_LOG_TAIL_BYTES:])
         shutil.rmtree(work, ignore_errors=True)  # the apps' caches, temp files and logs
 
 
