@@ -13,8 +13,10 @@
 # CLIENT_PROCS processes of raw httpx streams pinned to the last CLIENT_CPUS CPUs, plus the official
 # openai SDK at 64 listeners for parity. Levels 64 and 256 for mp3/pcm/opus/aac, then per format the
 # most listeners that hold "no underrun, nobody behind real time, TTFB p95 <= 300 ms".
-# Files in $OUT: http-load-h200.json (rewritten after every level), bench.log, app.log, steps.log,
-# nvidia-smi.txt. BUDGET_S bounds the whole script: no run starts after it.
+# Then two extra runs (256 mp3, 256 pcm listeners) with py-spy recording the server (not in the
+# levels' figures; their summary goes into the record). Files in $OUT: http-load-h200.json
+# (rewritten after every level), bench.log, app.log (its end), steps.log, nvidia-smi.txt,
+# server-256-mp3.pyspy, server-256-pcm.pyspy. BUDGET_S bounds the whole script: no run starts after it.
 #
 # SMOKE=1 runs the same steps on the tiny checkpoints on CPU at a few listeners (a check of this
 # script on a machine without a GPU; no wheels are installed then).
@@ -49,20 +51,23 @@ step "python: $($PY -c 'import sys, torch; print(sys.version.split()[0], "torch"
 
 if [ "${SMOKE:-0}" = 1 ]; then
   MODEL=(--device cpu --threads 1)
-  LEVELS=2,4 SEARCH=2,4 SDK=2 FRAMES=20 REPEATS=1
+  LEVELS=2,4 SEARCH=2,4 SDK=2 FRAMES=20 REPEATS=1 PROFILE=4:mp3
 else
   step "writing full-size random checkpoints"
-  $PY -m tts_core make-random-checkpoint /tmp/ckpt > "$OUT/checkpoint.log" 2>&1 || { cat "$OUT/checkpoint.log"; exit 1; }
+  $PY -m tts_core make-random-checkpoint /tmp/ckpt > /tmp/checkpoint.log 2>&1 || { cat /tmp/checkpoint.log; exit 1; }
   MODEL=(--checkpoint /tmp/ckpt --device cuda --threads "")
   LEVELS=${LEVELS:-64,256} SEARCH=${SEARCH:-128,192,256,320,384} SDK=${SDK:-64} FRAMES=${FRAMES:-100}
-  REPEATS=${REPEATS:-3}
+  REPEATS=${REPEATS:-3} PROFILE=${PROFILE:-256:mp3,256:pcm}
 fi
+PY_SPY=${PY_SPY:-$(command -v py-spy || echo /tmp/site/bin/py-spy)}
+[ -x "$PY_SPY" ] || step "no py-spy: the profiled runs are skipped"
 LEFT=$((BUDGET_S - ($(date +%s) - T0)))
 step "bench: levels $LEVELS, search $SEARCH, $LEFT s left"
 $PY bench/http_load.py "${MODEL[@]}" --data "$DATA" --server-args "--no-ui --no-defer-compile" \
   --streams "$LEVELS" --formats mp3,pcm,opus,aac --modes stream --frames "$FRAMES" --repeats "$REPEATS" \
   --client httpx --client-processes "$CLIENT_PROCS" --client-cpus "$CLIENT_CPUS" --sdk-levels "$SDK" \
   --search-levels "$SEARCH" --search-formats mp3,pcm,opus,aac --search-repeats 2 --ttfb-target-ms 300 \
+  --profile "$PROFILE" --profile-dir "$OUT" --py-spy "$PY_SPY" \
   --budget-s "$LEFT" --no-encoder-check --machine-note "nothing else ran on the machine" \
   --json "$OUT/http-load-h200.json" --app-log "$OUT/app.log" 2>&1 | tee "$OUT/bench.log"
 status=${PIPESTATUS[0]}

@@ -4,7 +4,8 @@
 #   .whl/                 the API server's wheels (scripts/device_wheels.sh server av: fastapi,
 #                         uvicorn, soundfile, soxr, PyAV, ...) and the load bench's clients (the
 #                         official openai SDK and its transport, httpx at this machine's version),
-#                         for CPython 3.12 on manylinux x86_64, at the versions installed here;
+#                         for CPython 3.12 on manylinux x86_64, at the versions installed here,
+#                         and py-spy (the server is profiled in two extra runs);
 #   outputs/device-data/  the files of the shared data the run reads (LM and codec configs, the
 #                         tokenizer, the preset clips): ../shared does not travel to that machine.
 #
@@ -27,10 +28,12 @@ CLIENT="openai httpx2 httpcore2 truststore jiter sniffio httpx httpcore anyio h1
 # shellcheck disable=SC2086
 pins=$("$PY" -c "import sys; from importlib.metadata import version
 print(' '.join(f'{n}=={version(n)}' for n in sys.argv[1:]))" $CLIENT)
+# py-spy (a static binary in a wheel): the server profiled during two extra runs (--profile).
+PY_SPY=${PY_SPY_VERSION:-0.4.3}
 # shellcheck disable=SC2086
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .whl $pins
+    --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 -d .whl $pins "py-spy==$PY_SPY"
 
 rm -rf outputs/device-data
 mkdir -p outputs/device-data/hf_checkpoint_meta outputs/device-data/codec

@@ -19,7 +19,9 @@ underruns, seconds of silence). Per run: aggregate x real time, the server's CPU
 second split by thread (event loop, stream pumps, engine: `http_server.py`), its encode seconds per
 audio second (from its /metrics), and the clients' own CPU (`http_runs.py`).
 
-`--search-levels` then looks, per format of `--search-formats`, for the most listeners that hold
+`--profile 256:mp3` adds runs with py-spy recording the server (`http_profile.py`: the share of
+samples per thread role and the top frames go into the record). `--search-levels` then looks, per
+format of `--search-formats`, for the most listeners that hold
 the target (no error, nobody behind real time, no underrun, TTFB p95 <= `--ttfb-target-ms`):
 levels in ascending order until one fails. `--budget-s` stops before a run would start past the
 budget; the record is rewritten after every level, so a run cut short keeps what it measured.
@@ -56,7 +58,7 @@ logger = logging.getLogger("http_load")
 TEXT = ("Streaming speech reaches every listener while it is still being generated, one small piece after "
         "another, and the server keeps up with all of them at once.")
 FORMATS = ("pcm", "opus", "mp3", "aac", "flac", "wav")
-_LOCAL_PATH_FLAGS = ("--data", "--checkpoint", "--app-log")
+_LOCAL_PATH_FLAGS = ("--data", "--checkpoint", "--app-log", "--py-spy", "--profile-dir")
 APP_LOG_TAIL_BYTES = 4 << 20
 
 
@@ -143,6 +145,30 @@ class Bench:
             logger.info("%d streams in-process: %.1fx real time", streams, level["inproc"]["x_realtime"])
         self.save()
 
+    def profile(self) -> None:
+        """Extra runs with py-spy on the server (`--profile`): where its time goes; not in the levels."""
+        from http_profile import profiled, summarize
+
+        py_spy = shutil.which(self.args.py_spy or "py-spy")
+        self.record["profiles"] = {}
+        for item in self.args.profile.split(","):
+            streams, fmt = int(item.split(":")[0]), item.split(":")[1]
+            key = f"{streams} {fmt}/stream"
+            if not py_spy:
+                self.record["profiles"][key] = {"skipped": "py-spy not found (--py-spy PATH)"}
+                continue
+            if not self.time_left():
+                break
+            path = Path(self.args.profile_dir) / f"server-{streams}-{fmt}.pyspy"
+            with profiled(self.app.process.pid, py_spy, path) as status:
+                run = http_run(self.app, self.pool, self.spec(fmt, True), streams, 9000)
+            entry = {"run": run, "py_spy": status}
+            if path.exists():
+                entry.update(summarize(path))
+            self.record["profiles"][key] = entry
+            logger.info("profiled %s: %s", key, entry.get("roles", status))
+            self.save()
+
     def search(self) -> None:
         """Per format, the most listeners that hold the target (ascending levels until one fails)."""
         args = self.args
@@ -199,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--search-repeats", type=int, default=2)
     p.add_argument("--ttfb-target-ms", type=float, default=300.0)
     p.add_argument("--budget-s", type=float, default=0, help="no run starts after this many seconds (0: no limit)")
+    p.add_argument("--profile", default="", help="after the levels, extra runs with py-spy on the server, e.g. "
+                                                 "'256:mp3,256:pcm' (streams:format)")
+    p.add_argument("--py-spy", default=None, help="the py-spy program (default: on PATH)")
+    p.add_argument("--profile-dir", default=".", help="where the profiles' raw stacks go")
     p.add_argument("--encoder-check", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--machine-note", default="other engineers' work ran on the same cores; compare runs of one "
                                              "record only", help="what else ran on the machine (for the record)")
@@ -232,7 +262,7 @@ def main() -> None:
     device = args.device or ("auto" if args.checkpoint else "cpu")
     work = Path(tempfile.mkdtemp(prefix="http-load-"))
     server_args = ("--device", device, *args.server_args.split())
-    recorded = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in ("data", "checkpoint", "app_log")})
+    recorded = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in ("data", "checkpoint", "app_log", "py_spy", "profile_dir")})
     from tts_core.devices import resolve_device
 
     record = new_record("http_load", recorded, machine_info([resolve_device(device)]), {
@@ -267,6 +297,8 @@ def main() -> None:
             inproc_run(synth, TEXT, 2, 10, 10_000)
             for streams in levels:
                 bench.level(streams)
+            if args.profile:
+                bench.profile()
             if args.search_levels:
                 bench.search()
             synth.close()
