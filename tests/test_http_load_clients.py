@@ -93,3 +93,18 @@ def test_the_target_and_the_median_of_runs() -> None:
     summary = median_run(runs)
     assert summary["x_realtime"] == 2.0 and summary["holds"] is False and summary["runs"] == 3
     assert summary["client_loop"] == "asyncio"
+
+
+def test_profile_summary_shares_samples_by_thread_role(tmp_path) -> None:
+    from http_profile import summarize
+
+    raw = tmp_path / "server.pyspy"  # py-spy's raw format: collapsed stacks, then a sample count
+    raw.write_text(
+        "thread (1): MainThread;run_forever (asyncio/base_events.py:607);write (asyncio/selector_events.py:1057) 6\n"
+        "thread (7): stream-pump-3;StreamPump._run (tts_core/web/stream_pump.py:95);encode (tts_core/encoders.py:189) 3\n"
+        "thread (9): tts-engine;Engine._run (tts_core/engine/engine.py:178);launch (tts_core/engine/runner.py:281) 1\n")
+    summary = summarize(raw)
+    assert summary["samples"] == 10
+    assert summary["roles"] == {"event loop": 0.6, "stream pumps": 0.3, "engine": 0.1}
+    assert next(iter(summary["top_frames"])) == "write (asyncio/selector_events.py:1057)"
+    assert summary["top_frames_by_role"]["stream pumps"] == {"encode (tts_core/encoders.py:189)": 0.3}
