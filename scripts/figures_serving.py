@@ -109,6 +109,21 @@ def _search(record: dict) -> list[str]:
     return lines
 
 
+def _profiles(record: dict) -> list[str]:
+    profiles = {k: v for k, v in (record.get("profiles") or {}).items() if v.get("samples")}
+    if not profiles:
+        return []
+    lines = ["Where the server's time went in extra runs with py-spy recording it (share of active samples "
+             "per thread; the three frames with most samples):", "",
+             "| run | event loop | stream pumps | engine | other | top frames |", "|---|---|---|---|---|---|"]
+    for key, entry in profiles.items():
+        roles = entry["roles"]
+        frames = "; ".join(f"`{frame}` {share:.0%}" for frame, share in list(entry["top_frames"].items())[:3])
+        lines.append(f"| {key} | " + " | ".join(f"{roles.get(role, 0):.0%}" for role in
+                                                ("event loop", "stream pumps", "engine", "other")) + f" | {frames} |")
+    return lines
+
+
 def _load_table(record: dict, source: str, title: str, targets: list[str]) -> list[str]:
     setup = record["setup"]
     client = setup["client"] + (f", {setup['client_processes']} processes" if setup.get("client_processes") else "")
@@ -133,6 +148,9 @@ def _load_table(record: dict, source: str, title: str, targets: list[str]) -> li
     search = _search(record)
     if search:
         lines += ["", *search]
+    profiles = _profiles(record)
+    if profiles:
+        lines += ["", *profiles]
     if not record.get("complete", True):
         lines += ["", "This run stopped before its end (its time budget): the rows above are what it measured."]
     return lines
