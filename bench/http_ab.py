@@ -35,7 +35,7 @@ from http_load import TEXT  # noqa: E402
 from http_runs import http_run  # noqa: E402
 from http_server import ModelFiles, serve  # noqa: E402
 
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 
 logger = logging.getLogger("http_ab")
 COMPARED = ("server_cpu_s_per_audio_s", "event_loop_s_per_audio_s", "pump_threads_s_per_audio_s",
@@ -82,7 +82,7 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    from tts_core.bench.machine import machine_info
+    from bench.lib.machine import machine_info
 
     files = ModelFiles.tiny(args.data)
     recorded = argparse.Namespace(**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()

@@ -6,7 +6,7 @@ worker processes (spawned, never forked: the bench process may hold a CUDA conte
 pinned to CPUs of their own, and splits every run's requests between them. All workers start their
 requests at one moment (a `time.monotonic()` instant sent with the job: one clock for every process
 of the machine), read each response as it arrives, and report per request what its listener got
-(TTFB, delivered RTF, the playback simulation of `tts_core.bench.playback`) and their own CPU
+(TTFB, delivered RTF, the playback simulation of `bench.lib.playback`) and their own CPU
 seconds during the transfers, so a record shows whether the clients had CPU to spare.
 
 Two clients send the same request:
@@ -116,7 +116,7 @@ async def _one_request(client, spec: RequestSpec, seed: int, start_at: float) ->
 
 def listener_view(fmt: str, result: dict) -> dict:
     """TTFB, delivered RTF and the playback simulation of one finished request."""
-    from tts_core.bench.playback import audio_timeline, simulate_playback
+    from bench.lib.playback import audio_timeline, simulate_playback
 
     points = audio_timeline(fmt, result["data"], result["arrivals"])
     play = simulate_playback(points)

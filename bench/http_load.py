@@ -14,7 +14,7 @@ generated at once, then per level (N concurrent listeners), side by side in the 
   the server and the in-process engine do not use.
 
 Per request: time to first byte, delivered real-time factor (last byte / audio length) and a
-listener who starts at the first playable audio and plays in real time (`tts_core.bench.playback`:
+listener who starts at the first playable audio and plays in real time (`bench.lib.playback`:
 underruns, seconds of silence). Per run: aggregate x real time, the server's CPU seconds per audio
 second split by thread (event loop, stream pumps, engine: `http_server.py`), its encode seconds per
 audio second (from its /metrics), and the clients' own CPU (`http_runs.py`).
@@ -52,7 +52,7 @@ from http_clients import ClientPool, RequestSpec  # noqa: E402
 from http_runs import Target, http_run, inproc_run, median_run  # noqa: E402
 from http_server import ModelFiles, serve, split_cpus  # noqa: E402
 
-from tts_core.bench.record import command_line, new_record, write_record  # noqa: E402
+from bench.lib.record import command_line, new_record, write_record  # noqa: E402
 
 logger = logging.getLogger("http_load")
 TEXT = ("Streaming speech reaches every listener while it is still being generated, one small piece after "
@@ -254,7 +254,7 @@ def main() -> None:
     pool = ClientPool(args.client_processes, client_cpus)
     import torch
 
-    from tts_core.bench.machine import machine_info
+    from bench.lib.machine import machine_info
 
     if args.threads:
         torch.set_num_threads(int(args.threads))

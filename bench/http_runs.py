@@ -19,7 +19,7 @@ import numpy as np
 from http_clients import ClientPool, RequestSpec
 from http_server import ServedApp, cpu_split
 
-from tts_core.bench.streams import run_streams, summarize_run
+from bench.lib.streams import run_streams, summarize_run
 
 
 @dataclass(frozen=True, slots=True)
