@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 
+from ...cancel import CancelToken
 from ...types import AudioChunk
 from .pump_threads import PUMP_THREADS, PumpThreads
 
@@ -45,7 +46,8 @@ _WAIT_S = 0.05  # how often a waiting thread checks whether it was stopped
 class StreamPump:
     """A stream's chunks, read and written in a thread of its own; see the module docstring."""
 
-    def __init__(self, chunks: Iterator[AudioChunk], cancel: threading.Event, *, threads: PumpThreads = PUMP_THREADS):
+    def __init__(self, chunks: Iterator[AudioChunk], cancel: CancelToken | threading.Event, *,
+                 threads: PumpThreads = PUMP_THREADS):
         self._chunks = chunks
         self._cancel = cancel
         self._loop = asyncio.get_running_loop()
