@@ -8,7 +8,9 @@ from figures_common import _caption
 
 
 def _x(value: float | None) -> str:
-    return "–" if value is None else (f"{value:.1f}" if value >= 10 else f"{value:.2f}")
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
