@@ -5,7 +5,8 @@ only, as collapsed stacks) while the `with` block runs, and stops it with SIGINT
 its file). `summarize(path)` turns those stacks into shares of the samples: per thread role (the
 event loop: the main thread; the stream pumps; the engine; other) and the frames where most samples
 were taken, overall and per role. Used for the extra profiled runs of `--profile`, whose figures
-are not part of the levels (the sampling costs the server a little).
+are not part of the levels (the sampling costs the server a little). py-spy leaves out most idle
+threads but not every blocked wait: a thread waiting on a lock or queue can still be counted.
 
     python bench/http_profile.py server.pyspy      # the summary of a file, as JSON
 """

@@ -120,7 +120,8 @@ def _profiles(record: dict) -> list[str]:
              "| run | event loop | stream pumps | engine | other | top frames |", "|---|---|---|---|---|---|"]
     for key, entry in profiles.items():
         roles = entry["roles"]
-        frames = "; ".join(f"`{frame}` {share:.0%}" for frame, share in list(entry["top_frames"].items())[:3])
+        top = sorted(entry["top_frames"].items(), key=lambda kv: -kv[1])[:3]  # records keep keys sorted by name
+        frames = "; ".join(f"`{frame}` {share:.0%}" for frame, share in top)
         lines.append(f"| {key} | " + " | ".join(f"{roles.get(role, 0):.0%}" for role in
                                                 ("event loop", "stream pumps", "engine", "other")) + f" | {frames} |")
     return lines

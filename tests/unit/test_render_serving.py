@@ -42,7 +42,8 @@ def _gpu_record() -> dict:
                     "levels": {"320": _run(behind_real_time=3, underruns=12, ttfb_p95_ms=410.0, holds=False)}},
             "pcm": {"highest": 384, "first_failing": None, "levels": {}}}},
         "profiles": {"256 mp3/stream": {"samples": 100, "roles": {"event loop": 0.2, "stream pumps": 0.5, "engine": 0.3},
-                                        "top_frames": {"encode (x.py:1)": 0.4, "write (y.py:2)": 0.1}}},
+                                        "top_frames": {"a (z.py:3)": 0.05, "encode (x.py:1)": 0.4,
+                                                       "write (y.py:2)": 0.1}}},
     }
 
 
@@ -55,7 +56,7 @@ def test_the_gpu_block_states_the_targets_the_search_and_the_profiles() -> None:
     assert "- 64 streams: HTTP pcm delivers **0.95×** the in-process figure (target ≥ 0.9)." in text
     assert "- 256 streams: HTTP pcm delivers **0.80×** the in-process figure (target ≥ 0.9)." in text
     assert "| mp3 | 256 | 320 | 3 / 12 / 410 / 0 |" in text and "| pcm | 384 | – | – |" in text
-    assert "| 256 mp3/stream | 20% | 50% | 30% | 0% | `encode (x.py:1)` 40%; `write (y.py:2)` 10% |" in text
+    assert "| 256 mp3/stream | 20% | 50% | 30% | 0% | `encode (x.py:1)` 40%; `write (y.py:2)` 10%; `a (z.py:3)` 5% |" in text
     assert "| 256 | mp3/stream | 700 | 0.58 | 0.47 |" in text
 
 
