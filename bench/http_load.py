@@ -21,15 +21,15 @@ audio second (from its /metrics), and the clients' own CPU (`http_runs.py`).
 
 `--profile 256:mp3` adds runs with py-spy recording the server (`http_profile.py`: the share of
 samples per thread role and the top frames go into the record). `--search-levels` then looks, per
-format of `--search-formats`, for the most listeners that hold
-the target (no error, nobody behind real time, no underrun, TTFB p95 <= `--ttfb-target-ms`):
-levels in ascending order until one fails. `--budget-s` stops before a run would start past the
+format of `--search-formats`, for the most listeners that hold the target (no error, nobody behind
+real time, no underrun, TTFB p95 <= `--ttfb-target-ms`): levels in ascending order until one fails. `--budget-s` stops before a run would start past the
 budget; the record is rewritten after every level, so a run cut short keeps what it measured.
 
 The machine may be shared with other work: the record keeps the load average; ratios are only read
 between runs of one record. Figures only: nothing here asserts a timing.
 
-    python bench/http_load.py --streams 1,16,32,64 --json bench/results/http-load-cpu.json
+    python bench/http_load.py --streams 16,32,64 --formats pcm,mp3,opus,aac --modes stream --frames 75 \
+        --repeats 2 --client-processes 2 --no-encoder-check --json bench/results/http-load-cpu.json
     bash bench/device_http_load.sh        # the H200 run (full-size random weights, CUDA)
     python scripts/render_figures.py      # then rewrite docs/SERVING.md
 """
