@@ -1,5 +1,6 @@
-"""Renderer of `scripts/render_figures.py` for the server load bench (`bench/http_load.py`):
-docs/SERVING.md's `serving` block."""
+"""Renderer of `scripts/render_figures.py` for the server load bench (`bench/http_load.py`) and the
+side-by-side change checks (`bench/http_ab.py`): docs/SERVING.md's `serving` (CPU), `serving-gpu`
+and `serving-changes` blocks."""
 
 from __future__ import annotations
 
@@ -7,46 +8,154 @@ from figures_common import _caption
 
 
 def _x(value: float | None) -> str:
-    return "–" if value is None else (f"{value:.1f}" if value >= 10 else f"{value:.2f}")
+    if value is None:
+        return "–"
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
 def _ratio(a: float | None, b: float | None) -> str:
     return "–" if not a or not b else f"{a / b:.2f}"
 
 
+def _num(value, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _on_gpu(record: dict) -> bool:
+    return bool(record["machine"].get("gpus")) and record["setup"].get("device", "cpu") != "cpu"
+
+
+def _cpu_cell(run: dict) -> str:
+    total = _num(run.get("server_cpu_s_per_audio_s"), ".3f")
+    if run.get("event_loop_s_per_audio_s") is None:
+        return total
+    return f"{total} ({run['event_loop_s_per_audio_s']:.4f} / {run['pump_threads_s_per_audio_s']:.4f})"
+
+
 def _level_rows(level: dict) -> list[str]:
     inproc = level["inproc"]
     pcm = level["http"].get("pcm/stream", {}).get("x_realtime")
-    rows = [f"| {level['streams']} | in-process `Synthesizer.stream()` | {_x(inproc['x_realtime'])} | – | 1.00 | "
-            f"{inproc['rtf_max']:.2f} | – | – | {inproc['ttfp_p50_ms']:.0f} / {inproc['ttfp_p95_ms']:.0f} (first audio) "
-            "| – | – |"]
+    rows = []
+    if inproc:
+        rows.append(f"| {level['streams']} | in-process `Synthesizer.stream()` | {_x(inproc['x_realtime'])} | – | 1.00 | "
+                    f"{inproc['rtf_max']:.2f} | – | – | {inproc['ttfp_p50_ms']:.0f} / {inproc['ttfp_p95_ms']:.0f} "
+                    "(first audio) | – | – | – |")
     for key, run in sorted(level["http"].items(), key=lambda kv: (kv[0].split("/")[1], kv[0])):
-        encode = run.get("encode_s_per_audio_s")
+        busy = run.get("client_cores_busy")
         rows.append(
             f"| {level['streams']} | {key} | {_x(run['x_realtime'])} | {_ratio(run['x_realtime'], pcm)} | "
-            f"{_ratio(run['x_realtime'], inproc['x_realtime'])} | {run['rtf_max']:.2f} | "
+            f"{_ratio(run['x_realtime'], inproc['x_realtime'] if inproc else None)} | {_num(run['rtf_max'], '.2f')} | "
             f"{run['behind_real_time']:.0f} of {level['streams']} | {run['underruns']:.0f} ({run['silence_s']:.1f} s) | "
-            f"{run['ttfb_p50_ms']:.0f} / {run['ttfb_p95_ms']:.0f} | {run['server_cpu_s_per_audio_s']:.3f} | "
-            f"{'–' if encode is None else f'{encode:.4f}'} |")
+            f"{_num(run['ttfb_p50_ms'], '.0f')} / {_num(run['ttfb_p95_ms'], '.0f')} | {_cpu_cell(run)} | "
+            f"{_num(run.get('encode_s_per_audio_s'), '.4f')} | {_num(busy, '.2f')} |")
     return rows
 
 
-def _targets(record: dict) -> list[str]:
-    by_streams = {level["streams"]: level for level in record["levels"]}
+def _http(record: dict, streams: int, key: str, figure: str):
+    level = next((lv for lv in record["levels"] if lv["streams"] == streams), {})
+    return level.get("http", {}).get(key, {}).get(figure)
 
-    def http(streams: int, key: str, figure: str):
-        return by_streams.get(streams, {}).get("http", {}).get(key, {}).get(figure)
 
+def _inproc(record: dict, streams: int):
+    level = next((lv for lv in record["levels"] if lv["streams"] == streams), {})
+    return (level.get("inproc") or {}).get("x_realtime")
+
+
+def _cpu_targets(record: dict) -> list[str]:
     lines = []
-    if http(32, "mp3/stream", "x_realtime") and http(32, "pcm/stream", "x_realtime"):
-        ratio = http(32, "mp3/stream", "x_realtime") / http(32, "pcm/stream", "x_realtime")
-        lines.append(f"- 32 streams: mp3 delivers **{ratio:.2f}×** pcm's aggregate (target ≥ 0.6).")
-    if http(16, "mp3/stream", "behind_real_time") is not None:
-        lines.append(f"- 16 mp3 streams: **{http(16, 'mp3/stream', 'behind_real_time'):.0f}** listeners behind real "
-                     f"time, {http(16, 'mp3/stream', 'underruns'):.0f} underruns in the playback simulation (target 0).")
-    if http(64, "pcm/stream", "x_realtime") and 64 in by_streams:
-        ratio = http(64, "pcm/stream", "x_realtime") / by_streams[64]["inproc"]["x_realtime"]
-        lines.append(f"- 64 streams: HTTP pcm delivers **{ratio:.2f}×** the in-process figure (target ≥ 0.9).")
+    mp3, pcm = _http(record, 32, "mp3/stream", "x_realtime"), _http(record, 32, "pcm/stream", "x_realtime")
+    if mp3 and pcm:
+        lines.append(f"- 32 streams: mp3 delivers **{mp3 / pcm:.2f}×** pcm's aggregate (target ≥ 0.6).")
+    if _http(record, 16, "mp3/stream", "behind_real_time") is not None:
+        lines.append(f"- 16 mp3 streams: **{_http(record, 16, 'mp3/stream', 'behind_real_time'):.0f}** listeners behind "
+                     f"real time, {_http(record, 16, 'mp3/stream', 'underruns'):.0f} underruns in the playback "
+                     "simulation (target 0).")
+    if _http(record, 64, "pcm/stream", "x_realtime") and _inproc(record, 64):
+        lines.append(f"- 64 streams: HTTP pcm delivers **{_http(record, 64, 'pcm/stream', 'x_realtime') / _inproc(record, 64):.2f}×**"
+                     " the in-process figure (target ≥ 0.9).")
+    return lines
+
+
+def _gpu_targets(record: dict) -> list[str]:
+    lines = []
+    if _http(record, 256, "mp3/stream", "behind_real_time") is not None:
+        lines.append(f"- 256 streaming mp3 listeners: **{_http(record, 256, 'mp3/stream', 'behind_real_time'):.0f}** "
+                     f"behind real time, **{_http(record, 256, 'mp3/stream', 'underruns'):.0f}** underruns, TTFB p95 "
+                     f"**{_num(_http(record, 256, 'mp3/stream', 'ttfb_p95_ms'), '.0f')} ms** (target 0, 0, ≤ 300 ms).")
+    for streams in (64, 256):
+        pcm, inproc = _http(record, streams, "pcm/stream", "x_realtime"), _inproc(record, streams)
+        if pcm and inproc:
+            lines.append(f"- {streams} streams: HTTP pcm delivers **{pcm / inproc:.2f}×** the in-process figure "
+                         "(target ≥ 0.9).")
+    return lines
+
+
+def _search(record: dict) -> list[str]:
+    found = record.get("search")
+    if not found:
+        return []
+    target = found["target"]
+    lines = [f"Most listeners per format that hold the target (every listener: no error, ahead of real time, no "
+             f"underrun; TTFB p95 ≤ {target['ttfb_p95_ms']:.0f} ms; every repeat), levels tried in order until one "
+             "fails:", "", "| format | most listeners that hold | first level that fails | there: behind / underruns / "
+             "TTFB p95 ms / errors |", "|---|---|---|---|"]
+    for fmt, entry in found["formats"].items():
+        failing = entry.get("first_failing")
+        why = "–"
+        if failing is not None:
+            run = entry["levels"][str(failing)]
+            why = (f"{run['behind_real_time']:.0f} / {run['underruns']:.0f} / {_num(run['ttfb_p95_ms'], '.0f')} / "
+                   f"{run['errors']:.0f}")
+        stopped = " (budget ran out)" if entry.get("stopped") else ""
+        lines.append(f"| {fmt} | {entry['highest'] or 'none tried held'}{stopped} | {failing or '–'} | {why} |")
+    return lines
+
+
+def _profiles(record: dict) -> list[str]:
+    profiles = {k: v for k, v in (record.get("profiles") or {}).items() if v.get("samples")}
+    if not profiles:
+        return []
+    lines = ["Where the server's time went in extra runs with py-spy recording it (share of active samples "
+             "per thread; the three frames with most samples):", "",
+             "| run | event loop | stream pumps | engine | other | top frames |", "|---|---|---|---|---|---|"]
+    for key, entry in profiles.items():
+        roles = entry["roles"]
+        top = sorted(entry["top_frames"].items(), key=lambda kv: -kv[1])[:3]  # records keep keys sorted by name
+        frames = "; ".join(f"`{frame}` {share:.0%}" for frame, share in top)
+        lines.append(f"| {key} | " + " | ".join(f"{roles.get(role, 0):.0%}" for role in
+                                                ("event loop", "stream pumps", "engine", "other")) + f" | {frames} |")
+    return lines
+
+
+def _load_table(record: dict, source: str, title: str, targets: list[str]) -> list[str]:
+    setup = record["setup"]
+    client = setup["client"] + (f", {setup['client_processes']} processes" if setup.get("client_processes") else "")
+    cpus = setup.get("cpus") or {}
+    pinned = (f"; clients pinned to CPUs {cpus['clients'][0]}-{cpus['clients'][-1]}, the server and the in-process "
+              "engine to the others" if cpus.get("clients") else "")
+    lines = [
+        _caption(title, record, source),
+        f"{setup['server']}, `--max-active-streams {setup['max_active_streams']}`, {setup['frames']} frames "
+        f"({setup['frames'] * 0.08:g} s) per request; clients: {client}, on the same machine{pinned}. "
+        f"{setup['shared_machine'].capitalize()}. Median of {record['args']['repeats']} runs per row.",
+        "",
+        "| streams | path | × real time | vs pcm | vs in-process | RTF max | behind real time | underruns (silence) "
+        "| TTFB p50 / p95 ms | server CPU s per audio s (event loop / pumps) | encode s per audio s | clients' cores "
+        "busy |",
+        "|---" * 12 + "|",
+    ]
+    for level in record["levels"]:
+        lines += _level_rows(level)
+    if targets:
+        lines += ["", "Against the targets of issue 33:", "", *targets]
+    search = _search(record)
+    if search:
+        lines += ["", *search]
+    profiles = _profiles(record)
+    if profiles:
+        lines += ["", *profiles]
+    if not record.get("complete", True):
+        lines += ["", "This run stopped before its end (its time budget): the rows above are what it measured."]
     return lines
 
 
@@ -66,28 +175,11 @@ def _encoders(check: dict) -> list[str]:
 
 
 def render_serving(records: list[tuple[str, dict]]) -> str:
-    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load"]
+    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and not _on_gpu(r)]
     if not chosen:
         return "Server load figures pending: no record in `bench/results/` yet (`python bench/http_load.py`)."
     source, record = max(chosen, key=lambda sr: sr[1]["date"])
-    setup = record["setup"]
-    lines = [
-        _caption("Server under load", record, source),
-        f"{setup['server']}, `--max-active-streams {setup['max_active_streams']}`, "
-        f"`MOSS_TTS_NUM_THREADS={setup['threads']}`, {setup['frames']} frames ({setup['frames'] * 0.08:g} s) per "
-        f"request; clients: {setup['client']}, on the same machine. {setup['shared_machine'].capitalize()}: "
-        "absolute figures move with that load, the ratios are taken between runs of the same minutes. Median of "
-        f"{record['args']['repeats']} runs per row.",
-        "",
-        "| streams | path | × real time | vs pcm | vs in-process | RTF max | behind real time | underruns (silence) "
-        "| TTFB p50 / p95 ms | server CPU s per audio s | encode s per audio s |",
-        "|---" * 11 + "|",
-    ]
-    for level in record["levels"]:
-        lines += _level_rows(level)
-    targets = _targets(record)
-    if targets:
-        lines += ["", "Against the targets of issue 33 (this machine, tiny checkpoints):", "", *targets]
+    lines = _load_table(record, source, "Server under load", _cpu_targets(record))
     encoders = [(s, r) for s, r in records if r.get("kind") == "encoder_check"]
     if encoders:  # the encoders' own record: their speed, quality and the interpreter lock
         enc_source, enc = max(encoders, key=lambda sr: sr[1]["date"])
@@ -98,4 +190,38 @@ def render_serving(records: list[tuple[str, dict]]) -> str:
                   "it holds it): " + ", ".join(f"{fmt} {value:.2f}" for fmt, value in gil.items()) + "."]
     elif record.get("encoder_check"):
         lines += ["", *_encoders(record["encoder_check"])]
+    return "\n".join(lines)
+
+
+def render_serving_gpu(records: list[tuple[str, dict]]) -> str:
+    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and _on_gpu(r)]
+    if not chosen:
+        return ("GPU server figures pending: no GPU record of `bench/http_load.py` in `bench/results/` yet "
+                "(`bash bench/device_http_load.sh` on the H200; see above).")
+    source, record = max(chosen, key=lambda sr: sr[1]["date"])
+    return "\n".join(_load_table(record, source, "Server under load on the GPU", _gpu_targets(record)))
+
+
+def render_serving_changes(records: list[tuple[str, dict]]) -> str:
+    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "http_ab"), key=lambda sr: sr[1]["date"])
+    if not chosen:
+        return "No side-by-side change record yet (`python bench/http_ab.py`)."
+    lines = ["| change (B against A) | streams, format | server CPU s per audio s, B / A | event loop | pumps | "
+             "× real time | underruns A → B | TTFB p95 ms A → B | record |", "|---" * 9 + "|"]
+    for source, record in chosen:
+        setup = record["setup"]
+        for fmt, entry in record["formats"].items():
+            c = entry["compare"]
+
+            def ratio(key: str, c: dict = c) -> str:
+                return _num(c.get(key, {}).get("B_over_A"), ".2f")
+
+            def pair(key: str, fmt_: str, c: dict = c) -> str:
+                got = c.get(key)
+                return "–" if not got else f"{got['A']:{fmt_}} → {got['B']:{fmt_}}"
+
+            lines.append(f"| {setup['label']} | {setup['streams']}, {fmt} | {ratio('server_cpu_s_per_audio_s')} | "
+                         f"{ratio('event_loop_s_per_audio_s')} | {ratio('pump_threads_s_per_audio_s')} | "
+                         f"{ratio('x_realtime')} | {pair('underruns', '.0f')} | {pair('ttfb_p95_ms', '.0f')} | "
+                         f"`{source}`, load {record['load_average_1m']:.1f} → {record['load_average_1m_end']:.1f} |")
     return "\n".join(lines)

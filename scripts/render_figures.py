@@ -21,7 +21,10 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
     docs/SERVING.md       serving      the server under N concurrent OpenAI clients, per format, beside the
-                                       in-process bench of the same run (bench/http_load.py)
+                                       in-process bench of the same run (bench/http_load.py), on CPU
+                          serving-gpu  the same on a GPU (bench/device_http_load.sh), with the search for
+                                       the most listeners per format that hold the target
+                          serving-changes  delivery-path changes side by side (bench/http_ab.py)
     docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
                                        (bench/browser_engine.py)
@@ -49,7 +52,7 @@ from figures_deploy import render_aoti, render_cold_start
 from figures_player import render_player
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
-from figures_serving import render_serving
+from figures_serving import render_serving, render_serving_changes, render_serving_gpu
 from figures_trace import render_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,7 +60,7 @@ RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
-             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving",),
+             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving", "serving-gpu", "serving-changes"),
              "docs/PLAYER.md": ("player-links",),
              "docs/BROWSER_ENGINE.md": ("browser-engine",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
@@ -330,7 +333,8 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "precision": render_precision(records), "reference": render_reference(records),
             "gpu-trace": render_trace(records), "headline": render_headline(records),
             "cold-start": render_cold_start(records), "aoti": render_aoti(records),
-            "serving": render_serving(records), "player-links": render_player(records),
+            "serving": render_serving(records), "serving-gpu": render_serving_gpu(records),
+            "serving-changes": render_serving_changes(records), "player-links": render_player(records),
             "browser-engine": render_browser(records)}
 
 

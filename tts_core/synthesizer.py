@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .cancel import CancelToken
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
 from .cpu_mode import ModeChoice
 from .cpu_mode_settle import PendingMode, settle_cpu_mode
@@ -136,25 +137,29 @@ class Synthesizer:
 
     # ---- synthesis -----------------------------------------------------------------------------
 
-    def stream(self, request: SynthesisRequest, *, cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+    def stream(self, request: SynthesisRequest, *, cancel: threading.Event | CancelToken | None = None
+               ) -> Iterator[AudioChunk]:
         """Yield audio chunks as they are generated; the last one has `is_last=True`.
 
         Input errors raise on the first `next()`, before any audio. Closing the iterator (or
         dropping it) cancels the request and frees its engine slot at once. `cancel`, set from
         another thread, does the same even while this iterator is blocked waiting for a chunk
-        (e.g. a request still queued when its HTTP client goes away); the iterator then ends.
+        (e.g. a request still queued when its HTTP client goes away); the iterator then ends. A
+        `CancelToken` does so without the reader polling the flag.
         """
         submitted_at = time.monotonic()
         if self._prepare_on_engine:
             handle = self.engine.enqueue(self._job_request(self._check(request, submitted_at)))
         else:
             handle = self.engine.submit(self.prepare(request, submitted_at=submitted_at))
+        if isinstance(cancel, CancelToken):  # it wakes the outbox itself: no polling (cancel.py)
+            cancel.wake_on_set(handle.outbox)
         yield from handle_chunks(self.engine, handle, lambda: self._next_item(handle, cancel))
 
     @staticmethod
-    def _next_item(handle, cancel: threading.Event | None):
-        if cancel is None:
-            return handle.outbox.get()
+    def _next_item(handle, cancel: threading.Event | CancelToken | None):
+        if cancel is None or isinstance(cancel, CancelToken):
+            return None if cancel is not None and cancel.is_set() else handle.outbox.get()
         while not cancel.is_set():
             try:
                 return handle.outbox.get(timeout=0.05)

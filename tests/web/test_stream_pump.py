@@ -68,7 +68,7 @@ class Writer:
 
 
 async def _pump(source: Source) -> StreamPump:
-    return StreamPump(iter(source), source.cancel, name="pump-test")
+    return StreamPump(iter(source), source.cancel)
 
 
 def test_every_chunk_then_the_tail_in_order_written_in_the_pump_thread():
@@ -84,7 +84,9 @@ def test_every_chunk_then_the_tail_in_order_written_in_the_pump_thread():
 
     source, writer, out, pump = run_coro(main())
     assert out == [bytes([i]) * 4 for i in range(5)] + [b"end"]
-    assert writer.threads == {"pump-test"} and source.threads == {"pump-test"}
+    # one thread read and wrote the whole stream: a pump thread, not the test's (the event loop's)
+    assert len(writer.threads) == 1 and writer.threads == source.threads
+    assert next(iter(writer.threads)).startswith("stream-pump-")
     assert source.closed.is_set() and writer.closed and pump.closed
     assert pump.samples == 5 * 3840
 
@@ -164,7 +166,7 @@ def test_many_streams_do_not_need_the_shared_worker_pool():
 
         async def one(index: int) -> bytes:
             source = Source(6)
-            pump = StreamPump(iter(source), source.cancel, name=f"pump-{index}")
+            pump = StreamPump(iter(source), source.cancel)
             await pump.first()
             encoder = StreamEncoder("mp3", 48_000, 2)
 
@@ -191,3 +193,45 @@ def test_many_streams_do_not_need_the_shared_worker_pool():
         with av.open(io.BytesIO(data)) as container:
             samples = sum(frame.samples for frame in container.decode(audio=0))
         assert samples >= 5 * 3840  # the whole stream, decodable (the encoder's padding may add a frame)
+
+
+def test_pump_threads_are_reused_and_grow_only_to_the_most_tasks_at_once():
+    from pathlib import Path
+
+    from tts_core.web.delivery.pump_threads import PumpThreads
+
+    pool = PumpThreads("pool-test")
+    release, ran = threading.Event(), []
+    done = threading.Semaphore(0)
+
+    def task(index: int, wait: bool) -> None:
+        ran.append((index, threading.current_thread().name, threading.get_native_id()))
+        if wait:
+            release.wait(30)
+        done.release()
+
+    def settled() -> None:  # every thread back to waiting (a task's end comes just before that)
+        for _ in range(3000):
+            if pool.idle == pool.started:
+                return
+            threading.Event().wait(0.01)
+        raise AssertionError(f"{pool.idle} of {pool.started} threads idle")
+
+    for i in range(5):  # one after another: one thread does them all
+        pool.run(lambda i=i: task(i, False))
+        assert done.acquire(timeout=30)
+        settled()
+    assert pool.started == 1
+    for i in range(4):  # four at once, none of them waiting for another: four threads
+        pool.run(lambda i=i: task(10 + i, True))
+    for _ in range(3000):  # all four running (each holds its thread until released)
+        if len(ran) == 9:
+            break
+        threading.Event().wait(0.01)
+    release.set()
+    for _ in range(4):
+        assert done.acquire(timeout=30)
+    assert pool.started == 4 and len({name for _, name, _ in ran[5:]}) == 4
+    comm = Path(f"/proc/self/task/{ran[0][2]}/comm")
+    if comm.exists():  # Linux: the operating system knows them by name
+        assert comm.read_text().strip() == "stream-pump"

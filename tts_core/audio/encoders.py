@@ -134,6 +134,9 @@ class StreamEncoder:
         self.fmt, self.sample_rate, self.channels = fmt, int(sample_rate), int(channels)
         self._started = False
         self._samples = 0
+        # Samples in the bytes handed out so far (compressed formats: the packets' durations; the
+        # encoder holds some audio back, e.g. LAME about 56 ms of the first 80).
+        self.encoded_samples = 0
         self._container = self._stream = self._sink = None
         self._bit_rate = bit_rate  # None: the format's default (per channel, above)
         if fmt in _PYAV:
@@ -153,6 +156,11 @@ class StreamEncoder:
         self._layout = layout
         self._planar = spec.sample_format == "fltp"
 
+    @property
+    def frame_samples(self) -> int:
+        """The codec's frame, known once it has encoded (0: raw formats, sample-exact)."""
+        return int(self._stream.codec_context.frame_size or 0) if self._stream is not None else 0
+
     def encode(self, pcm: np.ndarray) -> bytes:
         pcm = np.asarray(pcm, dtype=np.float32)
         if pcm.ndim != 2 or pcm.shape[0] != self.channels:
@@ -164,8 +172,10 @@ class StreamEncoder:
         if pcm.shape[1] == 0:
             return header
         if self.fmt in ("pcm", "wav"):
+            self.encoded_samples += pcm.shape[1]
             return header + pcm_to_int16_bytes(pcm)
         if self.fmt == "float32":
+            self.encoded_samples += pcm.shape[1]
             return np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()
         return self._mux(pcm)
 
@@ -188,6 +198,8 @@ class StreamEncoder:
             self._samples += pcm.shape[1]
             packets = self._stream.encode(frame)
         for packet in packets:
+            if packet.duration and packet.time_base:
+                self.encoded_samples += int(packet.duration * packet.time_base * self.sample_rate)
             self._container.mux(packet)
         return self._sink.drain()
 

@@ -6,7 +6,11 @@
 same samples however the stream is cut, so a streamed response and a buffered one are the same audio.
 
 Three writers wrap a render for `streaming.chunk_bytes` (each is called per chunk, then `finish()`):
-- `RawWriter`: the format's bytes as they come (`stream_format: "audio"`, `stream: true`, the player);
+- `RawWriter`: the format's bytes as they come (`stream_format: "audio"`, `stream: true`, the player).
+  Its first bytes wait until the encoder has handed out the first chunk's audio, to within one codec
+  frame (`start_hold`): LAME keeps about 56 ms of the first 80 ms chunk and aac half of it, so a
+  client that starts playing at the first audio would have a few milliseconds to play before the
+  next chunk; held until the second chunk, it starts with about a chunk's worth, as with pcm;
 - `SseWriter`: OpenAI's server-sent events, `speech.audio.delta` (base64 audio), `speech.segment`
   captions when asked, then `speech.audio.done` with usage (docs/PROTOCOL.md §4);
 - `FrameWriter`: the player's `"framing": "events"`: [u32 LE length][u8 kind][payload] frames, kind 0
@@ -66,6 +70,16 @@ class SpeechRender:
     def audio_s(self) -> float:
         return self.output_samples / self.spec.sample_rate
 
+    @property
+    def encoded_samples(self) -> int:
+        """Samples (at spec.sample_rate) in the bytes the encoder has handed out so far."""
+        return self._encoder.encoded_samples
+
+    @property
+    def codec_frame_samples(self) -> int:
+        """The encoder's frame (0 for raw formats): its output comes in steps of this."""
+        return self._encoder.frame_samples
+
     def _encode(self, pcm: np.ndarray) -> bytes:
         self.output_samples += pcm.shape[1]
         if self._on_pcm is not None and pcm.shape[1]:
@@ -123,16 +137,37 @@ def render_whole(pcm: np.ndarray, spec: OutputSpec) -> tuple[bytes, float]:
 
 
 class RawWriter:
+    """The format's bytes as they come; with `start_hold`, the first bytes wait until they carry the
+    first chunk's audio to within one codec frame (see the module docstring): one chunk later for mp3
+    and aac, no later for pcm, wav, opus (and flac, whose encoder sends nothing before its 96 ms
+    frame anyway)."""
+
     blocking = True
 
-    def __init__(self, render: SpeechRender):
+    def __init__(self, render: SpeechRender, *, start_hold: bool = True):
         self.render = render
+        self._holding = start_hold
+        self._held: list[bytes] = []
+        self._due: int | None = None  # encoded samples the first bytes must carry
 
     def __call__(self, chunk: AudioChunk) -> bytes:
-        return self.render.push(chunk)[0]
+        data = self.render.push(chunk)[0]
+        if not self._holding:
+            return data
+        self._held.append(data)
+        if self._due is None and self.render.output_samples:  # the first chunk that brought audio
+            self._due = self.render.output_samples - self.render.codec_frame_samples
+        if self._due is None or self.render.encoded_samples < self._due:
+            return b""
+        return self._release()
+
+    def _release(self) -> bytes:
+        out = b"".join(self._held)
+        self._held, self._holding = [], False
+        return out
 
     def finish(self) -> bytes:
-        return self.render.finish()[0]
+        return self._release() + self.render.finish()[0]
 
     def close(self) -> None:
         self.render.close()

@@ -1,4 +1,4 @@
-"""One synthesis stream in an HTTP response, driven by a thread of its own.
+"""One synthesis stream in an HTTP response, driven by a thread of its own (for its whole life).
 
 The engine hands a stream's chunks to a blocking iterator (its outbox). Reading it with one
 `anyio.to_thread.run_sync(next, ...)` per chunk parked a thread of anyio's shared pool (40 by
@@ -9,7 +9,10 @@ response's writer on each (stretch, resampling, the format's encoder: PyAV relea
 interpreter lock while it encodes, so the pumps of many streams encode in parallel, off the event
 loop and off the engine's threads), and hands the bytes to the event loop through an asyncio queue.
 
-Life cycle: `StreamPump(chunks, cancel)` starts the thread, which reads the first chunk at once;
+The thread comes from `pump_threads.PUMP_THREADS`, a pool that grows to the most streams at once
+and reuses its threads (starting a thread per stream made the event loop wait for each new one).
+
+Life cycle: `StreamPump(chunks, cancel)` starts the pump on its thread, which reads the first chunk at once;
 `await first()` returns it (or raises the stream's error, before any byte is sent);
 `start(writer)` lets the thread go on; `async for data in output()` yields what the writer made,
 then its `finish()`; `await close()` stops the thread (setting `cancel`, which ends a wait for the
@@ -28,7 +31,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 
+from ...cancel import CancelToken
 from ...types import AudioChunk
+from .pump_threads import PUMP_THREADS, PumpThreads
 
 # Items the thread posts: (kind, value)
 _FIRST, _DATA, _END, _ERROR = "first", "data", "end", "error"
@@ -41,7 +46,8 @@ _WAIT_S = 0.05  # how often a waiting thread checks whether it was stopped
 class StreamPump:
     """A stream's chunks, read and written in a thread of its own; see the module docstring."""
 
-    def __init__(self, chunks: Iterator[AudioChunk], cancel: threading.Event, *, name: str = "stream-pump"):
+    def __init__(self, chunks: Iterator[AudioChunk], cancel: CancelToken | threading.Event, *,
+                 threads: PumpThreads = PUMP_THREADS):
         self._chunks = chunks
         self._cancel = cancel
         self._loop = asyncio.get_running_loop()
@@ -53,8 +59,7 @@ class StreamPump:
         self._writer: Callable[[AudioChunk], object] | None = None
         self.samples = 0  # 48 kHz samples read from the engine
         self.writer_s = 0.0  # seconds the writer took (thread CPU time: encoding, stretch, framing)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        threads.run(self._run)
 
     # ---- the thread ---------------------------------------------------------------------------
 

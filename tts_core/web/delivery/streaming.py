@@ -15,7 +15,6 @@ cancels it in the engine and frees its slot.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from ...cancel import CancelToken
 from ...errors import TTSError
 from ...types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
 from .stream_pump import StreamPump
@@ -43,7 +43,7 @@ async def open_stream(synth, request: SynthesisRequest, http_request: Request | 
     Returns the stream's pump (`web/delivery/stream_pump.py`) and the first chunk (None when the client left
     before it came). The caller must `start` the pump with a writer, or `close` it.
     """
-    cancel = threading.Event()
+    cancel = CancelToken()  # wakes the pump's wait for the next chunk when set (no polling)
     pump = StreamPump(synth.stream(request, cancel=cancel), cancel)
 
     async def watch() -> None:

@@ -1,0 +1,209 @@
+"""The server side of `bench/http_load.py`: `python app.py` as users start it, measured from outside.
+
+`serve` starts the app on a model (the tiny parity checkpoints, or full-size checkpoints such as
+`python -m tts_core make-random-checkpoint` writes), on CPUs of its own when asked (the load
+generator then runs on the others), and `ServedApp` reads what the bench needs: health, the encode
+counters of `/metrics`, and the process's CPU time split by thread from `/proc` (psutil):
+
+- `event_loop_s`: the main thread, where uvicorn's event loop runs (every response's bytes pass
+  through it: when it nears one CPU second per second, the loop is the bottleneck);
+- `ended_threads_s` (reported as the pumps'): the stream pump threads, which read the engine's
+  chunks and encode them: threads the operating system knows as "stream-pump" (the server's pool,
+  `tts_core/web/pump_threads.py`), and threads that ended during the run (a server that starts one
+  thread per stream);
+- `other_threads_s`: the rest: the engine, its codec thread, torch's workers.
+
+Works for any version of the server (nothing inside it is asked), so two checkouts can be compared.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFiles:
+    """The checkpoints, tokenizer and preset clips a server (and the in-process bench) loads."""
+
+    lm: str
+    codec: str
+    tokenizer: str
+    voices_dir: str
+    label: str  # for the record: "tiny parity checkpoints", "full-size random weights", ...
+
+    @classmethod
+    def tiny(cls, data: Path) -> ModelFiles:
+        return cls(str(data / "parity" / "tiny_lm"), str(data / "parity" / "tiny_codec"),
+                   str(data / "hf_checkpoint_meta" / "tokenizer.model"), str(data / "presets"),
+                   "tiny parity checkpoints")
+
+    @classmethod
+    def full(cls, checkpoint_dir: Path, data: Path) -> ModelFiles:
+        """What `python -m tts_core make-random-checkpoint DIR` wrote, with the shared data's tokenizer and clips."""
+        return cls(str(checkpoint_dir / "lm"), str(checkpoint_dir / "codec"), str(data / "hf_checkpoint_meta" / "tokenizer.model"),
+                   str(data / "presets"), "full-size random weights")
+
+
+def split_cpus(client_cpus: int) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """(server CPUs, client CPUs): the last `client_cpus` of this process's CPUs for the clients.
+    0 (or too few CPUs to split): no pinning at all."""
+    usable = tuple(sorted(os.sched_getaffinity(0)))
+    if client_cpus <= 0 or client_cpus >= len(usable):
+        return None, None
+    return usable[:-client_cpus], usable[-client_cpus:]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+PUMP_THREAD_NAME = "stream-pump"
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSnapshot:
+    total_s: float
+    threads: dict[int, float]  # thread id -> CPU seconds
+    main_tid: int
+    pumps: frozenset[int] = frozenset()  # ids of the threads named PUMP_THREAD_NAME
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def cpu_snapshot(ps: psutil.Process) -> CpuSnapshot:
+    times = ps.cpu_times()
+    threads = {t.id: t.user_time + t.system_time for t in ps.threads()}
+    pumps = frozenset(tid for tid in threads if _thread_name(ps.pid, tid) == PUMP_THREAD_NAME)
+    return CpuSnapshot(times.user + times.system, threads, ps.pid, pumps)
+
+
+def cpu_split(before: CpuSnapshot, after: CpuSnapshot) -> dict:
+    """CPU seconds between two snapshots: total, the event loop's thread, the pumps' (named pump
+    threads, and threads that ended), the rest."""
+    total = after.total_s - before.total_s
+    loop = after.threads.get(after.main_tid, 0.0) - before.threads.get(before.main_tid, 0.0)
+    deltas = {tid: cpu - before.threads.get(tid, 0.0) for tid, cpu in after.threads.items() if tid != after.main_tid}
+    ended = max(0.0, total - loop - sum(deltas.values()))
+    pumps = ended + sum(d for tid, d in deltas.items() if tid in after.pumps)
+    return {"total_s": total, "event_loop_s": loop, "ended_threads_s": pumps, "other_threads_s": total - loop - pumps}
+
+
+@dataclass
+class ServedApp:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+    cpus: tuple[int, ...] | None
+
+    @property
+    def ps(self) -> psutil.Process:
+        return psutil.Process(self.process.pid)
+
+    def health(self) -> dict:
+        return httpx.get(self.url + "/health", timeout=10).json()
+
+    def log_tail(self, num_chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-num_chars:]
+
+    def wait_ready(self, timeout_s: float) -> dict:
+        """Until /health says ready (model loaded; with --no-defer-compile, also compiled)."""
+        deadline = time.monotonic() + timeout_s
+        status = "no answer"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"app.py exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                health = self.health()
+                status = health.get("status")
+                if status == "ready":
+                    return health
+                if status == "failed":
+                    raise RuntimeError(f"the model failed to load: {health.get('error')}\n{self.log_tail()}")
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"app not ready after {timeout_s} s (last status: {status}):\n{self.log_tail()}")
+
+    def wait_idle(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            health = self.health()
+            if health["active_streams"] == 0 and health["queued"] == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"engine still busy after {timeout_s} s: {health}")
+            time.sleep(0.05)
+
+    def scrape(self) -> dict[tuple[str, str], float]:
+        """(metric sample name, format label) -> value, for the encode and bytes-out counters."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        wanted = ("tts_encode_seconds_total", "tts_audio_out_seconds_total", "tts_response_bytes_total")
+        values: dict[tuple[str, str], float] = {}
+        for family in text_string_to_metric_families(httpx.get(self.url + "/metrics", timeout=10).text):
+            for sample in family.samples:
+                if sample.name in wanted:
+                    values[(sample.name, sample.labels.get("format", ""))] = sample.value
+        return values
+
+    def cpu(self) -> CpuSnapshot:
+        return cpu_snapshot(self.ps)
+
+
+def app_command(files: ModelFiles, *, max_streams: int, extra_args: tuple[str, ...] = ()) -> list[str]:
+    return [sys.executable, "app.py", "--lm", files.lm, "--codec", files.codec, "--tokenizer", files.tokenizer,
+            "--voices-dir", files.voices_dir, "--max-active-streams", str(max_streams), "--max-queue", str(max_streams),
+            *extra_args]
+
+
+@contextmanager
+def serve(files: ModelFiles, work: Path, *, max_streams: int, threads: str | None, cpus: tuple[int, ...] | None,
+          extra_args: tuple[str, ...] = (), root: Path = ROOT, extra_env: dict[str, str] | None = None
+          ) -> Iterator[ServedApp]:
+    """`python app.py` (from `root`) with its temp dir and voice cache under `work`, pinned to `cpus`;
+    terminated on exit. Not yet ready: see `ServedApp.wait_ready`."""
+    port = _free_port()
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    (work / "cache").mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PORT": str(port), "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "MOSS_TTS_CACHE_DIR": str(work / "cache"), "PYTHONUNBUFFERED": "1",
+           "TMPDIR": str(work / "tmp"), "GRADIO_TEMP_DIR": str(work / "tmp" / "gradio")}
+    if threads:
+        env["MOSS_TTS_NUM_THREADS"] = threads
+    env.update(extra_env or {})
+    for name in ("SPACE_ID", "MOSS_TTS_MAX_ACTIVE", "MOSS_TTS_MAX_QUEUE"):
+        env.pop(name, None)
+    log_path = work / "app.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(app_command(files, max_streams=max_streams, extra_args=extra_args), cwd=root,
+                                   env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+    try:
+        yield ServedApp(f"http://127.0.0.1:{port}", process, log_path, cpus)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
