@@ -158,7 +158,7 @@ def test_live_matching_of_real_speech_stays_near_the_target(static_page, clips) 
     for look in (0.2, 1.0, 60.0):
         for memory in ("none", "exact", "+2 LU", "-2 LU"):
             errors = []
-            for name, clip in clips.items():
+            for clip in clips.values():
                 offset = {"exact": 0, "+2 LU": 2, "-2 LU": -2}.get(memory)
                 prior = None if offset is None else {"lufs": _lufs(clip) + offset, "weightS": VOICE_PRIOR_S}
                 errors.append(_played(static_page, clip, prior, look) - TARGET)
