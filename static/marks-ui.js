@@ -7,10 +7,8 @@ import { loadMarks, markOf, NOTE_MAX, pruneSaved, setMark, watchMarks } from './
 
 const $ = (id) => document.getElementById(id);
 
-function button(text, props) {
-  const b = Object.assign(document.createElement('button'), { type: 'button', textContent: text }, props);
-  return b;
-}
+const button = (text, props) => Object.assign(document.createElement('button'), { type: 'button', textContent: text },
+  props);
 
 export class CardMarks {
   /** `changed()`: redraw the board (a mark changed, here or in another document of this site). */

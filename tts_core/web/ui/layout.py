@@ -215,8 +215,9 @@ def _audition_tab(settings: ServerSettings) -> dict:
                                       info="Cards in a random order, named A, B, C…: rank them, then reveal. "
                                            "With two voices, A/B/X: tell which one X is."),
         "match_loudness": gr.Checkbox(True, label="Match loudness", elem_id="match-loudness",
-                                      info="Replays and Play all at one loudness (−23 LUFS, EBU R128), so the "
-                                           "louder voice does not sound better; downloads stay as generated."),
+                                      info="Every play at one loudness (−23 LUFS, EBU R128; the first, while it is "
+                                           "made, by an estimate), so the louder voice does not sound better; "
+                                           "downloads stay as generated."),
         "audition_btn": gr.Button("Compare voices", variant="primary", elem_id="audition-btn"),
     }
 
