@@ -5,7 +5,7 @@
 
 What ZeroGPU's worker would run (one stream, eager; torch.compile unavailable there): full-size LM
 from the real config with random weights, a short greedy run per repeat with each set of units
-(`tts_core.bench.aoti.greedy_run`), interleaved (eager, aoti, eager, aoti, ...) so both see the same
+(`bench.lib.aoti.greedy_run`), interleaved (eager, aoti, eager, aoti, ...) so both see the same
 machine. Recorded per dtype: the compile (or cache load) seconds of each unit, the median frame
 time of each, their ratio, and whether the greedy codes agree (fp32: expected exactly; bf16: the
 share of equal codes is reported). Packages are cached in --cache-dir per GPU architecture.
@@ -26,12 +26,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tts_core.bench.aoti import greedy_run  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.models import build_random_models  # noqa: E402
-from tts_core.bench.record import command_line, new_record, write_record  # noqa: E402
+from bench.lib.aoti import greedy_run  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.models import build_random_models  # noqa: E402
+from bench.lib.record import command_line, new_record, write_record  # noqa: E402
 from tts_core.model import lm_step  # noqa: E402
-from tts_core.model.lm_aoti import build_aoti_units  # noqa: E402
+from tts_core.zerogpu.aoti import build_aoti_units  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 import psutil  # noqa: E402
 import torch  # noqa: E402
 
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 
 DATA = Path(os.environ.get("MOSS_TTS_PARITY_DIR", ROOT.parent / "shared" / "moss_tts_nano_data"))
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
@@ -82,8 +82,8 @@ def build(args, precision: str, scratch: Path, lm, codec) -> Path:
 def measure_browser(site: Path, args) -> dict:
     import json
 
-    from browser_engine_helpers import serve_static
     from playwright.sync_api import sync_playwright
+    from support.browser_engine_helpers import serve_static
 
     manifest = json.loads((site / "manifest.json").read_text())
     download = sum(f["size"] for f in manifest["files"])

@@ -19,10 +19,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tts_core.bench.args import default_config_path  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.models import build_random_models  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib.args import default_config_path  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.models import build_random_models  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 
 # Record labels per `codec_layers.ATTENTION_MODES` entry ("fused" is PyTorch's SDPA kernel).
 MODES = (("fused_ms", "sdpa"), ("gemm_ms", "gemm"), ("ring_kernel_ms", "ring_kernel"))

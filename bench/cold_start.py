@@ -33,8 +33,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tts_core.bench.machine import machine_info_without_cuda  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib.machine import machine_info_without_cuda  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 
 GRAPHS_LINE = "engine now runs the compiled+graphs step"
 # --engine-only: the same start without the web server (no gradio / fastapi needed), in a child

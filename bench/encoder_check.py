@@ -28,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tts_core.bench.audio_measures import mel_band_db  # noqa: E402
-from tts_core.encoders import StreamEncoder  # noqa: E402
+from bench.lib.audio_measures import mel_band_db  # noqa: E402
+from tts_core.audio.encoders import StreamEncoder  # noqa: E402
 
 SR = 48_000
 PIECE = 3840  # one codec frame, as the engine hands them out
@@ -113,7 +113,7 @@ def _lame(source: np.ndarray, level: int, bit_rate: int) -> bytes:
 
 
 def encoder_check(data_dir: Path) -> dict:
-    from tts_core.encoders import pyav_settings
+    from tts_core.audio.encoders import pyav_settings
 
     source = speech(data_dir)
     seconds = source.shape[1] / SR
@@ -162,8 +162,8 @@ def gil_check(source: np.ndarray, seconds: float = 1.0, rounds: int = 5) -> dict
 
 
 def main() -> None:
-    from tts_core.bench.machine import machine_info
-    from tts_core.bench.record import command_line, new_record, write_record
+    from bench.lib.machine import machine_info
+    from bench.lib.record import command_line, new_record, write_record
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "moss_tts_nano_data")

@@ -28,9 +28,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
-from tts_core.bench.streams import run_streams, spread, summarize_run  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
+from bench.lib.streams import run_streams, spread, summarize_run  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402
 from tts_core.engine.host_copy import ReadyPcm  # noqa: E402
@@ -114,7 +114,7 @@ class _Submitter:
 
 def run_level(streams: int, frames: int) -> dict:
     """One run: every stream starts at once (one caller thread each), timed as the GPU bench times
-    its callers (`tts_core.bench.streams`); plus the host CPU time of the whole process."""
+    its callers (`bench.lib.streams`); plus the host CPU time of the whole process."""
     engine = Engine(NullRunner(streams), EngineConfig(max_active_streams=streams, max_queue=0, pipeline_codec=True))
     rows = np.zeros((PROMPT_ROWS, 1 + N_VQ), np.int64)
     jobs = [StreamJob(request_id=f"host-{i}", segments=(Segment(rows=rows, max_frames=frames),),

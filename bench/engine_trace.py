@@ -1,10 +1,10 @@
 """Where the bench's wall time goes: `python -m tts_core bench`'s levels, traced.
 
-The same full-size random-weight models, requests and engine as the bench (`tts_core.bench.run`),
+The same full-size random-weight models, requests and engine as the bench (`bench.lib.run`),
 one warm-up run per level, then `--repeats` traced runs: host spans per thread (admission,
 prefills, LM launches and collects, codec decodes, drains, hand-outs, each caller's request
 preparation) and, on CUDA, the device's busy time per kind of work from timing events around every
-graph replay (`tts_core/bench/trace.py`). Per level it prints and records: the run's figures as the
+graph replay (`bench/lib/trace.py`). Per level it prints and records: the run's figures as the
 bench computes them, then per thread and label the time spent, device busy time per kind and their
 union as a share of the wall time, how late the engine noticed each finished LM step, and the
 admission waves of the start. The tracing adds a few microseconds per call, so its TTFP and
@@ -28,19 +28,19 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tts_core.bench.args import default_config_path  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.models import build_random_models  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
-from tts_core.bench.run import (  # noqa: E402
+from bench.lib.args import default_config_path  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.models import build_random_models  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
+from bench.lib.run import (  # noqa: E402
     WARMUP_FRAMES,
     LevelPlan,
     _requests,
     bench_synthesizer,
     reference_frames_for,
 )
-from tts_core.bench.streams import run_streams, summarize_run  # noqa: E402
-from tts_core.bench.trace import EngineTrace, summarize  # noqa: E402
+from bench.lib.streams import run_streams, summarize_run  # noqa: E402
+from bench.lib.trace import EngineTrace, summarize  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.devices import configure_cpu_threads, resolve_device, resolve_lm_dtype  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402

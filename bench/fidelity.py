@@ -3,7 +3,7 @@
 CPU (`--device cpu`): the weight modes of `tts_core/model/quant.py` (fp16, int8) against fp32.
 CUDA (`--device cuda`): the LM in bf16 and fp16 against fp32, and the codec's bf16 / fp16
 autocast against fp32.
-Each LM comparison is teacher-forced greedy (`tts_core/fidelity.py`): on the tiny parity
+Each LM comparison is teacher-forced greedy (`bench/lib/fidelity.py`): on the tiny parity
 checkpoint's recorded prompts (cases A, B, D) and on the full-size model with random weights;
 the codec comparison is the SNR of a streaming decode of the same codes. Speed: median ms of one
 batch-1 LM frame and one 1-frame codec decode on the plain (eager) path, measured side by side.
@@ -28,12 +28,12 @@ sys.path.insert(0, str(ROOT))
 
 from safetensors.torch import load_file  # noqa: E402
 
-from tts_core.bench import build_random_models, default_config_path, make_prompt  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib import build_random_models, default_config_path, make_prompt  # noqa: E402
+from bench.lib.fidelity import compare_models  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
 from tts_core.engine.sampler import StreamSampler, batch_for_frame  # noqa: E402
-from tts_core.fidelity import compare_models  # noqa: E402
 from tts_core.model.codec_loading import load_codec  # noqa: E402
 from tts_core.model.lm_loading import load_lm  # noqa: E402
 from tts_core.model.quant import quantize_codec, quantize_lm  # noqa: E402

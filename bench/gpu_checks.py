@@ -24,11 +24,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from runner_helpers import drive  # noqa: E402
+from support.runner_helpers import drive  # noqa: E402
 
-from tts_core.bench import build_random_models, default_config_path, make_prompt  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib import build_random_models, default_config_path, make_prompt  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
 from tts_core.engine.runner import Runner  # noqa: E402
 from tts_core.model.lm_config import LMConfig  # noqa: E402

@@ -11,7 +11,7 @@ listeners), side by side in the same minutes:
   reading its response as it comes (what the API delivers).
 
 Per request: time to first byte, delivered real-time factor (last byte / audio length), and a
-listener who starts at the first playable audio and plays in real time (`tts_core.bench.playback`:
+listener who starts at the first playable audio and plays in real time (`bench.lib.playback`:
 underruns, seconds of silence). Per run: aggregate x real time, the server's CPU seconds per audio
 second (psutil, from outside), and its encode seconds per audio second and bytes out by format
 (read from its /metrics). Encoder quality/speed at LAME's levels is measured once (`encoder_check`).
@@ -42,13 +42,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from encoder_check import encoder_check  # noqa: E402
-from reliability_servers import launch_app  # noqa: E402
-from server_helpers import tiny_synthesizer_factory, wait_for_idle  # noqa: E402
+from support.reliability_servers import launch_app  # noqa: E402
+from support.server_helpers import tiny_synthesizer_factory, wait_for_idle  # noqa: E402
 
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.playback import audio_timeline, simulate_playback  # noqa: E402
-from tts_core.bench.record import command_line, new_record, write_record  # noqa: E402
-from tts_core.bench.streams import run_streams, summarize_run  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.playback import audio_timeline, simulate_playback  # noqa: E402
+from bench.lib.record import command_line, new_record, write_record  # noqa: E402
+from bench.lib.streams import run_streams, summarize_run  # noqa: E402
 
 logger = logging.getLogger("http_load")
 TEXT = ("Streaming speech reaches every listener while it is still being generated, one small piece after "
@@ -227,7 +227,7 @@ def main() -> None:
     record["levels"] = []
     with launch_app(args.data, work, log_path=work / "app.log", threads=args.threads,
                     extra_args=server_args) as app:
-        from server_helpers import wait_until_ready
+        from support.server_helpers import wait_until_ready
 
         wait_until_ready(app, 300)
         http_run(app, "pcm", True, 2, 10, 10_000)  # warm-up: first requests load lazily

@@ -31,15 +31,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from reliability_servers import launch_app  # noqa: E402
-from server_helpers import wait_until_ready  # noqa: E402
+from support.reliability_servers import launch_app  # noqa: E402
+from support.server_helpers import wait_until_ready  # noqa: E402
 
-from tts_core.audio import load_audio  # noqa: E402
-from tts_core.bench.args import default_config_path  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
-from tts_core.encoders import StreamEncoder  # noqa: E402
-from tts_core.web.transports import OPUS_BIT_RATE  # noqa: E402
+from bench.lib.args import default_config_path  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
+from tts_core.audio.encoders import StreamEncoder  # noqa: E402
+from tts_core.audio.io import load_audio  # noqa: E402
+from tts_core.web.delivery.transports import OPUS_BIT_RATE  # noqa: E402
 
 THREADS = "1"
 CHROMIUM = "/usr/bin/chromium"

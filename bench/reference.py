@@ -1,7 +1,7 @@
 """Side by side in one process: the upstream PyTorch MOSS-TTS-Nano against our engine, one stream.
 
 Both sides get full-size models built from the real config.json files with seeded random weights,
-the same 200-row voice-clone-shaped prompt (`tts_core.bench.make_prompt`), the same sampling defaults
+the same 200-row voice-clone-shaped prompt (`bench.lib.make_prompt`), the same sampling defaults
 (audio T 0.8 / top-p 0.95 / top-k 25 / repetition penalty 1.2, text T 1.0) and exactly `--frames`
 frames (the stop decision is still computed but never taken). Figures are medians over `--repeats`
 runs, with min-max; the sides alternate run by run so a noisy neighbour hits both alike. Nothing
@@ -17,7 +17,7 @@ What is timed
   the codec compute dtype itself. Not timed on that side: reading and encoding a prompt clip (the
   upstream app re-encodes its voice clip on every request; our engine keeps voice codes), so the
   reference's TTFP here is a lower bound of what its app shows.
-- ours: `tts_core.bench.run_level` through the real engine (scheduler, LM steps, streaming codec),
+- ours: `bench.lib.run_level` through the real engine (scheduler, LM steps, streaming codec),
   1 stream; `ours` pays the full prefill like the reference, `ours_voice_cache` reuses the voice's
   prompt-prefix KV as our server does for a voice used before (on CUDA only bursts of several prompts copy it).
 TTFP = call -> first audio chunk; RTF = (call -> last audio chunk) / audio seconds.
@@ -69,7 +69,7 @@ SIDES = ("reference", "ours", "ours_voice_cache")  # fp32; other precisions add 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from tts_core.bench import default_config_path
+    from bench.lib import default_config_path
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--reference-dir", default=os.environ.get("MOSS_TTS_REFERENCE_DIR"),
@@ -207,7 +207,7 @@ class OursStream:
     def __init__(self, args: argparse.Namespace, device, prompt, precision: str = "fp32"):
         import torch
 
-        from tts_core.bench import build_random_models
+        from bench.lib import build_random_models
         from tts_core.devices import resolve_lm_dtype
         from tts_core.model.quant import quantize_codec, quantize_lm
         from tts_core.tokenizer import TextTokenizer
@@ -225,7 +225,7 @@ class OursStream:
         self._cache = tempfile.TemporaryDirectory(prefix="moss_ours_bench_")
 
     def run(self, frames: int, voice_cache: bool) -> dict:
-        from tts_core.bench.run import LevelPlan, bench_level, bench_synthesizer, reference_frames_for
+        from bench.lib.run import LevelPlan, bench_level, bench_synthesizer, reference_frames_for
         from tts_core.config import EngineConfig, SamplingParams
 
         context_rows = self.prompt_rows + frames + 40
@@ -249,8 +249,8 @@ def precisions(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> dict:
     import torch
 
+    from bench.lib import make_prompt
     from bench.reference_upstream import ReferenceStream, fingerprint, locate
-    from tts_core.bench import make_prompt
     from tts_core.model.lm_config import LMConfig
 
     if args.device == "cuda" and not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 """Reliability figures of the real app (the numbers in docs/RELIABILITY.md), written as a JSON record.
 
 Starts `python app.py` with the tiny checkpoints of the shared data (4 slots + a queue of 12, as
-tests/test_reliability_load.py does), then measures from outside, with psutil: 32 concurrent
+tests/reliability/test_reliability_load.py does), then measures from outside, with psutil: 32 concurrent
 clients; a disconnect storm (5 waves of 10 clients leaving mid-stream); 6 clients giving up while
 queued; 300 sequential mixed requests after a 30-request warm-up. Resident memory, threads, open
 files and temporary files are compared at idle, after idle worker threads are pruned. Then the
@@ -31,15 +31,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import reliability_hardening as hardening  # noqa: E402
 import reliability_scenarios as scenarios  # noqa: E402
-from reliability_clients import soak_request  # noqa: E402
-from reliability_common import PROC_MAX_ACTIVE, PROC_MAX_QUEUE, wav_bytes  # noqa: E402
-from reliability_servers import AppProc, launch_app  # noqa: E402
-from server_helpers import wait_until_ready  # noqa: E402
+from support.reliability_clients import soak_request  # noqa: E402
+from support.reliability_common import PROC_MAX_ACTIVE, PROC_MAX_QUEUE, wav_bytes  # noqa: E402
+from support.reliability_servers import AppProc, launch_app  # noqa: E402
+from support.server_helpers import wait_until_ready  # noqa: E402
 
-from tts_core.bench.args import default_config_path  # noqa: E402
-from tts_core.bench.machine import machine_info  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
-from tts_core.web.connections import raise_open_files_limit  # noqa: E402
+from bench.lib.args import default_config_path  # noqa: E402
+from bench.lib.machine import machine_info  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
+from tts_core.web.limits.connections import raise_open_files_limit  # noqa: E402
 
 THREADS = "1"  # torch threads of the app, as in the tests
 SOAK_WARMUP, SOAK_REQUESTS = 30, 300

@@ -2,7 +2,7 @@
 TTFP of a normal listener idle vs under the combined attack, connections held and refused at the
 cap, stalled uploads, the decode cost of the worst clip, the disk bound, log lines of a flood.
 
-The attackers are tests/reliability_attacks.py, the listener tests/reliability_clients.py: the
+The attackers are tests/support/reliability_attacks.py, the listener tests/support/reliability_clients.py: the
 tests assert on the same scenarios (without timings); here they are timed.
 """
 
@@ -22,9 +22,9 @@ import tracemalloc
 import httpx
 import numpy as np
 import soundfile as sf
-from reliability_attacks import STALLED_BYTES, HeldSockets, combined_attack, stalled_upload_head
-from reliability_clients import listen, read_reply
 from reliability_scenarios import PeakRss
+from support.reliability_attacks import STALLED_BYTES, HeldSockets, combined_attack, stalled_upload_head
+from support.reliability_clients import listen, read_reply
 
 LISTENS = 7
 IDLE, STALLED = 1000, 4
@@ -140,8 +140,8 @@ def measure_decode(url: str, ps) -> dict:
     default settings accept (59 s, 192 kHz stereo), decoded whole as before and the way the server
     does now (tracemalloc, in this process); then 16 clone requests of the worst clip at once
     against the app (its resident memory, sampled)."""
-    from tts_core.audio import load_audio, to_codec_input
-    from tts_core.web.clip_decode import decode_clip
+    from tts_core.audio.io import load_audio, to_codec_input
+    from tts_core.web.limits.clip_decode import decode_clip
     from tts_core.web.settings import ServerSettings
 
     settings = ServerSettings()

@@ -1,5 +1,5 @@
-"""The reliability scenarios as measurements (tests/test_reliability_*.py assert on the same
-scenarios, with the same clients: tests/reliability_clients.py and tests/reliability_attacks.py):
+"""The reliability scenarios as measurements (tests/reliability/test_reliability_*.py assert on the same
+scenarios, with the same clients: tests/support/reliability_clients.py and tests/support/reliability_attacks.py):
 clients that load, abandon, queue and soak a running `python app.py`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import threading
 import time
 
 import httpx
-from reliability_clients import LONG_TEXT, abort_client, load_client, stream_body
+from support.reliability_clients import LONG_TEXT, abort_client, load_client, stream_body
 
 QUEUE_PATIENCE_S = 0.5
 

@@ -1,4 +1,4 @@
-"""Benchmark entry point: same as `python -m tts_core bench` (see tts_core/bench/ and docs/PERFORMANCE.md)."""
+"""Benchmark entry point: same as `python -m tts_core bench` (see bench/lib/ and docs/PERFORMANCE.md)."""
 
 import sys
 from pathlib import Path

@@ -4,7 +4,7 @@
 
 What the app does in ZeroGPU mode, minus Gradio: this process builds the full-size models from the
 real configs with random weights on its CPU (`GPUWeights`) and never touches CUDA; each call of the
-decorated generator (`make_gpu_stream` + `zerogpu_harness.GPU`) runs in a forked worker.
+decorated generator (`make_gpu_stream` + `harness.GPU`) runs in a forked worker.
 `--placement module` (default, the documented pattern) places the weights "on cuda" here and the
 harness moves them to the worker's GPU before its call; `--placement in-call` leaves them on the CPU
 and the worker moves them inside its first call. Either way the first call pays the worker start
@@ -38,13 +38,13 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tts_core.bench.machine import machine_info_without_cuda  # noqa: E402
-from tts_core.bench.models import build_random_models, make_prompt  # noqa: E402
-from tts_core.bench.record import new_record, write_record  # noqa: E402
+from bench.lib.machine import machine_info_without_cuda  # noqa: E402
+from bench.lib.models import build_random_models, make_prompt  # noqa: E402
+from bench.lib.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
 from tts_core.engine.types import Segment, StreamJob  # noqa: E402
-from tts_core.engine.zerogpu import GPUWeights, make_gpu_stream, place_weights  # noqa: E402
-from tts_core.engine.zerogpu_harness import GPU, parent_cuda_initialized  # noqa: E402
+from tts_core.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
+from tts_core.zerogpu.worker import GPUWeights, make_gpu_stream, place_weights  # noqa: E402
 
 
 def default_data_dir() -> Path:

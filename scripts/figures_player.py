@@ -68,7 +68,7 @@ def render_player(records: list[tuple[str, dict]]) -> str:
     lines += [
         "",
         f"Opus at {quality['bit_rate'] // 1000} kb/s against its source (both decoded by FFmpeg; Chromium's "
-        "decoder agrees with FFmpeg's within 2e-3 per sample, `tests/test_player_opus.py`): real speech "
+        "decoder agrees with FFmpeg's within 2e-3 per sample, `tests/e2e/test_player_opus.py`): real speech "
         f"(`{quality['speech_clip']}`, resampled to 48 kHz) **{quality['speech_snr_db']:.1f} dB SNR** at "
         f"{quality['speech_bytes_per_audio_s'] / 1000:.1f} kB per audio second; the tiny checkpoints' output "
         f"(full-band noise peaking at {quality['tiny_peak']:g}× full scale, compared after clipping to it) "

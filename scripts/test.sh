@@ -28,7 +28,7 @@ system_package() {   # system_package PACKAGE WHAT
     fi
 }
 [ -x /usr/bin/chromium ] || system_package chromium browser
-# nginx for the two-replicas test (tests/test_nginx_replicas.py)
+# nginx for the two-replicas test (tests/web/test_nginx_replicas.py)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || system_package nginx "nginx replica"
 # The in-browser engine's tests load onnxruntime-web from node_modules (package-lock.json pins it).
 if [ ! -f node_modules/onnxruntime-web/package.json ]; then

@@ -3,7 +3,7 @@
 //
 // Measured here rather than on the server: the page already holds every card's PCM (a replay needs
 // no request), so matching costs no request, and the downloads, which the server writes from its own
-// copy, stay unmodified by construction. tests/test_e2e_loudness.py holds this meter to pyloudnorm's.
+// copy, stay unmodified by construction. tests/e2e/test_e2e_loudness.py holds this meter to pyloudnorm's.
 
 export const TARGET_LUFS = -23;
 export const MAX_GAIN_DB = 30;       // a near-silent card is not blown up into noise

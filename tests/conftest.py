@@ -1,4 +1,8 @@
-"""Shared fixtures: where the parity data lives, and a repo-root path."""
+"""Shared fixtures: where the parity data lives, the tiny checkpoints; helpers are in `support/`.
+
+Each folder's own conftest marks what the folder holds (`support.folders.mark_folder`), so a test
+file dropped into `e2e/`, `gpu/` or `reliability/` is marked like its neighbours.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +22,9 @@ if "TRITON_INTERPRET" not in os.environ:
 from tts_core.env import env_flag
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Test modules import helpers from these plugins directly as well: rewrite their asserts either way.
-pytest.register_assert_rewrite("codec_helpers", "e2e_helpers", "openai_helpers", "studio_helpers")
+# Shared helpers and fixtures live in tests/support; each folder's conftest imports the fixtures its
+# tests use (so the GPU folder needs no web stack). Rewrite the helpers' asserts too.
+pytest.register_assert_rewrite("support")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -82,3 +87,4 @@ def tiny_lm_vectors(parity_dir: Path):
     from safetensors.torch import load_file
 
     return load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
+

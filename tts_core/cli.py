@@ -22,7 +22,7 @@ SERVE_HELP = ("also: python -m tts_core serve [flags] runs the web studio and HT
 
 
 def _cmd_say(args: argparse.Namespace) -> int:
-    from .audio import encode_audio
+    from .audio.io import encode_audio
     from .config import EngineConfig, SamplingParams
     from .synthesizer import Synthesizer
     from .types import SynthesisRequest, Voice
@@ -61,8 +61,7 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_random(args: argparse.Namespace) -> int:
-    from .bench.models import save_random_checkpoint
-    from .tiny import _find_tokenizer
+    from .tiny import _find_tokenizer, save_random_checkpoint
 
     data = Path(env_str("MOSS_TTS_PARITY_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "moss_tts_nano_data")))
     lm_dir, codec_dir = save_random_checkpoint(
@@ -74,9 +73,15 @@ def _cmd_make_random(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench
+    from bench.lib import run_bench
 
     return run_bench(args)
+
+
+def _no_bench(args: argparse.Namespace) -> int:
+    logger.error("the benchmark is part of the repository, not of the installed package: run "
+                 "`python bench/run_bench.py` (or `python -m tts_core bench`) from a checkout's root")
+    return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,11 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
     full.add_argument("--tokenizer", default=env_str("MOSS_TTS_TOKENIZER"), help="tokenizer.model to put next to the LM")
     full.set_defaults(func=_cmd_make_random)
 
-    bench = sub.add_parser("bench", help="measure TTFP / RTF with full-size random weights")
-    from .bench import add_bench_args
-
-    add_bench_args(bench)
-    bench.set_defaults(func=_cmd_bench)
+    bench = sub.add_parser("bench", help="measure TTFP / RTF with full-size random weights (from a checkout)")
+    try:  # the measurement package lives in the repository (bench/lib), not in the installed package
+        from bench.lib import add_bench_args
+    except ImportError:
+        bench.set_defaults(func=_no_bench)
+    else:
+        add_bench_args(bench)
+        bench.set_defaults(func=_cmd_bench)
 
     from .export.commands import add_export_commands
 

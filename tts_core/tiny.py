@@ -216,3 +216,52 @@ def _unique_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
         seen.add(key)
         out[name] = tensor.detach().contiguous().clone()
     return out
+
+
+def build_random_models(lm_config: str, codec_config: str, device: torch.device, lm_dtype: torch.dtype):
+    """(lm, codec) of the real sizes, random weights scaled like trained ones, LM engineered never to stop."""
+    from .model.codec import MossAudioCodec
+    from .model.codec_config import CodecConfig
+    from .model.lm import MossTTSNanoLM
+    from .model.lm_config import LMConfig
+
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    lm = MossTTSNanoLM(LMConfig.from_json(lm_config))
+    codec = MossAudioCodec(CodecConfig.from_json(codec_config))
+    with torch.no_grad():
+        for module in (lm, codec):
+            for name, param in module.named_parameters():
+                noise = torch.randn(param.shape, generator=generator)
+                if param.ndim >= 2:
+                    is_table = "wte" in name or "embeddings" in name or "codebook" in name
+                    param.copy_(noise if is_table else noise / max(1, param[0].numel()) ** 0.5)
+                elif name.endswith("bias"):
+                    param.copy_(0.02 * noise)
+                else:
+                    param.copy_(1.0 + 0.05 * noise)
+        lm.tie_weights()
+        engineer_never_stop(lm)
+    codec.fuse()
+    lm = lm.to(device=device, dtype=lm_dtype).eval().requires_grad_(False)
+    codec = codec.to(device).eval().requires_grad_(False)
+    return lm, codec
+
+
+def save_random_checkpoint(directory: Path, *, lm_config: str | Path, codec_config: str | Path,
+                           tokenizer: str | Path) -> tuple[Path, Path]:
+    """Write the full-size random models in the official layout: `directory/lm` (config.json,
+    model.safetensors, tokenizer.model) and `directory/codec`; returns both directories. For
+    measuring the app as users start it (load, warm-up, compile) without the real weights."""
+    from safetensors.torch import save_file
+
+    lm, codec = build_random_models(str(lm_config), str(codec_config), torch.device("cpu"), torch.float32)
+    quiet_output(codec)  # random decoders are loud: keep what a listener hears at a sane level
+    written = []
+    for name, module, config in (("lm", lm, lm_config), ("codec", codec, codec_config)):
+        folder = Path(directory) / name
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(config, folder / "config.json")
+        save_file(_unique_tensors(module), str(folder / "model.safetensors"))
+        written.append(folder)
+    shutil.copyfile(tokenizer, written[0] / "tokenizer.model")
+    return written[0], written[1]

@@ -1,6 +1,6 @@
 // Text cleanup before tokenising: a port of tts_core/text/normalize.py (normalize_text and
 // detect_language), rule for rule and in the same order. Python's \s and \w are spelled out
-// (JS's differ), and indices count code points. tests/test_browser_text.py holds the two to the
+// (JS's differ), and indices count code points. tests/unit/test_browser_text.py holds the two to the
 // same output on a corpus in Latin, Chinese and Japanese script.
 
 import { PY_SPACE, strip } from './chunking.js';

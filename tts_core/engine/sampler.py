@@ -20,7 +20,7 @@ from ..model.sampling import FilterParams, SamplingBatch, kth_index, top_p_bound
 # A stream's uniforms are drawn this many frames at a time: one generator call instead of one per
 # frame, which halves the engine thread's drawing time per step at many streams. The CPU generator
 # fills a tensor element by element, so the draws are the very ones of per-frame calls
-# (tests/test_sampling.py pins the sequence).
+# (tests/model/test_sampling.py pins the sequence).
 DRAW_BLOCK_FRAMES = 16
 
 

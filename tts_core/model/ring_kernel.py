@@ -12,7 +12,7 @@ and writes (hundreds of MB at a few hundred rows). Here:
   dropped: about 2^-22 relative per product, against 2^-11 for plain TF32).
 
 Same math as `codec_layers.ring_attention` under the stage's mask; the rounding differs (another
-summation order, an online softmax), by about what fp32 rounding is (see tests/test_ring_kernel.py).
+summation order, an online softmax), by about what fp32 rounding is (see tests/model/test_ring_kernel.py).
 """
 
 from __future__ import annotations

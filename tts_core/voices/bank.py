@@ -65,7 +65,7 @@ class VoiceBank:
         max_clip_s: uploads longer than this are trimmed to their first `max_clip_s` seconds.
         max_upload_bytes: larger uploads are refused (PayloadTooLargeError).
         manifest_path: an explicit local copy of `browser_poc_manifest.json`.
-        load_audio / to_codec_input: decoding and 48 kHz stereo conversion (default: tts_core.audio).
+        load_audio / to_codec_input: decoding and 48 kHz stereo conversion (default: tts_core.audio.io).
         fetch: downloader `(url, max_bytes, timeout_s) -> bytes` (default: `fetch_url`).
         max_cached_uploads: encoded uploads kept in memory (least recently used dropped first).
     """
@@ -268,7 +268,7 @@ class VoiceBank:
     def _prepare_audio(self, data: bytes) -> np.ndarray:
         load, convert = self._load_audio, self._to_codec_input
         if load is None or convert is None:
-            from .. import audio  # imported on first use only
+            from ..audio import io as audio  # imported on first use only
 
             load, convert = load or audio.load_audio, convert or audio.to_codec_input
         wav, sample_rate = load(data)

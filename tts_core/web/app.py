@@ -18,22 +18,22 @@ import gradio as gr
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from .browser_build import MOUNT_PATH, IsolatedStaticFiles, check_build
-from .clip_decode import CLIP_DECODER
+from .api.browser_build import MOUNT_PATH, IsolatedStaticFiles, check_build
+from .api.metrics import AppMetrics, RequestMetricsMiddleware
+from .api.openai_api import build_openai_router
+from .api.ops import build_ops_router
+from .api.requests import UploadStore
+from .api.routes import build_player_router
+from .api.voices_api import SavedVoices
+from .delivery.results import ResultStore, build_results_router
 from .errors import install_error_handlers
-from .guards import BodyDeadlines, GuardCounters, install_http_guards
-from .metrics import AppMetrics, RequestMetricsMiddleware
-from .openai_api import build_openai_router
-from .ops import build_ops_router
-from .page_mount import PageFiles, mount_page, upload_disk_bound
-from .requests import UploadStore
-from .results import ResultStore, build_results_router
-from .routes import build_player_router
+from .limits.clip_decode import CLIP_DECODER
+from .limits.guards import BodyDeadlines, GuardCounters, install_http_guards
+from .limits.page_mount import PageFiles, mount_page, upload_disk_bound
+from .limits.upload_disk import UploadDiskBound
 from .service import ServiceState, SynthesizerService
 from .settings import ServerSettings
 from .ui import build_ui
-from .upload_disk import UploadDiskBound
-from .voices_api import SavedVoices
 from .zerogpu import PageRelay, ZeroGPUMode
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "static"

@@ -75,7 +75,7 @@ def _tristate(name: str) -> bool | None:
 
 def zerogpu_enabled(args: argparse.Namespace) -> bool:
     """--zerogpu / --no-zerogpu when given, else whether Hugging Face says this is ZeroGPU hardware."""
-    from ..engine.zerogpu_env import on_zerogpu_space
+    from ..zerogpu.env import on_zerogpu_space
 
     return args.zerogpu if args.zerogpu is not None else on_zerogpu_space()
 

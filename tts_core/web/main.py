@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..env import env_flag, env_str
 from ..errors import ModelLoadError, TTSError
 from .flags import engine_config, parse_args, server_settings, zerogpu_enabled
-from .logstorm import install_log_storm_filter
+from .limits.logstorm import install_log_storm_filter
 
 if TYPE_CHECKING:
     from .zerogpu import ZeroGPUMode
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     import uvicorn
 
     from .app import create_app
-    from .connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
+    from .limits.connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
 
     raise_open_files_limit()
     app = create_app(service, server_settings(args), zerogpu)
@@ -132,7 +132,7 @@ def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:
 
 def load_zerogpu_weights(args: argparse.Namespace, zerogpu: ZeroGPUMode) -> None:
     """ZeroGPU's documented placement: the GPU workers' copy of the model read and put "on cuda"
-    here, in the main thread, before serving (see `tts_core.engine.zerogpu`). A failure is logged
+    here, in the main thread, before serving (see `tts_core.zerogpu.worker`). A failure is logged
     with its hint and leaves the page offering the CPU engine (its relay reports the GPU as
     unavailable) rather than stopping the server."""
     started = time.perf_counter()

@@ -48,7 +48,7 @@ class ServerSettings:
             it gets 503 + Retry-After. None = 4 x `body_limit_bytes`.
         allow_remote_audio: let `ref_audio` be an http(s) URL that the server downloads. Off by
             default: a public server that fetches URLs for anyone can be used to probe its network.
-            Even when on, only public addresses are fetched (see `tts_core.web.netguard`).
+            Even when on, only public addresses are fetched (see `tts_core.web.limits.netguard`).
         remote_audio_timeout_s: total time allowed to download a remote `ref_audio` (DNS,
             connecting, redirects and body together).
         remote_audio_max_redirects: redirects followed, each re-checked like the first URL.

@@ -1,6 +1,6 @@
 """ZeroGPU mode, web side: the server process stays on the CPU, the page's audio comes from GPU calls.
 
-`ZeroGPUMode` owns the decorated generator (`tts_core.engine.zerogpu.make_gpu_stream`) and the GPU
+`ZeroGPUMode` owns the decorated generator (`tts_core.zerogpu.worker.make_gpu_stream`) and the GPU
 copy of the weights, read and placed "on cuda" in the main thread before serving (ZeroGPU's
 documented module-level placement: `load_weights`), while the CPU synthesizer loads in the
 service's thread. What runs where:
@@ -22,7 +22,7 @@ Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay`
 quota: shown on the page), `format` ("f32" or "opus"), `bitRate` (opus); pcm: `pcm` (base64 of
 little-endian float32, interleaved stereo) or, with the page's relay transport "opus", `opus`
 (base64 of the next bytes of ONE Ogg/Opus stream per item, the player's own transport:
-web/transports.py; the encoder's tail comes in a last pcm message before end); end: `audioSeconds`,
+web/delivery/transports.py; the encoder's tail comes in a last pcm message before end); end: `audioSeconds`,
 `firstAudioMs`, `elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed
 before any audio: quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain
 words), `item` and `fallback` (the payload of the items not yet played, for the page's "generate on
@@ -39,17 +39,17 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from ..encoders import StreamEncoder
-from ..engine.zerogpu_quota import Visitor, current_visitor
+from ..audio.encoders import StreamEncoder
 from ..env import env_flag, env_str
 from ..errors import TTSError
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
+from ..zerogpu.quota import Visitor, current_visitor
+from .api.requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
+from .delivery.streaming import f32_bytes
+from .delivery.transports import OPUS_BIT_RATE
 from .errors import scrub_paths
-from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
 from .service import SynthesizerService
 from .settings import ServerSettings
-from .streaming import f32_bytes
-from .transports import OPUS_BIT_RATE
 
 logger = logging.getLogger(__name__)
 
@@ -57,18 +57,18 @@ logger = logging.getLogger(__name__)
 class ZeroGPUMode:
     """The decorated GPU generator (made at start-up, as `spaces` expects) and its weights.
 
-    `backend` is "spaces" on a ZeroGPU Space, "harness" elsewhere (`tts_core.engine.zerogpu_harness`).
+    `backend` is "spaces" on a ZeroGPU Space, "harness" elsewhere (`tts_core.zerogpu.harness`).
     Make it before the Gradio page is built and before serving.
     """
 
     def __init__(self, *, concurrency: int = 4) -> None:
-        from ..engine.zerogpu import gpu_decorator, make_gpu_stream  # imports torch (never CUDA)
+        from ..zerogpu.worker import gpu_decorator, make_gpu_stream  # imports torch (never CUDA)
 
         self.concurrency = concurrency  # page generations at once, each its own GPU call
         self.gpu, self.backend = gpu_decorator()
         if self.backend == "harness":  # Hugging Face keeps the quota on a Space; the harness here
-            from ..engine.zerogpu_harness import set_quota
-            from ..engine.zerogpu_quota import QuotaLedger, parse_policy
+            from ..zerogpu.harness import set_quota
+            from ..zerogpu.quota import QuotaLedger, parse_policy
 
             quota = env_str(QUOTA_ENV)
             set_quota(None if quota == "off" else QuotaLedger(parse_policy(quota, QUOTA_ENV)))
@@ -82,9 +82,9 @@ class ZeroGPUMode:
 
     def load_weights(self, lm: str, codec: str, *, dtype: str, max_context_rows: int) -> None:
         """Read both checkpoints for the GPU workers and place them "on cuda" (the documented
-        module-level placement; `tts_core.engine.zerogpu.place_weights`). Call it in the main
+        module-level placement; `tts_core.zerogpu.worker.place_weights`). Call it in the main
         thread before serving: `spaces`' CUDA emulation covers that thread only."""
-        from ..engine.zerogpu import load_gpu_weights, place_weights
+        from ..zerogpu.worker import load_gpu_weights, place_weights
 
         aoti_dir = None
         if env_flag(AOTI_ENV):  # off by default: not yet measured on ZeroGPU's Blackwell cards
@@ -95,7 +95,7 @@ class ZeroGPUMode:
         self.weights = place_weights(weights, self.backend)
 
     def gpu_seconds(self, job) -> int:
-        from ..engine.zerogpu import gpu_seconds
+        from ..zerogpu.worker import gpu_seconds
 
         return gpu_seconds(job)
 

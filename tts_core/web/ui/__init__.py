@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ..requests import UploadStore
+from ..api.requests import UploadStore
+from ..api.voices_api import SavedVoices
 from ..service import SynthesizerService
 from ..settings import ServerSettings
-from ..voices_api import SavedVoices
 from ..zerogpu import PageRelay
 from .handlers import PageHandlers, speed_supported
 from .layout import Widgets, build_layout

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import TTSError
-from ..clip_report import check
+from ..api.clip_report import check
 from ..errors import scrub_paths
 
 WAVE_POINTS = 240  # columns of the drawn waveform

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import gradio as gr
 
 from ...errors import TTSError
+from ..api.requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
 from ..errors import scrub_paths
-from ..requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
 from . import clip_check

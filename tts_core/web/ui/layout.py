@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ...config import SamplingParams
-from ..browser_build import engine_choice_html
+from ..api.browser_build import engine_choice_html
 from ..settings import ServerSettings
 from .examples import DEFAULT_TEXT, EXAMPLES
 from .handlers import FIXED_LANGUAGES, MAX_AUDITION_VOICES

@@ -13,7 +13,7 @@ import hashlib
 
 import gradio as gr
 
-from ...engine.zerogpu_quota import Visitor
+from ...zerogpu.quota import Visitor
 from ..zerogpu import PageRelay
 from .layout import Widgets
 

@@ -1,0 +1,399 @@
+"""GPU only (skipped without CUDA): CUDA-graphed step == eager step, batch == solo on CUDA,
+cancellation and slot reuse under graphs.
+
+Full-size models from the real configs with random weights (as the bench), plus the tiny parity
+checkpoint. Timings belong to the bench: nothing here asserts one.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from support.runner_helpers import drive
+
+from bench.lib import build_random_models, make_prompt
+from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.engine import Engine
+from tts_core.engine.runner import Runner
+from tts_core.engine.types import Segment, StreamJob, StreamStatus
+from tts_core.model import fused_ops, lm_step
+from tts_core.model.codec_loading import load_codec
+from tts_core.model.lm_config import LMConfig
+from tts_core.model.lm_loading import load_lm
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+CUDA = torch.device("cuda")
+MAX_ROWS = 320
+CASES = ["A_voice_clone_en", "B_voice_clone_zh", "C_continuation_prompted", "D_continuation_text_only"]
+
+
+@pytest.fixture(scope="module")
+def config_paths(data_dir):
+    return str(data_dir / "hf_checkpoint_meta" / "config.json"), str(data_dir / "codec" / "config.json")
+
+
+@pytest.fixture(scope="module")
+def full_models(config_paths):
+    built: dict[torch.dtype, tuple] = {}
+
+    def get(dtype: torch.dtype):
+        if dtype not in built:
+            built[dtype] = build_random_models(*config_paths, CUDA, dtype)
+        return built[dtype]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def prompts(config_paths):
+    config = LMConfig.from_json(config_paths[0])
+    return [make_prompt(config, 100 + 13 * (i % 7), seed=i) for i in range(16)]  # different lengths
+
+
+def _runner(models, num_slots, **kwargs) -> Runner:
+    lm, codec = models
+    return Runner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def runners(full_models):
+    """Runners shared by the tests, one per (dtype, slots, options): building one compiles its units
+    and captures its graphs, which is most of this suite's cost. A test leaves every slot released
+    (`drive` and a finished engine do), so the next one starts from clean slots."""
+    built: dict[tuple, Runner] = {}
+
+    def get(dtype: torch.dtype, num_slots: int, **kwargs) -> Runner:
+        key = (dtype, num_slots, tuple(sorted(kwargs.items())))
+        if key not in built:
+            built[key] = _runner(full_models(dtype), num_slots, **kwargs)
+        return built[key]
+
+    return get
+
+
+def test_graphed_equals_eager_bf16(runners, prompts):
+    graphed, eager = runners(torch.bfloat16, 8), runners(torch.bfloat16, 8, enforce_eager=True)
+    assert graphed.uses_graphs and not eager.uses_graphs
+    assert graphed.stepper.compile_mode == eager.stepper.compile_mode == "inductor"  # both compiled
+    slots = [0, 2, 3, 5, 6, 7]
+    args = (prompts[:6], [11, 12, 13, 14, 15, 16], slots, SamplingParams())
+    want_codes, want_pcm = drive(eager, *args, frames=16)
+    got_codes, got_pcm = drive(graphed, *args, frames=16)
+    for want, got in zip(want_codes, got_codes):
+        assert len(got) == 16
+        np.testing.assert_array_equal(got, want)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
+    assert worst <= 1e-5, f"graphed vs eager PCM max |diff| = {worst:.3g}"
+
+
+def test_compile_on_by_default_and_off_when_asked(runners):
+    assert runners(torch.bfloat16, 8).stepper.compile_mode == "inductor"
+    assert runners(torch.bfloat16, 8).stepper.units is not lm_step.EAGER  # compiled and warmed without falling back
+    runner = runners(torch.float32, 8, compile="off")
+    assert runner.stepper.compile_mode == "off" and runner.stepper.units is lm_step.EAGER
+
+
+def test_fused_kernels_build_and_serve_on_this_gpu(runners):
+    """The start-up warm-up built every fused kernel (nothing turned them off), and the step uses them."""
+    runner = runners(torch.bfloat16, 8)
+    assert fused_ops.disabled_reason() is None and fused_ops.fused_enabled(CUDA)
+    assert runner.uses_graphs
+
+
+@torch.inference_mode()
+def test_ring_kernel_codec_equals_sdpa_codec_on_this_gpu(full_models):
+    """The full-size fp32 codec with the Triton ring attention (TF32x3 products on tensor cores)
+    against PyTorch's fp32 SDPA, 4-frame passes over 24 rows until every ring has wrapped: the
+    audio agrees to fp32 rounding (SNR >= 100 dB), and the rings hold the same positions."""
+    _, codec = full_models(torch.bfloat16)
+    states = [codec.new_decode_state(24, CUDA) for _ in range(2)]
+    generator = torch.Generator(device=CUDA).manual_seed(3)
+    signal = noise = 0.0
+    for _ in range(140):  # 560 frames, 44.8 s: past the longest window (10 s)
+        active = torch.rand(24, device=CUDA, generator=generator) > 0.1
+        codes = torch.randint(0, 1024, (24, 16, 4), device=CUDA, generator=generator)
+        want = codec.decode_frames_static(codes, states[0], active)
+        got = codec.decode_frames_static(codes, states[1], active, attention="ring_kernel")
+        signal += float(want.double().pow(2).sum())
+        noise += float((got.double() - want.double()).pow(2).sum())
+    assert 10 * np.log10(signal / max(noise, 1e-300)) >= 100
+    for a, b in zip(states[0].stages, states[1].stages):
+        assert torch.equal(a.positions, b.positions) and torch.equal(a.offsets, b.offsets)
+    assert int(states[1].stages[-1].offsets.min()) > states[1].stages[-1].capacity
+
+
+def test_compiled_step_equals_per_op_step_fp32(runners, prompts):
+    """Compiled fused units vs the per-op step, both graphed, greedy, fp32: identical codes and PCM.
+    (In bf16 the fused kernels round differently, so codes may differ: `bench/gpu_checks.py`
+    measures that agreement; nothing about it is asserted.)"""
+    slots = [0, 2, 3, 5, 6, 7]
+    args = (prompts[:6], [21, 22, 23, 24, 25, 26], slots, SamplingParams.greedy())
+    want, want_pcm = drive(runners(torch.float32, 8, compile="off"), *args, frames=16)
+    got, got_pcm = drive(runners(torch.float32, 8), *args, frames=16)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
+    assert worst <= 1e-4, f"compiled vs per-op PCM max |diff| = {worst:.3g}"
+
+
+
+@torch.inference_mode()
+def test_burst_after_a_cached_prefix_compiled_equals_per_op_fp32(full_models, runners, prompts):
+    """A burst of one voice's prompts (a shared 150-row prefix, texts of several lengths) takes the
+    compiled after-prefix prefill; greedy fp32 codes and PCM are the per-op runner's."""
+    models = full_models(torch.float32)
+    prefix = make_prompt(models[0].config, 200, seed=99)[:150]
+    burst = [np.concatenate([prefix, p[-(20 + 3 * i):]]) for i, p in enumerate(prompts[1:7])]
+    slots = [0, 2, 3, 5, 6, 7]
+    results = []
+    for kwargs in ({"compile": "off"}, {}):
+        runner = runners(torch.float32, 8, **kwargs)
+        assert runner.warm_prefix(prefix)
+        hits = runner.prefix_cache.hits
+        results.append(drive(runner, burst, list(range(6)), slots, SamplingParams.greedy(), frames=12, prefix_rows=150))
+        assert runner.prefix_cache.hits - hits == len(slots)
+    (want, want_pcm), (got, got_pcm) = results
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    worst = max(float(np.abs(g - w).max()) for g, w in zip(got_pcm, want_pcm))
+    assert worst <= 1e-4, f"compiled vs per-op PCM max |diff| = {worst:.3g}"
+
+
+def test_tiny_checkpoint_greedy_matches_reference_graphed_fp32(parity_dir):
+    lm = load_lm(parity_dir / "tiny_lm", device=CUDA, dtype=torch.float32)
+    codec = load_codec(parity_dir / "tiny_codec", device=CUDA)
+    vectors = load_file(str(parity_dir / "tiny_lm_vectors.safetensors"))
+    runner = _runner((lm, codec), 4)
+    assert runner.uses_graphs and runner.stepper.compile_mode == "inductor"
+    rows = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
+    codes, _ = drive(runner, rows, [0] * 4, [3, 0, 2, 1], SamplingParams.greedy())
+    for case, got in zip(CASES, codes):
+        np.testing.assert_array_equal(got, vectors[f"{case}.greedy.audio_token_ids"].numpy())
+
+
+@pytest.mark.parametrize(("dtype", "batch_invariant"), [(torch.float32, False), (torch.bfloat16, True)])
+def test_batch_equals_solo(runners, prompts, dtype, batch_invariant):
+    """fp32 with batch-size buckets, and bf16 in the batch-invariant mode: exactly equal codes."""
+    runner = runners(dtype, 16, batch_invariant=batch_invariant)
+    assert runner.uses_graphs
+    slots = [1, 4, 5, 9, 10, 11, 12, 15, 0, 2, 3, 6]
+    seeds = [100 + i for i in range(len(slots))]
+    together, _ = drive(runner, prompts[: len(slots)], seeds, slots, SamplingParams(), frames=20)
+    for i in (0, 5, 11):
+        alone, _ = drive(runner, [prompts[i]], [seeds[i]], [0], SamplingParams(), frames=20)
+        np.testing.assert_array_equal(alone[0], together[i])
+
+
+def _job(rows, seed, frames):
+    return StreamJob(request_id=f"gpu-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
+                     sampling=SamplingParams(), seed=seed, submitted_at=time.monotonic())
+
+
+def _collect(handle, audio: list | None = None) -> np.ndarray:
+    """A stream's codes [n, 16]; its chunks' audio goes to `audio` when given."""
+    codes = []
+    while (item := handle.outbox.get(timeout=120)) is not None:
+        assert not isinstance(item, BaseException), item
+        codes.extend(item.codes)
+        if audio is not None:
+            audio.append(item.pcm)
+    return np.array(codes, dtype=np.int64).reshape(-1, 16)
+
+
+def _snr_db(want: np.ndarray, got: np.ndarray) -> float:
+    noise = float(np.sum((want.astype(np.float64) - got) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(want.astype(np.float64) ** 2)) / noise)
+
+
+def test_cancellation_and_slot_reuse_under_graphs(runners, prompts):
+    # Four slots, four streams: the fifth request must wait for the cancelled stream's slot.
+    runner = runners(torch.bfloat16, 4, batch_invariant=True)
+    assert runner.uses_graphs
+    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=4))
+    try:
+        handles = [engine.submit(_job(prompts[i], 200 + i, 60)) for i in range(4)]
+        first = handles[1].outbox.get(timeout=120)  # stream 1 is playing: cancel it mid-way
+        assert not isinstance(first, BaseException)
+        engine.cancel(handles[1])
+        reuse = engine.submit(_job(prompts[5], 205, 30))  # waits, then takes the freed slot
+        kept = [_collect(handles[0]), _collect(handles[2]), _collect(handles[3])]
+        reused = _collect(reuse)
+        while handles[1].outbox.get(timeout=120) is not None:
+            pass
+        assert handles[1].status is StreamStatus.CANCELLED
+        assert engine.stats()["cancelled"] == 1
+        # Every stream equals the same request run alone afterwards (slot state fully reset).
+        for index, seed, frames, got in ((0, 200, 60, kept[0]), (2, 202, 60, kept[1]), (3, 203, 60, kept[2]),
+                                         (5, 205, 30, reused)):
+            alone = _collect(engine.submit(_job(prompts[index], seed, frames)))
+            np.testing.assert_array_equal(got, alone)
+    finally:
+        engine.close()
+
+
+def _engine_run(runners, dtype, jobs, audio: list | None = None, **config) -> list[np.ndarray]:
+    """Each job's codes (and, into `audio`, each job's whole audio [2, S]), and the runner."""
+    runner = runners(dtype, 4, **config.pop("runner", {}))
+    step_ahead = config.pop("step_ahead", True)
+    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config), step_ahead=step_ahead)
+    try:
+        handles = [engine.submit(job) for job in jobs]
+        chunks = [[] for _ in handles]
+        codes = [_collect(handle, pieces) for handle, pieces in zip(handles, chunks)]
+        if audio is not None:
+            audio.extend(np.concatenate(pieces, axis=1) for pieces in chunks)
+        return codes, runner
+    finally:
+        engine.close()
+
+
+def test_lm_and_codec_graphs_are_captured_on_streams_of_their_own(runners):
+    """Codec replays run on their own stream while LM replays run: the two kinds of graph must not
+    share the cuBLAS workspace torch keys by capture stream (with one capture stream, 64 streams
+    with the compiled step and step-ahead hung in their first second, 3 runs of 3, H200)."""
+    runner = runners(torch.float32, 8)
+    streams = runner.stepper.capture_streams
+    assert set(streams) == {"lm", "codec"}
+    assert streams["lm"].cuda_stream != streams["codec"].cuda_stream
+
+
+def test_capture_survives_dead_graphs_in_reference_cycles(full_models, monkeypatch):
+    """A garbage collection that destroys a dead CUDA graph during a capture invalidates the capture
+    (seen on the H200: the 64-slot runner failed to build after earlier tests had dropped graphed
+    runners). Here every capture begins by dropping a small captured graph into a fresh reference
+    cycle and allocating enough to trigger a collection; the runner must still be built, and no
+    collection may start while a capture is open."""
+    x = torch.zeros(1, device=CUDA)
+    spare = []
+    for _ in range(4):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            x.add_(1)
+        spare.append(graph)
+    capturing, collected_inside = [False], []
+
+    class Cycle:
+        def __init__(self, graph) -> None:
+            self.me, self.graph = self, graph
+
+    begin, end = torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end
+
+    def capture_begin(graph, *args, **kwargs):
+        begin(graph, *args, **kwargs)
+        capturing[0] = True
+        if spare:
+            Cycle(spare.pop())  # garbage at once: only the cyclic collector frees it
+        alive = [[] for _ in range(5000)]  # far past the collector's threshold (700 live objects)
+        del alive
+
+    def capture_end(graph):
+        capturing[0] = False
+        end(graph)
+
+    def on_gc(phase, info):
+        if phase == "start" and capturing[0]:
+            collected_inside.append(info["generation"])
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", capture_begin)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", capture_end)
+    gc.callbacks.append(on_gc)
+    try:
+        runner = _runner(full_models(torch.float32), 2)  # built here: the captures themselves are tested
+    finally:
+        gc.callbacks.remove(on_gc)
+    assert runner.uses_graphs and not spare
+    assert collected_inside == []
+
+
+@pytest.mark.timeout(900)
+def test_64_callers_on_the_servers_gpu_path_all_finish(full_models, prompts):
+    """What the bench's 64-stream level does, as the server runs it: compiled step, CUDA graphs,
+    step-ahead, codec replays on their own stream, 64 caller threads at once, twice. Before the LM
+    and codec graphs had capture streams of their own this hung in the first second (H200, 3 of 3);
+    the stall watch turns a hang into a failure here."""
+    runner = _runner(full_models(torch.float32), 64)
+    assert runner.uses_graphs and runner.stepper.compile_mode == "inductor" and runner.can_step_ahead
+    engine = Engine(runner, EngineConfig(max_active_streams=64, max_queue=0, stall_timeout_s=60))
+    try:
+        for round_ in range(2):
+            frames = [0] * 64  # a caller that failed leaves its 0
+
+            def caller(i: int, seed: int, frames: list = frames) -> None:
+                frames[i] = len(_collect(engine.submit(_job(prompts[i % len(prompts)], seed, 24))))
+
+            threads = [threading.Thread(target=caller, args=(i, 1000 * round_ + i)) for i in range(64)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(300)
+            assert not any(thread.is_alive() for thread in threads), "callers still waiting after 300 s"
+            assert all(1 <= n <= 24 for n in frames), frames
+            assert not engine.stats()["stalled"]
+    finally:
+        engine.close()
+
+
+def test_codec_on_its_own_stream_changes_nothing(runners, prompts):
+    """The pipelined engine (codec replays on a second CUDA stream, overlapping the next LM step)
+    gives the serial engine's codes, and its audio. Batch-invariant runners: the two engines may
+    admit the three requests in different waves (a race with the submitting thread), which must not
+    matter here. The audio is compared by SNR, not bit for bit: chunk sizes follow the wall clock,
+    and a different split into codec passes rounds differently; two replays racing for one cuBLAS
+    workspace would corrupt it far below this bound."""
+    jobs = [_job(prompts[i], 300 + i, 40) for i in range(3)]
+    serial_audio, pipelined_audio = [], []
+    serial, _ = _engine_run(runners, torch.float32, jobs, serial_audio, pipeline_codec=False,
+                            runner={"batch_invariant": True})
+    jobs = [_job(prompts[i], 300 + i, 40) for i in range(3)]
+    pipelined, _ = _engine_run(runners, torch.float32, jobs, pipelined_audio, pipeline_codec=True,
+                               runner={"batch_invariant": True})
+    for want, got in zip(serial, pipelined):
+        np.testing.assert_array_equal(got, want)
+    for want, got in zip(serial_audio, pipelined_audio):
+        assert want.shape == got.shape
+        assert _snr_db(want, got) >= 80, _snr_db(want, got)
+
+
+def test_step_ahead_changes_no_codes_under_graphs(runners, prompts):
+    """Graphed engines with and without step-ahead (a step launched before the one before is read):
+    streams of two segments with caps of different lengths give the same codes. Batch-invariant
+    runners, so the arrival timing (which differs between the two) cannot change a stream's codes."""
+    def jobs():
+        return [StreamJob(request_id=f"ahead-{i}-{time.monotonic_ns()}", sampling=SamplingParams(), seed=400 + i,
+                          submitted_at=time.monotonic(),
+                          segments=(Segment(rows=prompts[i], max_frames=9 + 5 * i, pause_after_s=0.05),
+                                    Segment(rows=prompts[i + 3], max_frames=12)))
+                for i in range(3)]
+
+    ahead, runner = _engine_run(runners, torch.bfloat16, jobs(), runner={"batch_invariant": True})
+    assert runner.stepper.use_graphs
+    synchronous, _ = _engine_run(runners, torch.bfloat16, jobs(), runner={"batch_invariant": True}, step_ahead=False)
+    for i, (got, want) in enumerate(zip(ahead, synchronous)):
+        assert len(got) == 9 + 5 * i + 12
+        np.testing.assert_array_equal(got, want)
+
+
+def test_deferred_compile_switches_to_graphs_without_changing_codes(full_models, prompts):
+    models = full_models(torch.float32)
+    runner = _runner(models, 4, defer=True)
+    assert runner.step_kind == "plain"  # serves at once
+    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8))
+    greedy = SamplingParams.greedy()  # compiled and plain fp32 kernels round differently: only argmax is exact
+    try:
+        before = _collect(engine.submit(replace(_job(prompts[0], 400, 30), sampling=greedy)))
+        deadline = time.monotonic() + 600
+        while runner.step_kind != "compiled+graphs" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert runner.step_kind == "compiled+graphs"
+        after = _collect(engine.submit(replace(_job(prompts[0], 400, 30), sampling=greedy)))
+    finally:
+        engine.close()
+    np.testing.assert_array_equal(before, after)

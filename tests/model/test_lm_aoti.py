@@ -1,0 +1,95 @@
+"""The frame step's transformer units compiled ahead of time (torch.export + AOTInductor) give the
+plain step's greedy codes exactly, in fp32 on the CPU (tiny checkpoint, one stream: the ZeroGPU
+worker's shape); packages are cached per device architecture and reloaded; a batch the package
+was not compiled for, or a unit that fails to export, runs the plain function (eager fallback).
+Compiling needs the C++ compiler (present here): slow, so a few units at tiny shapes."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from bench.lib.aoti import greedy_run
+from tts_core.model import lm_step
+from tts_core.model.lm_loading import load_lm
+from tts_core.zerogpu.aoti import AOT_UNITS, AotUnit, build_aoti_units, device_arch
+
+pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                reason="AOTInductor needs a C++ compiler")
+FRAMES = 6
+
+
+@pytest.fixture(scope="module")
+def lm(data_dir):
+    return load_lm(data_dir / "parity" / "tiny_lm", device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="module")
+def aoti(lm, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("aoti")
+    units, report = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=cache)
+    return cache, units, report
+
+
+def greedy_codes(lm, units: lm_step.StepUnits, frames: int = FRAMES) -> torch.Tensor:
+    return greedy_run(lm, units, frames)[0]
+
+
+@pytest.mark.slow
+def test_aoti_units_give_the_eager_greedy_codes_exactly_in_fp32(lm, aoti):
+    _, units, report = aoti
+    assert report.outcome == dict.fromkeys(AOT_UNITS, "compiled"), report.outcome
+    assert report.arch == device_arch(torch.device("cpu")) and report.folder.endswith(report.arch)
+    for name in AOT_UNITS:
+        assert isinstance(getattr(units, name), AotUnit) and getattr(units, name).package is not None
+    assert units.pick is lm_step.pick and units.decide is lm_step.decide  # sampling stays plain
+    calls = []
+    counting = {name: _counting(getattr(units, name), calls, name) for name in AOT_UNITS}
+    aot_codes = greedy_codes(lm, lm_step.StepUnits(**{**_fields(units), **counting}))
+    eager_codes = greedy_codes(lm, lm_step.EAGER)
+    assert torch.equal(aot_codes, eager_codes)
+    layers = len(lm.transformer.h)
+    assert calls.count("qkv") == calls.count("finish") == FRAMES * layers  # one package, every layer
+    assert calls.count("local") == FRAMES * (lm.config.n_vq + 1) and calls.count("norm") == FRAMES
+
+
+@pytest.mark.slow
+def test_packages_are_reloaded_from_the_cache_and_other_batches_run_eagerly(lm, aoti):
+    cache, units, _ = aoti
+    again, report = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=cache,
+                                     compile_missing=False)
+    assert report.outcome == dict.fromkeys(AOT_UNITS, "loaded")
+    assert torch.equal(greedy_codes(lm, again, 3), greedy_codes(lm, lm_step.EAGER, 3))
+    _, report = build_aoti_units(lm, batch=2, device=torch.device("cpu"), cache_dir=cache,
+                                     compile_missing=False)
+    assert set(report.outcome.values()) == {"eager: no package in the cache"}
+    x = torch.randn(2, 1, lm.config.hidden_size)
+    assert torch.equal(units.norm(lm.transformer.ln_f, x), lm_step.final_norm(lm.transformer.ln_f, x))
+
+
+def test_a_unit_that_fails_to_export_stays_eager(lm, tmp_path, monkeypatch):
+    from tts_core.zerogpu import aoti as lm_aoti
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("export refused (test)")
+
+    monkeypatch.setattr(lm_aoti, "compile_package", refuse)
+    units, report = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=tmp_path, units=("norm",))
+    assert report.outcome == {"norm": "eager: RuntimeError: export refused (test)"}
+    x = torch.randn(1, 1, lm.config.hidden_size)
+    assert torch.equal(units.norm(lm.transformer.ln_f, x), lm_step.final_norm(lm.transformer.ln_f, x))
+    assert not list(tmp_path.rglob("*.pt2"))
+
+
+def _fields(units: lm_step.StepUnits) -> dict:
+    return {name: getattr(units, name) for name in lm_step.StepUnits.__dataclass_fields__}
+
+
+def _counting(unit, calls: list, name: str):
+    def call(*args):
+        calls.append(name)
+        return unit(*args)
+
+    return call

@@ -1,0 +1,1 @@
+"""Helpers the test folders share: servers, browsers, clients, fixtures as plugins."""

@@ -1,0 +1,193 @@
+"""web/delivery/stream_pump.py: a stream read and written by a thread of its own, handed to the event loop.
+
+Real chunk iterators (generators with cleanup, as `Synthesizer.stream` is) and real encoders
+(`encoders.StreamEncoder`); no timing is asserted: the paced source below releases chunks only
+when the test says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import anyio
+import numpy as np
+import pytest
+from support.reliability_common import run_coro
+
+from tts_core.audio.encoders import StreamEncoder
+from tts_core.types import AudioChunk, Timings
+from tts_core.web.delivery.stream_pump import MAX_PENDING, StreamPump
+
+
+def _chunk(seq: int, last: bool, samples: int = 3840) -> AudioChunk:
+    pcm = np.full((2, samples), 0.01 * (seq + 1), np.float32)
+    return AudioChunk(seq=seq, pcm=pcm, codes=np.zeros((1, 16), np.int64), is_last=last,
+                      timings=Timings(first_audio_s=None, elapsed_s=0.0, audio_s=0.0))
+
+
+class Source:
+    """A chunk generator like the engine's: honours `cancel`, records whether it was closed."""
+
+    def __init__(self, count: int, *, fail_at: int | None = None, gate: threading.Semaphore | None = None):
+        self.count, self.fail_at, self.gate = count, fail_at, gate
+        self.closed = threading.Event()
+        self.cancel = threading.Event()
+        self.threads: set[str] = set()
+
+    def __iter__(self):
+        try:
+            for seq in range(self.count):
+                self.threads.add(threading.current_thread().name)
+                while self.gate is not None and not self.gate.acquire(timeout=0.01):
+                    if self.cancel.is_set():
+                        return
+                if self.cancel.is_set():
+                    return
+                if seq == self.fail_at:
+                    raise RuntimeError("the engine failed")
+                yield _chunk(seq, seq == self.count - 1)
+        finally:
+            self.closed.set()
+
+
+class Writer:
+    def __init__(self):
+        self.closed = False
+        self.threads: set[str] = set()
+
+    def __call__(self, chunk: AudioChunk) -> bytes:
+        self.threads.add(threading.current_thread().name)
+        return bytes([chunk.seq]) * 4
+
+    def finish(self) -> bytes:
+        return b"end"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def _pump(source: Source) -> StreamPump:
+    return StreamPump(iter(source), source.cancel, name="pump-test")
+
+
+def test_every_chunk_then_the_tail_in_order_written_in_the_pump_thread():
+    async def main():
+        source, writer = Source(5), Writer()
+        pump = await _pump(source)
+        first = await pump.first()
+        assert first is not None and first.seq == 0
+        pump.start(writer)
+        out = [data async for data in pump.output()]
+        await pump.close()
+        return source, writer, out, pump
+
+    source, writer, out, pump = run_coro(main())
+    assert out == [bytes([i]) * 4 for i in range(5)] + [b"end"]
+    assert writer.threads == {"pump-test"} and source.threads == {"pump-test"}
+    assert source.closed.is_set() and writer.closed and pump.closed
+    assert pump.samples == 5 * 3840
+
+
+def test_an_error_before_the_first_chunk_is_raised_by_first_and_the_stream_is_closed():
+    async def main():
+        source = Source(3, fail_at=0)
+        pump = await _pump(source)
+        with pytest.raises(RuntimeError, match="the engine failed"):
+            await pump.first()
+        await pump.close()
+        return source
+
+    assert run_coro(main()).closed.is_set()
+
+
+def test_an_error_mid_stream_reaches_the_reader_after_what_was_written():
+    async def main():
+        source, writer = Source(4, fail_at=2), Writer()
+        pump = await _pump(source)
+        await pump.first()
+        pump.start(writer)
+        got = []
+        with pytest.raises(RuntimeError, match="the engine failed"):
+            async for data in pump.output():
+                got.append(data)
+        await pump.close()
+        return got, writer, source
+
+    got, writer, source = run_coro(main())
+    assert got == [b"\x00" * 4, b"\x01" * 4] and writer.closed and source.closed.is_set()
+
+
+def test_close_mid_stream_stops_the_thread_and_closes_stream_and_writer():
+    async def main():
+        gate = threading.Semaphore(2)  # two chunks now, the rest never
+        source, writer = Source(100, gate=gate), Writer()
+        pump = await _pump(source)
+        await pump.first()
+        pump.start(writer)
+        async for data in pump.output():
+            assert data == b"\x00" * 4
+            break
+        await pump.close()
+        return source, writer
+
+    source, writer = run_coro(main())
+    assert source.closed.is_set() and source.cancel.is_set() and writer.closed
+
+
+def test_a_client_that_does_not_read_holds_at_most_max_pending_outputs():
+    async def main():
+        source, writer = Source(MAX_PENDING * 3), Writer()
+        pump = await _pump(source)
+        await pump.first()
+        pump.start(writer)
+        while pump._queue.qsize() < MAX_PENDING:
+            await asyncio.sleep(0.01)
+        for _ in range(20):  # the thread is held back: the queue does not grow past the bound
+            await asyncio.sleep(0.01)
+            assert pump._queue.qsize() <= MAX_PENDING
+        out = [data async for data in pump.output()]
+        await pump.close()
+        return out
+
+    assert len(run_coro(main())) == MAX_PENDING * 3 + 1
+
+
+def test_many_streams_do_not_need_the_shared_worker_pool():
+    """64 streams at once while anyio's worker pool has ONE thread, held by someone else: every
+    stream is delivered whole (they used to park one pool thread each per chunk)."""
+
+    async def main():
+        anyio.to_thread.current_default_thread_limiter().total_tokens = 1
+        release = threading.Event()
+        blocker = asyncio.ensure_future(anyio.to_thread.run_sync(release.wait))
+
+        async def one(index: int) -> bytes:
+            source = Source(6)
+            pump = StreamPump(iter(source), source.cancel, name=f"pump-{index}")
+            await pump.first()
+            encoder = StreamEncoder("mp3", 48_000, 2)
+
+            def write(chunk: AudioChunk) -> bytes:
+                return encoder.encode(chunk.pcm)
+
+            write.finish = encoder.finish  # type: ignore[attr-defined]
+            pump.start(write)
+            data = b"".join([piece async for piece in pump.output()])
+            await pump.close()
+            return data
+
+        outs = await asyncio.gather(*(one(i) for i in range(64)))
+        release.set()
+        await blocker
+        return outs
+
+    outs = run_coro(main())
+    import io
+
+    import av
+
+    for data in outs[:4]:
+        with av.open(io.BytesIO(data)) as container:
+            samples = sum(frame.samples for frame in container.decode(audio=0))
+        assert samples >= 5 * 3840  # the whole stream, decodable (the encoder's padding may add a frame)

@@ -1,0 +1,218 @@
+"""Audio out, piece by piece: the output profile (sample rate, channels) and progressive encoders.
+
+`ProfileConverter` turns the engine's 48 kHz stereo into the rate and channel count a client asked
+for (soxr's streaming resampler, which gives the same samples however the stream is cut).
+`StreamEncoder` turns float32 [C, n] pieces into the bytes of one format as they come: raw pcm
+(s16le) and float32, WAV with a streaming header, and mp3 / opus (Ogg) / aac (ADTS) / flac through
+PyAV (FFmpeg's libmp3lame, libopus, aac and flac encoders), each packet handed out as soon as the
+encoder has it, so the first bytes leave one encoder frame after the first audio.
+`encode_file` makes a whole file: libsndfile (`audio.encode_audio`, exact length) where it can,
+PyAV for aac.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
+from .io import encode_audio, pcm_to_int16_bytes, wav_stream_header
+
+STREAM_FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "aac", "flac", "float32")
+# Rates every format accepts; opus only the five of its codec.
+SAMPLE_RATES: tuple[int, ...] = (8000, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
+OPUS_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
+
+
+@dataclass(frozen=True, slots=True)
+class PyAVFormat:
+    """How one compressed format is made: FFmpeg muxer and encoder, their options, bit rate."""
+
+    muxer: str
+    codec: str
+    muxer_options: tuple[tuple[str, str], ...] = ()
+    codec_options: tuple[tuple[str, str], ...] = ()
+    bit_rate_per_channel: int = 0  # 0: the encoder's own (lossless flac)
+    sample_format: str = "flt"  # what the frames are handed over as (the encoder's own: no conversion)
+
+
+# LAME's quality level 7 (FFmpeg's compression_level; LAME's default is 3) encodes about a third
+# faster with the same measured quality at this bit rate: bench/encoder_check.py, in the
+# http-load record. mp3 and aac take planar float, so frames go as fltp (no conversion pass).
+LAME_QUALITY = 7
+_PYAV: dict[str, PyAVFormat] = {
+    "mp3": PyAVFormat("mp3", "libmp3lame", codec_options=(("compression_level", str(LAME_QUALITY)),),
+                      bit_rate_per_channel=64_000, sample_format="fltp"),
+    "opus": PyAVFormat("ogg", "libopus", muxer_options=(("page_duration", "20000"),),  # one page per packet
+                       bit_rate_per_channel=48_000),
+    "aac": PyAVFormat("adts", "aac", bit_rate_per_channel=64_000, sample_format="fltp"),
+    "flac": PyAVFormat("flac", "flac"),
+}
+
+
+def pyav_settings(fmt: str) -> dict:
+    """The settings a compressed format is encoded with (for records and docs)."""
+    spec = _PYAV[fmt]
+    return {"codec": spec.codec, "codec_options": dict(spec.codec_options),
+            "bit_rate_per_channel": spec.bit_rate_per_channel, "sample_format": spec.sample_format}
+
+
+def check_rate(fmt: str, sample_rate: int) -> str | None:
+    """Why `fmt` cannot be sent at `sample_rate`, or None when it can."""
+    if sample_rate not in SAMPLE_RATES:
+        return f"sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}"
+    if fmt == "opus" and sample_rate not in OPUS_RATES:
+        return f"opus runs at {', '.join(map(str, sorted(OPUS_RATES)))} Hz only"
+    return None
+
+
+class ProfileConverter:
+    """48 kHz stereo float32 [2, n] -> `sample_rate` and `channels` (mono = the mean of L and R)."""
+
+    def __init__(self, sample_rate: int, channels: int, source_rate: int = SAMPLE_RATE_HZ):
+        if channels not in (1, 2):
+            raise ValueError(f"channels must be 1 or 2, got {channels}")
+        self.sample_rate, self.channels, self.source_rate = int(sample_rate), int(channels), int(source_rate)
+        self._stream = None
+        if self.sample_rate != self.source_rate:
+            import soxr
+
+            self._stream = soxr.ResampleStream(self.source_rate, self.sample_rate, self.channels,
+                                               dtype="float32", quality="HQ")
+
+    @property
+    def identity(self) -> bool:
+        return self._stream is None and self.channels == NUM_CHANNELS
+
+    def push(self, pcm: np.ndarray, *, last: bool = False) -> np.ndarray:
+        if self.identity:
+            return pcm
+        mixed = pcm.mean(axis=0, keepdims=True, dtype=np.float32) if self.channels == 1 else pcm
+        if self._stream is None:
+            return mixed
+        out = self._stream.resample_chunk(np.ascontiguousarray(mixed.T, dtype=np.float32), last=last)
+        return np.ascontiguousarray(out.T)
+
+    def flush(self) -> np.ndarray:
+        if self._stream is None:
+            return np.zeros((self.channels, 0), np.float32)
+        return self.push(np.zeros((NUM_CHANNELS, 0), np.float32), last=True)
+
+
+class _Sink:
+    """What PyAV's muxer writes to: kept until drained (no seek: the output is a stream)."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+
+    def write(self, data) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def drain(self) -> bytes:
+        out = b"".join(self._parts)
+        self._parts.clear()
+        return out
+
+
+class StreamEncoder:
+    """float32 [channels, n] pieces -> the bytes of `fmt`, progressively. One per stream.
+
+    `encode(pcm)` returns the bytes ready so far (maybe b""), `finish()` the rest (encoder tail,
+    trailer). `bit_rate` (bits per second, all channels) overrides the format's default. Samples are clipped to [-1, 1]; pcm and wav are round(x * 32767) as 16-bit.
+    """
+
+    def __init__(self, fmt: str, sample_rate: int, channels: int, *, bit_rate: int | None = None):
+        if fmt not in STREAM_FORMATS:
+            raise ValueError(f"unknown stream format {fmt!r}: one of {', '.join(STREAM_FORMATS)}")
+        problem = check_rate(fmt, sample_rate) if fmt in _PYAV else None
+        if problem:
+            raise ValueError(problem)
+        self.fmt, self.sample_rate, self.channels = fmt, int(sample_rate), int(channels)
+        self._started = False
+        self._samples = 0
+        self._container = self._stream = self._sink = None
+        self._bit_rate = bit_rate  # None: the format's default (per channel, above)
+        if fmt in _PYAV:
+            self._open_pyav()
+
+    def _open_pyav(self) -> None:
+        import av
+
+        spec = _PYAV[self.fmt]
+        self._sink = _Sink()
+        self._container = av.open(self._sink, "w", format=spec.muxer, options=dict(spec.muxer_options))
+        layout = "mono" if self.channels == 1 else "stereo"
+        self._stream = self._container.add_stream(spec.codec, rate=self.sample_rate, layout=layout,
+                                                  options=dict(spec.codec_options))
+        if self._bit_rate or spec.bit_rate_per_channel:
+            self._stream.bit_rate = self._bit_rate or spec.bit_rate_per_channel * self.channels
+        self._layout = layout
+        self._planar = spec.sample_format == "fltp"
+
+    def encode(self, pcm: np.ndarray) -> bytes:
+        pcm = np.asarray(pcm, dtype=np.float32)
+        if pcm.ndim != 2 or pcm.shape[0] != self.channels:
+            raise ValueError(f"expected [{self.channels}, n] audio, got shape {list(pcm.shape)}")
+        header = b""
+        if not self._started:
+            self._started = True
+            header = wav_stream_header(self.sample_rate, self.channels) if self.fmt == "wav" else b""
+        if pcm.shape[1] == 0:
+            return header
+        if self.fmt in ("pcm", "wav"):
+            return header + pcm_to_int16_bytes(pcm)
+        if self.fmt == "float32":
+            return np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()
+        return self._mux(pcm)
+
+    def _mux(self, pcm: np.ndarray | None) -> bytes:
+        import av
+
+        assert self._container is not None and self._stream is not None and self._sink is not None
+        if pcm is None:
+            packets = self._stream.encode(None)
+        else:
+            clipped = np.clip(np.nan_to_num(pcm), -1.0, 1.0)
+            if self._planar:
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(clipped), format="fltp", layout=self._layout)
+            else:
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(clipped.T).reshape(1, -1), format="flt",
+                                                   layout=self._layout)
+            frame.sample_rate = self.sample_rate
+            frame.pts = self._samples
+            frame.time_base = Fraction(1, self.sample_rate)
+            self._samples += pcm.shape[1]
+            packets = self._stream.encode(frame)
+        for packet in packets:
+            self._container.mux(packet)
+        return self._sink.drain()
+
+    def finish(self) -> bytes:
+        """The encoder's last packets and the container's trailer (or the WAV header of an empty stream)."""
+        head = self.encode(np.zeros((self.channels, 0), np.float32)) if not self._started else b""
+        if self._container is None:
+            return head
+        tail = self._mux(None)
+        self._container.close()
+        self._container = None
+        assert self._sink is not None
+        return head + tail + self._sink.drain()
+
+    def close(self) -> None:
+        """Release the encoder without finishing (a stream that was cut short)."""
+        if self._container is not None:
+            with contextlib.suppress(Exception):  # a cut stream may refuse its trailer; nothing is sent now
+                self._container.close()
+            self._container = None
+
+
+def encode_file(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    """A whole file: aac through PyAV; the others through `audio.encode_audio` (exact length)."""
+    if fmt != "aac":
+        return encode_audio(pcm, sample_rate, fmt)
+    encoder = StreamEncoder("aac", sample_rate, pcm.shape[0])
+    return encoder.encode(pcm) + encoder.finish()

@@ -1,0 +1,202 @@
+"""The LM's frame-step units compiled ahead of time: `torch.export` + AOTInductor, no torch.compile.
+
+ZeroGPU has no `torch.compile` but runs AOTInductor packages (hub-docs spaces-zerogpu.md,
+"Compilation"; its `spaces.aoti_*` helpers wrap the same torch functions used here). This module
+exports the very functions of `lm_step` (the transformer units: `local_position`, `block_qkv`,
+`block_finish`, `final_norm`), compiles each into a `.pt2` package with
+`torch._inductor.aoti_compile_and_package`, loads it with `aoti_load_package`, and hands back a
+`StepUnits` whose units call the packages; the sampling units (`decide`, `pick`, `embed`) stay the
+plain functions (they take the sampling dataclass and a possibly quantised head).
+
+One package serves every layer: the unit's module weights are inputs of the exported graph, not
+constants baked into it (`_WeightsAsInputs`). So a package depends on the shapes (model config and
+batch), the dtype, the device's architecture (e.g. `sm_90` for an H200, `sm_120` for ZeroGPU's
+Blackwell cards, `cpu-x86_64`) and the torch version, which name it in the cache folder. Packages
+are compiled for one batch size (ZeroGPU's worker runs one stream: B = 1); a call with another
+batch, a unit whose export or compile fails, or a package that does not load, runs the plain
+function instead (eager stays the fallback, and the reason is logged once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..model import lm_step
+from ..model.layers import block_finish, block_qkv
+
+logger = logging.getLogger(__name__)
+
+AOT_UNITS = ("local", "qkv", "finish", "norm")
+PACKAGE_FORMAT = 2  # part of every package's name: bump it when what is exported changes
+# Settings for the package's compile: the C++ wrapper at -O0 with precompiled headers (the kernels
+# keep inductor's own flags): a unit compiles several times faster and runs as fast (the wrapper
+# only launches the kernels).
+COMPILE_CONFIGS = {"aot_inductor.compile_wrapper_opt_level": "O0", "aot_inductor.precompile_headers": True}
+
+
+def device_arch(device: torch.device) -> str:
+    """What a compiled package is specific to: the GPU's SM version, or the CPU's machine type."""
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"sm_{major}{minor}"
+    return f"{device.type}-{platform.machine() or 'unknown'}"
+
+
+class _Bound(nn.Module):
+    """`fn(module, *args)` as a module's forward (so `functional_call` can swap its weights)."""
+
+    def __init__(self, fn: Callable, module: nn.Module):
+        super().__init__()
+        self.fn = fn
+        self.m = module
+
+    def forward(self, *args):
+        return self.fn(self.m, *args)
+
+
+class _WeightsAsInputs(nn.Module):
+    """Exports `fn(template, *args)` with the template's weights as graph inputs, so one package
+    serves every module of the template's shape (all layers of a stack)."""
+
+    def __init__(self, fn: Callable, template: nn.Module):
+        super().__init__()
+        self.fn = fn
+        object.__setattr__(self, "template", template)  # not registered: its tensors are not constants
+
+    def forward(self, weights: dict[str, torch.Tensor], *args):
+        bound = _Bound(self.fn, self.template)
+        return torch.func.functional_call(bound, {f"m.{name}": t for name, t in weights.items()}, args)
+
+
+def module_tensors(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+
+@dataclass
+class AotUnit:
+    """One unit as a compiled package, called like the plain function: `unit(module, *args)`."""
+
+    name: str
+    plain: Callable
+    batch: int
+    batch_arg: int  # which argument (after the module) carries the batch in dim 0
+    package: Callable | None = None
+    _weights: dict[int, tuple[nn.Module, dict[str, torch.Tensor]]] = field(default_factory=dict, repr=False)
+
+    def __call__(self, module: nn.Module, *args):
+        if self.package is None or args[self.batch_arg].shape[0] != self.batch:
+            return self.plain(module, *args)
+        held = self._weights.get(id(module))
+        if held is None or held[0] is not module:
+            held = self._weights[id(module)] = (module, module_tensors(module))
+        return self.package(held[1], *args)
+
+
+@dataclass(frozen=True)
+class AotReport:
+    """What `build_aoti_units` did per unit: "loaded" (from the cache), "compiled", or why eager."""
+
+    outcome: dict[str, str]
+    seconds: dict[str, float]
+    arch: str
+    folder: str
+
+
+def _examples(lm, batch: int, device: torch.device, dtype: torch.dtype) -> dict[str, tuple[nn.Module, tuple]]:
+    """A module and example arguments per unit, with the shapes the frame step passes."""
+    config = lm.config
+    local = lm.new_local_cache(batch, device)
+    keys, values = local.keys_values(batch)
+    block = lm.transformer.h[0]
+    heads, head_dim = block.attn.num_heads, block.attn.head_dim
+    # Distinct tensors for distinct arguments: export takes one tensor passed twice (cos as sin)
+    # for an alias and compiles a graph that reads one input for both.
+    def example(*shape):
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+    generator = torch.Generator().manual_seed(0)
+    hidden = example(batch, config.hidden_size)
+    h = example(batch, 1, config.hidden_size)
+    cos, sin = example(batch, 1, 1, 1, head_dim // 2), example(batch, 1, 1, 1, head_dim // 2)
+    attn = example(batch, heads, 1, head_dim)
+    return {
+        "local": (lm.local_transformer, (hidden, local.index[0], local.cos[0], local.sin[0], keys, values,
+                                         local.key_pos)),
+        "qkv": (block, (h, cos, sin)),
+        "finish": (block, (h, attn)),
+        "norm": (lm.transformer.ln_f, (h,)),
+    }
+
+
+_PLAIN = {"local": lm_step.local_position, "qkv": block_qkv, "finish": block_finish, "norm": lm_step.final_norm}
+
+
+def package_name(unit: str, module: nn.Module, args: tuple, arch: str) -> str:
+    """The cache name of a unit's package: what it was compiled for, hashed."""
+    shapes = [(n, tuple(t.shape), str(t.dtype)) for n, t in module_tensors(module).items()]
+    flat = [a for arg in args for a in (arg if isinstance(arg, list) else [arg])]
+    shapes += [(tuple(t.shape), str(t.dtype)) for t in flat]
+    digest = hashlib.sha256(repr((PACKAGE_FORMAT, unit, shapes, torch.__version__)).encode()).hexdigest()[:16]
+    return f"{unit}-{arch}-{digest}.pt2"
+
+
+def compile_package(unit: str, module: nn.Module, args: tuple, path: Path) -> Path:
+    """Export `unit` over `module`'s shape and compile it into the package `path`."""
+    exported = torch.export.export(_WeightsAsInputs(_PLAIN[unit], module), (module_tensors(module), *args),
+                                   strict=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial.pt2")  # a crash mid-write leaves no package that looks whole
+    torch._inductor.aoti_compile_and_package(exported, package_path=str(partial), inductor_configs=COMPILE_CONFIGS)
+    partial.replace(path)
+    return path
+
+
+def build_aoti_units(lm, *, batch: int, device: torch.device, cache_dir: str | Path,
+                     units: tuple[str, ...] = AOT_UNITS, base: lm_step.StepUnits = lm_step.EAGER,
+                     compile_missing: bool = True) -> tuple[lm_step.StepUnits, AotReport]:
+    """`base` with the transformer units replaced by AOTInductor packages for `batch` streams.
+
+    Packages come from `cache_dir/<arch>/` when there, else are exported and compiled (unless
+    `compile_missing` is False) and stored there for the next start. Returns the units and a report.
+    """
+    dtype = next(lm.parameters()).dtype
+    arch = device_arch(device)
+    folder = Path(cache_dir) / arch
+    outcome: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    replaced = {}
+    with torch.inference_mode(False), torch.no_grad():
+        examples = _examples(lm, batch, device, dtype)
+        for unit in units:
+            module, args = examples[unit]
+            path = folder / package_name(unit, module, args, arch)
+            started = time.perf_counter()
+            package = None
+            try:
+                if path.is_file():
+                    outcome[unit] = "loaded"
+                elif compile_missing:
+                    compile_package(unit, module, args, path)
+                    outcome[unit] = "compiled"
+                else:
+                    outcome[unit] = "eager: no package in the cache"
+                if path.is_file():
+                    package = torch._inductor.aoti_load_package(str(path))
+            except Exception as exc:  # export or compile failed: this unit stays eager
+                outcome[unit] = f"eager: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                logger.warning("AOTInductor: the %s unit stays eager (%s)", unit, outcome[unit])
+            seconds[unit] = round(time.perf_counter() - started, 3)
+            batch_arg = 0
+            replaced[unit] = AotUnit(unit, _PLAIN[unit], batch=batch, batch_arg=batch_arg, package=package)
+    report = AotReport(outcome=outcome, seconds=seconds, arch=arch, folder=str(folder))
+    logger.info("AOTInductor units for B=%d on %s: %s", batch, arch, outcome)
+    return replace(base, **replaced), report
