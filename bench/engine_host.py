@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,6 @@ from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402
 from tts_core.engine.host_copy import ReadyPcm  # noqa: E402
 from tts_core.engine.outbox import handle_chunks  # noqa: E402
-from tts_core.engine.runner import StepTicket  # noqa: E402
 from tts_core.engine.types import Segment, StreamJob  # noqa: E402
 from tts_core.types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME  # noqa: E402
 
@@ -44,17 +43,27 @@ DEFAULT_SWITCH_INTERVAL_S = sys.getswitchinterval()
 PROMPT_ROWS = 200
 
 
+@dataclass(frozen=True, slots=True)
+class _Ticket:
+    slots: list[int]
+    result: tuple[np.ndarray, np.ndarray]
+
+
 class NullRunner:
-    """The runner interface the engine uses, with no model behind it."""
+    """The runner interface the engine uses (`runner_types.LaunchingRunner`, as the GPU's runner),
+    with no model behind it."""
+
+    can_step_ahead = True
+    step_kind = "none"
+    uses_graphs = False
+    compile_mode = "off"
 
     def __init__(self, num_slots: int, context_rows: int = 2048):
         self.num_slots = num_slots
         self.device = torch.device("cpu")
-        self.can_step_ahead = True
-        self.step_kind = "none"
         self._context = context_rows
         self._lengths = [0] * num_slots
-        self._launched: deque[StepTicket] = deque()
+        self._launched: deque[_Ticket] = deque()
         self._audio = np.ones((2, 8 * SAMPLES_PER_FRAME), np.float32)  # source of the per-stream copies
 
     def start_background_compile(self, before_each=None) -> None:
@@ -69,22 +78,30 @@ class NullRunner:
     def start_segment(self, slot: int, rows, prime_codes, prefix_rows: int = 0) -> None:
         self._lengths[slot] = len(rows)
 
-    def launch(self, slots) -> StepTicket:
+    def upgrade(self) -> None:
+        raise RuntimeError("nothing to upgrade to")
+
+    def launch(self, slots) -> _Ticket:
         slots = list(slots)
-        result = (np.ones(len(slots), bool), np.zeros((len(slots), N_VQ), np.int64))
-        ticket = StepTicket(slots, [], None, None, result)
+        ticket = _Ticket(slots, (np.ones(len(slots), bool), np.zeros((len(slots), N_VQ), np.int64)))
         self._launched.append(ticket)
         return ticket
 
-    def collect(self, ticket: StepTicket, keep=None):
+    def collect(self, ticket: _Ticket, keep=None):
         assert self._launched.popleft() is ticket
         for i, slot in enumerate(ticket.slots):
             if keep is None or keep[i]:
                 self._lengths[slot] += 1
-        return ticket.launch
+        return ticket.result
+
+    def step(self, slots):
+        return self.collect(self.launch(slots))
 
     def drop_launched(self) -> None:
         self._launched.clear()
+
+    def decode(self, slots, codes: np.ndarray) -> list[np.ndarray]:
+        return self.decode_async(slots, codes).result()
 
     def decode_async(self, slots, codes: np.ndarray) -> ReadyPcm:
         samples = codes.shape[1] * SAMPLES_PER_FRAME

@@ -44,7 +44,7 @@ from bench.lib.trace import EngineTrace, summarize  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.devices import configure_cpu_threads, resolve_device, resolve_lm_dtype  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402
-from tts_core.engine.runner import Runner  # noqa: E402
+from tts_core.engine.runners import build_runner  # noqa: E402
 from tts_core.tokenizer import TextTokenizer  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def trace_level(models, device, plan: LevelPlan, tokenizer, context_rows: int, c
     lm, codec = models
     config = EngineConfig(max_active_streams=plan.streams, max_queue=0, max_context_rows=context_rows)
     gc.collect()
-    runner = Runner(lm, codec, num_slots=plan.streams, max_context_rows=context_rows, device=device)
+    runner = build_runner(lm, codec, num_slots=plan.streams, max_context_rows=context_rows, device=device)
     engine = Engine(runner, config)
     synth = bench_synthesizer(engine, tokenizer, config, lm.config, cache_dir)
     trace = EngineTrace().attach(engine)

@@ -30,7 +30,7 @@ from bench.lib import build_random_models, default_config_path, make_prompt  # n
 from bench.lib.machine import machine_info  # noqa: E402
 from bench.lib.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
-from tts_core.engine.runner import Runner  # noqa: E402
+from tts_core.engine.static_runner import StaticRunner  # noqa: E402
 from tts_core.model.lm_config import LMConfig  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def codec_precision(lm, codec, device: torch.device, frames: int = 50) -> dict:
     for name in ("fp32", "bf16"):
         codec.set_compute_dtype(name)
         outputs[name] = codec.decode(codes.to(device)).cpu()
-        runner = Runner(lm, codec, num_slots=64, max_context_rows=32, device=device)
+        runner = StaticRunner(lm, codec, num_slots=64, max_context_rows=32, device=device)
         pieces = [runner.decode(list(range(4)), codes[:, :, f : f + 1].transpose(1, 2).numpy())
                   for f in range(frames)]
         streamed[name] = torch.from_numpy(np.concatenate(pieces, axis=-1))
@@ -80,7 +80,7 @@ def determinism(models, lm_config, device, batch_invariant: bool, streams: int, 
     seeds = [1000 + i for i in range(streams)]
     params = SamplingParams()
     kwargs = dict(num_slots=streams, max_context_rows=260 + frames, device=device, batch_invariant=batch_invariant)
-    graphed = Runner(lm, codec, **kwargs)
+    graphed = StaticRunner(lm, codec, **kwargs)
     together, _ = drive(graphed, prompts, seeds, list(range(streams)), params, frames)
     same, first = 0, []
     for i in range(solo):
@@ -88,7 +88,7 @@ def determinism(models, lm_config, device, batch_invariant: bool, streams: int, 
         same += int(np.array_equal(alone[0], together[i]))
         first.append(_first_difference(alone[0], together[i]))
     del graphed
-    eager = Runner(lm, codec, enforce_eager=True, **kwargs)
+    eager = StaticRunner(lm, codec, enforce_eager=True, **kwargs)
     eager_codes, _ = drive(eager, prompts, seeds, list(range(streams)), params, frames)
     return {"streams": streams, "frames": frames, "solo_equal_batch": f"{same}/{solo}",
             "first_differing_frame": first,
@@ -101,7 +101,7 @@ def compiled_vs_per_op(models, lm_config, device, frames: int = 16) -> dict:
     args = (prompts, [21 + i for i in range(6)], [0, 2, 3, 5, 6, 7], SamplingParams.greedy())
 
     def run(**kwargs):
-        return drive(Runner(*models, num_slots=8, max_context_rows=320, device=device, **kwargs), *args,
+        return drive(StaticRunner(*models, num_slots=8, max_context_rows=320, device=device, **kwargs), *args,
                      frames=frames)[0]
 
     want, got = run(compile="off"), run()
@@ -117,7 +117,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--frames", type=int, default=40)
     parser.add_argument("--solo", type=int, default=12, help="streams re-run alone for the comparison")
-    parser.add_argument("--device", default="cuda", help="cuda; cpu only smoke-tests this script (plain eager path)")
+    parser.add_argument("--device", default="cuda", help="cuda; cpu only smoke-tests this script (the static runner, run eagerly)")
     parser.add_argument("--json", help="write the record to this JSON file")
     parser.add_argument("--note", action="append", default=[])
     args = parser.parse_args()

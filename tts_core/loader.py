@@ -24,7 +24,7 @@ from .cpu_mode import ModeChoice, choose_cpu_mode
 from .devices import available_cpus, configure_cpu_threads, resolve_device, resolve_lm_dtype
 from .engine.engine import Engine
 from .engine.pool import EnginePool
-from .engine.runner import Runner
+from .engine.runners import build_runner
 from .env import env_flag, env_str
 from .errors import ModelLoadError
 from .model.checkpoint import resolve_checkpoint_dir
@@ -206,12 +206,11 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
             report(f"loading LM and codec on {engine_device}…")
             lm_model = load_lm(lm_dir, device=engine_device, dtype=lm_dtype)
             codec_model = load_codec(codec_dir, device=engine_device, dtype=torch.float32)
-        runner = Runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
-                        max_context_rows=engine_config.max_context_rows, device=engine_device,
-                        enforce_eager=engine_config.enforce_eager,
-                        defer=engine_config.defer_compile and engine_device.type == "cuda",
-                        # room for every preset's prefix (kept warm) plus recent cloned voices
-                        prefix_cache_size=len(voices.list_presets()) + 8)
+        runner = build_runner(lm_model, codec_model, num_slots=engine_config.max_active_streams,
+                              max_context_rows=engine_config.max_context_rows, device=engine_device,
+                              enforce_eager=engine_config.enforce_eager, defer=engine_config.defer_compile,
+                              # room for every preset's prefix (kept warm) plus recent cloned voices
+                              prefix_cache_size=len(voices.list_presets()) + 8)
         engines.append(Engine(runner, engine_config))
     engine = engines[0] if len(engines) == 1 else EnginePool(engines)
     info = {

@@ -21,7 +21,7 @@ import numpy as np
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
 from .engine.features import EngineFeatures
 from .engine.outbox import handle_chunks
-from .engine.types import EngineLike, StreamJob
+from .engine.types import EngineLike, EngineStats, StreamJob
 from .errors import InvalidRequestError, TTSError
 from .jobs import CheckedRequest, JobPlan, JobRequest, continuation_prefix_rows, voice_clone_prefix_rows
 from .loader import load_parts
@@ -29,7 +29,15 @@ from .model.lm_config import LMConfig
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import check_text
 from .tokenizer import TextTokenizer
-from .types import SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest, SynthesisResult, Timings, Voice
+from .types import (
+    NUM_CODEBOOKS,
+    SAMPLE_RATE_HZ,
+    AudioChunk,
+    SynthesisRequest,
+    SynthesisResult,
+    Timings,
+    Voice,
+)
 from .voices import PresetInfo, VoiceBank
 
 logger = logging.getLogger(__name__)
@@ -156,7 +164,7 @@ class Synthesizer:
                 code_parts.append(chunk.codes)
             timings = chunk.timings
         pcm = np.concatenate(pcm_parts, axis=1) if pcm_parts else np.zeros((2, 0), np.float32)
-        codes = np.concatenate(code_parts) if code_parts else np.zeros((0, 16), np.int64)
+        codes = np.concatenate(code_parts) if code_parts else np.zeros((0, NUM_CODEBOOKS), np.int64)
         return SynthesisResult(pcm=pcm, sample_rate=SAMPLE_RATE_HZ, codes=codes, timings=timings,
                                request_id=request_id, notice=notice)
 
@@ -216,7 +224,7 @@ class Synthesizer:
         logger.info("queued %d voice prefixes for precomputation", count)
         return count
 
-    def stats(self) -> dict:
+    def stats(self) -> EngineStats:
         return self.engine.stats()
 
     def features(self) -> list[EngineFeatures]:
@@ -224,7 +232,7 @@ class Synthesizer:
         return self.engine.features()
 
     def health(self) -> dict:
-        return {**self.info, "warm": self.warm, **self.engine.stats(),
+        return {**self.info, "warm": self.warm, **self.engine.stats().as_dict(),
                 "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:

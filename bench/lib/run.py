@@ -93,7 +93,7 @@ def bench_level(models, devices, plan: LevelPlan, tokenizer, context_rows: int, 
     from tts_core.config import EngineConfig
     from tts_core.engine.engine import Engine
     from tts_core.engine.pool import EnginePool
-    from tts_core.engine.runner import Runner
+    from tts_core.engine.runners import build_runner
 
     slots = -(-plan.streams // len(devices))  # per engine
     config = EngineConfig(max_active_streams=slots, max_queue=0, max_context_rows=context_rows,
@@ -103,8 +103,8 @@ def bench_level(models, devices, plan: LevelPlan, tokenizer, context_rows: int, 
         torch.cuda.empty_cache()
     timed = None
     with PeakMemory(devices) as memory:
-        runners = [Runner(lm, codec, num_slots=slots, max_context_rows=context_rows, device=device,
-                          enforce_eager=plan.enforce_eager) for (lm, codec), device in zip(models, devices)]
+        runners = [build_runner(lm, codec, num_slots=slots, max_context_rows=context_rows, device=device,
+                                enforce_eager=plan.enforce_eager) for (lm, codec), device in zip(models, devices)]
         if components:
             timed = time_components(runners[0], make_prompt(models[0][0].config, plan.prompt_rows), devices[0])
         engines = [Engine(runner, config) for runner in runners]
@@ -116,10 +116,9 @@ def bench_level(models, devices, plan: LevelPlan, tokenizer, context_rows: int, 
                     for run in range(plan.repeats)]
         finally:
             engine.close()
-    stepper = runners[0].stepper
     row = {"streams": plan.streams, "frames": plan.frames, "repeats": plan.repeats, **summarize_level(runs),
-           "memory": memory.result(), "graphs": runners[0].uses_graphs,
-           "compile": stepper.compile_mode if stepper is not None else "off", "runs": runs}
+           "memory": memory.result(), "graphs": runners[0].uses_graphs, "compile": runners[0].compile_mode,
+           "runs": runs}
     return row, timed
 
 

@@ -2,12 +2,12 @@
 
 `EngineTrace.attach(engine)` wraps a few methods of one live engine (instance attributes only: the
 class and every other engine stay as they are) so that each call is recorded as a span of its
-thread: admission, prefills, LM launches, collects (the wait for a step), codec decodes, drains,
-chunk hand-outs. On CUDA every graph replay or eager step body of the stepper is also bracketed by
-two timing events on the stream it runs on, so after the run the device's own busy intervals are
-known, per kind (LM, codec, prefill), and can be laid beside the host's. Nothing here changes what
-the engine computes; the events and the bookkeeping cost a few microseconds per call, which the
-summary's figures include.
+thread: admission, prefills, LM launches and collects (the wait for a step; on a CPU, whole steps),
+codec decodes, drains, chunk hand-outs. On CUDA every graph replay or eager step body of the stepper
+is also bracketed by two timing events on the stream it runs on, so after the run the device's own
+busy intervals are known, per kind (LM, codec, prefill), and can be laid beside the host's. Nothing
+here changes what the engine computes; the events and the bookkeeping cost a few microseconds per
+call, which the summary's figures include.
 
 `summarize` turns one traced run into figures: per thread and label the time spent in spans; device
 busy time per kind and their union; how long after the device finished an LM step the engine thread
@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from tts_core.engine.static_runner import StaticRunner
 
 
 @dataclass(slots=True)
@@ -170,6 +172,10 @@ class EngineTrace:
         engine._scheduler = _CountedAdmissions(engine._scheduler, self)
         engine._sync = self._timed("drain", engine._sync)
         engine._emit = self._timed("emit", engine._emit)
+        runner.decode_async = self._traced_decode(runner)
+        if not isinstance(runner, StaticRunner):  # the CPU's runner: each step runs in `step`
+            runner.step = self._timed("step", runner.step, len)
+            return self
         launch, collect = runner.launch, runner.collect
 
         def traced_launch(slots):
@@ -193,12 +199,11 @@ class EngineTrace:
             return out
 
         runner.launch, runner.collect = traced_launch, traced_collect
-        runner.decode_async = self._traced_decode(runner)
         prefills = runner.prefills
         if prefills is not None:
             prefills.flush = self._timed("prefill", prefills.flush, lambda *_: len(prefills))
         stepper = runner.stepper
-        if stepper is not None and runner.device.type == "cuda":
+        if runner.device.type == "cuda":
             stepper._run = self._device_timed(stepper._run, lambda kind, bucket, size: (kind, bucket))
             if prefills is not None:
                 prefills.flush = self._device_timed(prefills.flush, lambda *_: ("prefill", len(prefills)))

@@ -1,6 +1,6 @@
 """Takes in headless Chromium: one voice, one sentence, two seeds side by side; the takes differ,
 "Keep this take" pins the take's seed in the page, and generating with it again gives the same
-audio (the server's kept 16-bit WAVs compared: within 1 LSB on this CPU path, see the test)."""
+audio (the server's kept 16-bit WAVs compared, bit for bit: tests/engine/test_cpu_determinism.py)."""
 
 from __future__ import annotations
 
@@ -69,8 +69,7 @@ def test_takes_differ_and_a_kept_take_repeats_bit_for_bit(browser_context, studi
     assert body["seed"] == 1235
     repeat = _pcm(studio.url, again["completed"][0]["requestId"])
     assert repeat.shape == second.shape
-    # The same take again. On this CPU path the float PCM is not bit-exact across runs: here 290 of
-    # 92,160 samples, all after 0.7 s, were 1 LSB apart in 16-bit (the voice-library test allows the
-    # same 1 LSB); a different seed differs everywhere.
-    assert np.abs(repeat.astype(np.int32) - second).max() <= 1
+    # The same take again, bit for bit (on the CPU a request's audio depends on nothing else);
+    # a different seed differs everywhere.
+    assert np.array_equal(repeat, second)
     assert np.abs(first.astype(np.int32)[: len(second)] - second[: len(first)]).max() > 1000

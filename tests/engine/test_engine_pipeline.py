@@ -15,9 +15,9 @@ import pytest
 from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.pipeline import CodecPipeline
-from tts_core.engine.runner import Runner
 from tts_core.engine.types import Segment, StreamJob, StreamStatus
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_loading import load_lm
@@ -39,7 +39,7 @@ def prompts(parity_dir):
 
 def _engine(models, pipelined: bool) -> Engine:
     lm, codec = models
-    runner = Runner(lm, codec, num_slots=3, max_context_rows=600, device="cpu")
+    runner = EagerRunner(lm, codec, num_slots=3, max_context_rows=600, device="cpu")
     return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4, pipeline_codec=pipelined))
 
 
@@ -110,7 +110,7 @@ def test_cancelling_a_pipelined_stream_leaves_the_others_and_its_slot_clean(mode
 
 def test_warm_prefix_is_computed_when_idle_and_reused(models, prompts):
     lm, codec = models
-    engine = Engine(Runner(lm, codec, num_slots=2, max_context_rows=600, device="cpu"),
+    engine = Engine(EagerRunner(lm, codec, num_slots=2, max_context_rows=600, device="cpu"),
                     EngineConfig(max_active_streams=2, max_queue=2))
     prompt = prompts[0]
     prefix = prompt[:60]
@@ -184,7 +184,7 @@ def test_pipeline_errors_of_either_part_reach_the_drain(stage):
         pipeline.close()
 
 
-class _SlowReadoutRunner(Runner):
+class _SlowReadoutRunner(EagerRunner):
     """The CPU runner, with each decode's audio handed out by a `.result()` that, for the first decode,
     waits until the next decode has been queued: as a GPU readout overlaps the next decode."""
 

@@ -21,9 +21,9 @@ from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine import engine as engine_module
+from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.pipeline import CodecPipeline
-from tts_core.engine.runner import Runner
 from tts_core.engine.stall import StallWatch
 from tts_core.engine.types import Segment, StreamJob
 from tts_core.errors import EngineStalledError
@@ -95,8 +95,8 @@ def _stall(engine: Engine, clock: _Clock) -> None:
     assert engine._watch.check()
 
 
-class _StuckRunner(Runner):
-    """A stuck device: from its `stick_at`-th call of `stuck_in` ("launch": the engine thread's step,
+class _StuckRunner(EagerRunner):
+    """A stuck device: from its `stick_at`-th call of `stuck_in` ("step": the engine thread's step,
     "decode": the codec thread's) on, the call blocks until `unstick` is set."""
 
     def __init__(self, models, *, stuck_in: str, stick_at: int):
@@ -113,9 +113,9 @@ class _StuckRunner(Runner):
             self.stuck.set()
             assert self.unstick.wait(60), f"the test never released the stuck {name}"
 
-    def launch(self, slots):
-        self._maybe_stick("launch")
-        return super().launch(slots)
+    def step(self, slots):
+        self._maybe_stick("step")
+        return super().step(slots)
 
     def decode_async(self, slots, codes):
         self._maybe_stick("decode")
@@ -137,7 +137,7 @@ def _until_error(handle) -> BaseException:
 
 
 def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, clock) -> None:
-    runner = _StuckRunner(models, stuck_in="launch", stick_at=1)
+    runner = _StuckRunner(models, stuck_in="step", stick_at=1)
     engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2))
     try:
         running = engine.submit(_job("running", prompt, 1))
@@ -149,7 +149,7 @@ def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, cl
             assert isinstance(error, EngineStalledError), repr(error)
             assert "stopped responding" in error.message and "restart" in error.message
             assert error.code == "engine_stalled"
-        assert engine.stats()["stalled"]
+        assert engine.stats().stalled
         with pytest.raises(EngineStalledError, match="must be restarted"):
             engine.submit(_job("later", prompt, 3))
     finally:
@@ -162,12 +162,12 @@ def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, cl
 def test_requests_waiting_to_be_prepared_get_the_stall_error(models, prompt, clock) -> None:
     """The engine thread builds queued requests between iterations (`intake.py`): stuck in the
     device it never will, so the stall fails those still queued, and refuses later ones at once."""
-    runner = _StuckRunner(models, stuck_in="launch", stick_at=1)
+    runner = _StuckRunner(models, stuck_in="step", stick_at=1)
     engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2))
     try:
         running = engine.enqueue(_Named("running", prompt))
         deadline = time.monotonic() + 30
-        while engine.stats()["submitted"] < 1 and time.monotonic() < deadline:  # (built and admitted)
+        while engine.stats().submitted < 1 and time.monotonic() < deadline:  # (built and admitted)
             time.sleep(0.01)
         assert running.job is not None
         assert runner.stuck.wait(30)
@@ -196,9 +196,9 @@ class _Named:
 
 def test_an_engine_that_never_stalls_says_so(models) -> None:
     lm, codec = models
-    engine = Engine(Runner(lm, codec, num_slots=1, max_context_rows=600, device="cpu"), EngineConfig())
+    engine = Engine(EagerRunner(lm, codec, num_slots=1, max_context_rows=600, device="cpu"), EngineConfig())
     try:
-        assert engine.stats()["stalled"] is False
+        assert engine.stats().stalled is False
     finally:
         engine.close()
 

@@ -17,11 +17,13 @@ from support.runner_helpers import drive
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.buckets import bucket_sizes, length_buckets, padded_step_input, pick_bucket
 from tts_core.engine.codec_passes import split_passes
+from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.graphs import graphs_enabled
-from tts_core.engine.pool import EnginePool, engine_load, route_order
-from tts_core.engine.runner import Runner
-from tts_core.engine.types import Segment, StreamJob
+from tts_core.engine.pool import EnginePool, route_order
+from tts_core.engine.runners import build_runner
+from tts_core.engine.static_runner import StaticRunner
+from tts_core.engine.types import EngineStats, Segment, StreamJob
 from tts_core.errors import EngineStalledError, QueueFullError
 from tts_core.loader import resolve_devices
 from tts_core.model import lm_step
@@ -91,7 +93,7 @@ def test_padded_step_input_puts_each_slot_on_its_row():
 
 def _static(models, num_slots=8, **kwargs):
     lm, codec = models
-    return Runner(lm, codec, num_slots=num_slots, max_context_rows=600, device=CPU, static=True, **kwargs)
+    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=600, device=CPU, **kwargs)
 
 
 def test_static_greedy_matches_reference_vectors_in_spread_slots(models, vectors):
@@ -105,8 +107,8 @@ def test_static_greedy_matches_reference_vectors_in_spread_slots(models, vectors
 def test_static_sampled_equals_plain_eager_path(models, vectors):
     lm, codec = models
     prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
-    plain = Runner(lm, codec, num_slots=4, max_context_rows=600, device=CPU)
-    assert plain.stepper is None  # CPU default: the plain eager path
+    plain = build_runner(lm, codec, num_slots=4, max_context_rows=600, device=CPU)
+    assert isinstance(plain, EagerRunner)  # CPU default: the plain eager path
     want_codes, want_pcm = drive(plain, prompts, [1, 2, 3, 4], [0, 1, 2, 3], SamplingParams())
     got_codes, got_pcm = drive(_static(models), prompts, [1, 2, 3, 4], [0, 1, 2, 3], SamplingParams())
     for want, got in zip(want_codes, got_codes):
@@ -126,7 +128,7 @@ def test_streams_crossing_length_buckets_equal_the_plain_eager_path(models, vect
     the 256 bucket and crosses into 512: attention restricted to a bucket must change nothing."""
     lm, codec = models
     prompts = [vectors["D_continuation_text_only.input_ids"].numpy(), vectors["C_continuation_prompted.input_ids"].numpy()]
-    plain = Runner(lm, codec, num_slots=2, max_context_rows=600, device=CPU)
+    plain = EagerRunner(lm, codec, num_slots=2, max_context_rows=600, device=CPU)
     want, _ = drive(plain, prompts, [5, 6], [0, 1], SamplingParams(), frames=60)
     static = _static(models, num_slots=2)
     assert static.stepper.lengths_buckets == [128, 256, 512, 608]
@@ -139,8 +141,7 @@ def test_streams_crossing_length_buckets_equal_the_plain_eager_path(models, vect
 def test_deferred_compile_serves_at_once_and_switches_without_changing_codes(models, vectors):
     lm, codec = models
     prompt = vectors["A_voice_clone_en.input_ids"].numpy()
-    runner = Runner(lm, codec, num_slots=2, max_context_rows=600, device=CPU, static=True, compile="aot_eager",
-                    defer=True)
+    runner = StaticRunner(lm, codec, num_slots=2, max_context_rows=600, device=CPU, compile="aot_eager", defer=True)
     engine = Engine(runner, EngineConfig(max_active_streams=2, max_queue=4))
     try:
         first = _collect_codes(engine.submit(_job(prompt, 11, 20)))  # on whichever step is current
@@ -224,7 +225,8 @@ def test_static_runner_refuses_prompts_over_the_context(models, vectors):
 def test_route_order_least_loaded_first_stable():
     assert route_order([3, 1, 2, 1]) == [1, 3, 2, 0]  # the tie between engines 1 and 3 keeps their order
     assert route_order([0, 0, 0]) == [0, 1, 2]
-    assert engine_load({"active_streams": 2, "queued": 3}) == 5
+    assert EngineStats(active_streams=2, queued=3, max_active_streams=4, max_queue=4, submitted=5, finished=0,
+                       cancelled=0, refused=0, stalled=False).load == 5
 
 
 class _FakeEngine:
@@ -233,9 +235,9 @@ class _FakeEngine:
         self.stalled = stalled
 
     def stats(self):
-        return {"active_streams": self.active, "queued": self.queued, "max_active_streams": 4, "max_queue": 2,
-                "submitted": len(self.jobs), "finished": 0, "cancelled": self.cancels, "refused": 0,
-                "stalled": self.stalled}
+        return EngineStats(active_streams=self.active, queued=self.queued, max_active_streams=4, max_queue=2,
+                           submitted=len(self.jobs), finished=0, cancelled=self.cancels, refused=0,
+                           stalled=self.stalled)
 
     def admit(self, handle):
         if self.stalled:
@@ -277,7 +279,7 @@ def test_pool_routes_to_least_loaded_and_skips_full_engines():
         pool.submit(_named("f"))
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     stats = pool.stats()
-    assert stats["engines"] == 3 and stats["active_streams"] == sum(e.active for e in engines) == 8
+    assert stats.engines == 3 and stats.active_streams == sum(e.active for e in engines) == 8
 
 
 def _job(rows, seed, frames=8):
@@ -299,7 +301,7 @@ def test_pool_of_cpu_engines_spreads_streams_and_matches_one_engine(models, vect
     def engine(slots):
         # Each engine owns its models (a model is driven by one engine thread only).
         lm, codec = copy.deepcopy(models[0]), copy.deepcopy(models[1])
-        runner = Runner(lm, codec, num_slots=slots, max_context_rows=600, device=CPU)
+        runner = EagerRunner(lm, codec, num_slots=slots, max_context_rows=600, device=CPU)
         return Engine(runner, EngineConfig(max_active_streams=slots, max_queue=4))
 
     single = engine(2)
@@ -307,9 +309,9 @@ def test_pool_of_cpu_engines_spreads_streams_and_matches_one_engine(models, vect
     single.close()
     pool = EnginePool([engine(1), engine(1)])
     handles = [pool.submit(_job(rows, seed)) for seed in range(4)]
-    assert [e.stats()["submitted"] for e in pool.engines] == [2, 2]  # alternating: least loaded first
+    assert [e.stats().submitted for e in pool.engines] == [2, 2]  # alternating: least loaded first
     got = [_collect(h) for h in handles]
-    assert pool.stats()["finished"] == 4
+    assert pool.stats().finished == 4
     pool.close()
     for w, g in zip(want, got):
         np.testing.assert_array_equal(g, w)
@@ -342,7 +344,7 @@ def test_codec_row_resets_equal_reset_of_those_rows(models, rows, forget):
 
 def test_static_multi_frame_decode_matches_plain_path(models):
     lm, codec = models
-    plain = Runner(lm, codec, num_slots=3, max_context_rows=64, device=CPU)
+    plain = EagerRunner(lm, codec, num_slots=3, max_context_rows=64, device=CPU)
     static = _static(models, num_slots=3)
     codes = np.random.default_rng(0).integers(0, 1024, (2, 23, 16))
     for runner in (plain, static):
@@ -365,11 +367,11 @@ def test_pool_routes_around_a_stalled_engine_and_stalls_only_with_all():
     pool = EnginePool([stuck, busy, free])
     pool.submit(_named("job"))
     assert free.jobs == ["job"]
-    assert pool.stats()["stalled"] is False and pool.stats()["stalled_engines"] == 1
+    assert pool.stats().stalled is False and pool.stats().stalled_engines == 1
     free.full = True
     with pytest.raises(QueueFullError):
         pool.submit(_named("job 2"))
     pool = EnginePool([_FakeEngine(0, 0, stalled=True), _FakeEngine(0, 0, stalled=True)])
     with pytest.raises(EngineStalledError):
         pool.submit(_named("job 3"))
-    assert pool.stats()["stalled"] is True
+    assert pool.stats().stalled is True

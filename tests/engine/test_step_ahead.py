@@ -15,9 +15,10 @@ import pytest
 from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.live import LiveStream
-from tts_core.engine.runner import Runner, StepTicket
+from tts_core.engine.static_runner import StaticRunner
 from tts_core.engine.stepping import StepDriver
 from tts_core.engine.types import Segment, StreamHandle, StreamJob, StreamStatus
 
@@ -31,7 +32,7 @@ def prompts(parity_dir):
     return [vectors[f"{case}.input_ids"].numpy() for case in CASES]
 
 
-class _CountingRunner(Runner):
+class _CountingRunner(StaticRunner):
     """Records how many launched steps were outstanding at each launch (2 = a step ahead)."""
 
     def launch(self, slots):
@@ -42,7 +43,8 @@ class _CountingRunner(Runner):
 
 def _engine(tiny_models, *, static: bool, step_ahead: bool = True) -> Engine:
     lm, codec = tiny_models
-    runner = _CountingRunner(lm, codec, num_slots=3, max_context_rows=600, device="cpu", static=static)
+    kind = _CountingRunner if static else EagerRunner
+    runner = kind(lm, codec, num_slots=3, max_context_rows=600, device="cpu")
     return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4), step_ahead=step_ahead)
 
 
@@ -125,7 +127,7 @@ class _ScriptedRunner:
         self.calls: list = []
 
     def launch(self, slots):
-        ticket = StepTicket(list(slots), [], None, None, (np.ones(len(slots), bool), np.zeros((len(slots), 16), np.int64)))
+        ticket = (np.ones(len(slots), bool), np.zeros((len(slots), 16), np.int64))
         self.launched.append(ticket)
         self.calls.append(("launch", tuple(slots)))
         return ticket
@@ -133,7 +135,7 @@ class _ScriptedRunner:
     def collect(self, ticket, keep=None):
         assert self.launched.popleft() is ticket
         self.calls.append(("collect", tuple(keep)))
-        return ticket.launch
+        return ticket
 
     def context_left(self, slot):
         return 100

@@ -65,7 +65,7 @@ def _greedy(text, voice=None, mode="voice_clone", max_frames=12):
 
 
 def _wait_idle(synth, timeout_s=10.0):
-    return wait_for_idle(synth.stats, timeout_s)
+    return wait_for_idle(lambda: synth.stats().as_dict(), timeout_s)
 
 
 @pytest.mark.parametrize("case", ["A_voice_clone_en", "B_voice_clone_zh"])
@@ -132,10 +132,10 @@ def test_closing_the_iterator_cancels_and_frees_the_slot(synth, zh1_codes):
     stream = synth.stream(SynthesisRequest(text="A long request that will be cancelled.",
                                            voice=Voice.from_codes(zh1_codes), seed=1, max_frames=300))
     next(stream)
-    assert synth.stats()["active_streams"] == 1
+    assert synth.stats().active_streams == 1
     stream.close()
     after = _wait_idle(synth)
-    assert after["cancelled"] == before["cancelled"] + 1
+    assert after["cancelled"] == before.cancelled + 1
 
 
 def test_concurrent_streams_are_independent_and_match_solo(synth, zh1_codes):
@@ -170,7 +170,7 @@ def test_queue_full_is_refused_clearly(synth, zh1_codes):
         for h in holders:  # 3 slots + 2 queued
             threading.Thread(target=lambda h=h: next(h, None), daemon=True).start()
         deadline = time.monotonic() + 10
-        while synth.stats()["active_streams"] + synth.stats()["queued"] < 5 and time.monotonic() < deadline:
+        while synth.stats().active_streams + synth.stats().queued < 5 and time.monotonic() < deadline:
             time.sleep(0.02)
         with pytest.raises(QueueFullError) as info:
             next(synth.stream(SynthesisRequest(text="one too many", voice=voice, max_frames=4)))

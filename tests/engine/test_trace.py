@@ -51,7 +51,7 @@ def test_a_traced_engine_records_each_threads_spans_and_the_admissions(data_dir,
     host = figures["host"]
     assert host["callers"]["check"]["count"] == 3  # the checks in the callers' threads
     assert host["engine"]["prepare"]["count"] == 3  # the prompt building on the engine thread
-    assert host["engine"]["launch"]["count"] == host["engine"]["collect"]["count"] >= 5
+    assert host["engine"]["step"]["count"] >= 5  # the CPU's runner: each LM step runs in `step`
     decodes = host["codec"]["decode"]["count"] + host["engine"].get("decode", {}).get("count", 0)
     readouts = host["codec"]["readout"]["count"] + host["engine"].get("readout", {}).get("count", 0)
     assert decodes == readouts >= 3

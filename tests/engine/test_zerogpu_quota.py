@@ -157,14 +157,3 @@ def test_placed_modules_stay_on_the_cpu_here_and_reach_the_workers_device():
     assert device == expected and total == 15.0
     assert HELD.weight.device.type == "cpu"  # the caller's copy never moves
     assert torch.cuda.is_initialized() is False
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_a_new_worker_moves_the_placed_weights_and_an_idle_one_keeps_them():
-    read_placed.close_workers()
-    list(read_placed())
-    list(read_placed())
-    first, again = read_placed.usage[-2:]
-    assert first.moved_bytes >= 6 * 4 and first.move_s > 0
-    assert again.moved_bytes == 0  # the same worker: already on its GPU

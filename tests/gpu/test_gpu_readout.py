@@ -10,20 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support.gpu_runners import CUDA, build_runner
 
-from bench.lib import build_random_models
 from tts_core.engine.host_copy import HostPcm, PinnedRing
-from tts_core.engine.runner import Runner
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-CUDA = torch.device("cuda")
-
 
 @pytest.fixture(scope="module")
-def fp32_models(data_dir):
-    return build_random_models(str(data_dir / "hf_checkpoint_meta" / "config.json"),
-                               str(data_dir / "codec" / "config.json"), CUDA, torch.float32)
+def fp32_models(full_models):
+    return full_models(torch.float32)
 
 
 def test_host_pcm_gives_each_row_its_own_exact_copy():
@@ -74,7 +70,8 @@ def test_decodes_queued_back_to_back_equal_decodes_waited_for(fp32_models):
     generator = np.random.default_rng(5)
     groups = [([0, 2, 3], 1), ([1, 2], 4), ([0, 1, 2, 3], 2), ([3], 7), ([0, 2], 4), ([1, 3], 1)]
     codes = [generator.integers(0, 1024, (len(slots), n, 16)) for slots, n in groups]
-    waited, queued = (Runner(*models, num_slots=4, max_context_rows=320, device=CUDA) for _ in range(2))
+    # Plain step units: the decodes are the subject, and neither runner's LM step runs.
+    waited, queued = (build_runner(models, 4, compile="off") for _ in range(2))
     want = [waited.decode(slots, c) for (slots, _), c in zip(groups, codes)]
     pending = [queued.decode_async(slots, c) for (slots, _), c in zip(groups[:2], codes[:2])]
     got = []

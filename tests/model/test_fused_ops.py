@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import platform
+import threading
 
 import numpy as np
 import pytest
@@ -176,10 +177,10 @@ def test_cpu_steps_keep_the_plain_path(monkeypatch):
 
 
 def _static_runner(models, num_slots=2):
-    from tts_core.engine.runner import Runner
+    from tts_core.engine.static_runner import StaticRunner
 
     lm, codec = models
-    return Runner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"), static=True)
+    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"))
 
 
 def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vectors):
@@ -254,3 +255,20 @@ def test_a_ring_kernel_that_fails_at_start_up_turns_the_kernels_off(tiny_models,
     runner.begin_stream(0, SamplingParams(), 0)
     pcm = runner.decode([0], np.zeros((1, 2, 16), np.int64))  # served by the plain attention
     assert len(pcm) == 1 and pcm[0].shape == (2, 2 * 3840)
+
+
+def test_plain_ops_turns_the_kernels_off_on_this_thread_only():
+    """`torch.export` runs inside `plain_ops()` (a raw Triton launch cannot be traced): the kernels are
+    off on the exporting thread while inside it, and stay on elsewhere."""
+    cuda = torch.device("cuda")
+    assert fused_ops.fused_enabled(cuda)  # Triton is installed here (its interpreter runs the kernels)
+    seen = []
+    with fused_ops.plain_ops():
+        assert not fused_ops.fused_enabled(cuda)
+        with fused_ops.plain_ops():
+            assert not fused_ops.fused_enabled(cuda)
+        assert not fused_ops.fused_enabled(cuda)  # an inner exit keeps the outer one in force
+        other = threading.Thread(target=lambda: seen.append(fused_ops.fused_enabled(cuda)))
+        other.start()
+        other.join()
+    assert seen == [True] and fused_ops.fused_enabled(cuda)

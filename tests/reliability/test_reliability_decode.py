@@ -16,6 +16,7 @@ import pytest
 import soundfile as sf
 from support.reliability_common import b64, error_of, run_coro
 
+from tts_core.engine.types import EngineStats
 from tts_core.errors import InvalidRequestError, QueueFullError
 from tts_core.web.limits.clip_decode import ClipDecoder, check_clip, decode_clip
 from tts_core.web.settings import ServerSettings
@@ -96,7 +97,7 @@ def test_decoding_is_bounded_and_counted_in_the_queue_limit(inproc) -> None:
     settings = ServerSettings(max_upload_bytes=8 * 2**20)
     clip = _flac(192_000, 20.0)
     stats = inproc.synth.stats()
-    admitted = stats["max_active_streams"] - stats["active_streams"] + stats["max_queue"] - stats["queued"]
+    admitted = stats.max_active_streams - stats.active_streams + stats.max_queue - stats.queued
     decoder = ClipDecoder(workers=2)
 
     async def one() -> str:
@@ -117,8 +118,9 @@ def test_decoding_is_bounded_and_counted_in_the_queue_limit(inproc) -> None:
 
 def test_admission_counts_the_engine_queue() -> None:
     decoder = ClipDecoder(workers=1)
-    idle = {"active_streams": 0, "max_active_streams": 4, "queued": 0, "max_queue": 12}
-    full = {"active_streams": 4, "max_active_streams": 4, "queued": 12, "max_queue": 12}
+    counts = dict(max_active_streams=4, max_queue=12, submitted=0, finished=0, cancelled=0, refused=0, stalled=False)
+    idle = EngineStats(active_streams=0, queued=0, **counts)
+    full = EngineStats(active_streams=4, queued=12, **counts)
     assert decoder.admits(idle) and decoder.admits(None) and not decoder.admits(full)
     decoder.pending = 15
     assert decoder.admits(idle)

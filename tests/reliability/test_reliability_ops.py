@@ -142,13 +142,13 @@ def test_a_stuck_device_turns_health_and_new_requests_into_503(data_dir, tmp_pat
     assert service.wait(0), service.error
     runner = service.get().engine.runner
     unstick = threading.Event()
-    real_launch = runner.launch
+    real_step = runner.step
 
-    def stuck_launch(slots):
+    def stuck_step(slots):
         assert unstick.wait(60), "the test never released the stuck step"
-        return real_launch(slots)
+        return real_step(slots)
 
-    runner.launch = stuck_launch  # this runner's steps never return until the test says so
+    runner.step = stuck_step  # this runner's steps never return until the test says so
     app = create_app(service, ServerSettings())
 
     async def call(method: str, path: str, **kwargs) -> httpx.Response:

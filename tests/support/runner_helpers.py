@@ -1,4 +1,5 @@
-"""Drives a `Runner` directly (no engine thread): shared by the CPU and GPU static-path tests."""
+"""Drives a runner (`engine/runner_types.Runner`) directly, no engine thread: shared by the CPU
+runner tests and the GPU ones."""
 
 from __future__ import annotations
 

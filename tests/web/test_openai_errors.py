@@ -147,7 +147,7 @@ def test_queue_full_then_disconnect_cancels(oa_url: str, oa_service: Synthesizer
         assert held.status_code == 200
         body = held.iter_raw()  # keep a reference: dropping the iterator would close the connection
         next(body)  # first audio is out: the stream is running in the only slot
-        assert synth.stats()["active_streams"] == 1
+        assert synth.stats().active_streams == 1
 
         def run_queued() -> None:
             with httpx.Client(base_url=oa_url, timeout=120) as client:
@@ -155,7 +155,7 @@ def test_queue_full_then_disconnect_cancels(oa_url: str, oa_service: Synthesizer
 
         waiter = threading.Thread(target=run_queued, daemon=True)
         waiter.start()
-        _wait_for(lambda: synth.stats()["queued"] == 1)
+        _wait_for(lambda: synth.stats().queued == 1)
 
         with httpx.Client(base_url=oa_url, timeout=120) as client:
             busy = speech(client, oa_voice, response_format="pcm", **SMALL)
@@ -163,13 +163,13 @@ def test_queue_full_then_disconnect_cancels(oa_url: str, oa_service: Synthesizer
         for resp in (busy, busy_stream):
             error = _assert_clean_error(resp, 503, None, data_dir)
             assert error["code"] == "queue_full" and int(resp.headers["retry-after"]) >= 1
-        assert synth.stats()["refused"] == before["refused"] + 2
+        assert synth.stats().refused == before.refused + 2
     finally:
         held_client.close()  # the client goes away mid-stream
     waiter.join(60)
     assert queued["response"].status_code == 200 and len(queued["response"].content) > 0
-    _wait_for(lambda: synth.stats()["cancelled"] == before["cancelled"] + 1)
-    _wait_for(lambda: synth.stats()["active_streams"] == 0 and synth.stats()["queued"] == 0)
+    _wait_for(lambda: synth.stats().cancelled == before.cancelled + 1)
+    _wait_for(lambda: synth.stats().active_streams == 0 and synth.stats().queued == 0)
 
 
 def test_buffered_request_survives_many_sequential_calls(oa_api: httpx.Client, oa_voice: str) -> None:

@@ -1,6 +1,6 @@
 """The engine loop: one thread owns the model; every iteration is schedule -> run -> publish.
 
-Each running stream gets one frame per iteration (a batched LM step over all running streams),
+Each running stream gets one frame per iteration (one runner step over all running streams),
 its frames are decoded by the codec in chunks whose size follows `pacing.frame_budget`, and the
 chunks go to the stream's own queue. Cancelled or finished streams leave the batch at once.
 On a multi-core CPU the codec decodes run on a second thread (`pipeline.CodecPipeline`) while the
@@ -21,18 +21,18 @@ import numpy as np
 from ..config import EngineConfig
 from ..devices import available_cpus
 from ..errors import EngineStalledError, TTSError
-from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
+from ..types import NUM_CHANNELS, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 from .features import EngineFeatures, resolve_features
 from .intake import Buildable, Intake
 from .live import LiveStream
 from .pacing import frame_budget, playback_lead_s
 from .pipeline import CodecPipeline
-from .runner import Runner
+from .runner_types import Runner
 from .scheduler import Scheduler
 from .stall import StallWatch
 from .static_step import CompileCancelled
 from .stepping import StepDriver
-from .types import StreamHandle, StreamJob, StreamStatus
+from .types import EngineStats, StreamHandle, StreamJob, StreamStatus
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ MAX_DEFER_S = 300.0
 
 
 class Engine:
-    """Continuous-batching engine around a `Runner`.
+    """Continuous-batching engine around a `runner_types.Runner` (`runners.build_runner` picks one).
 
     Args:
         runner: owns the model, KV cache and codec state for `config.max_active_streams` slots.
@@ -127,9 +127,9 @@ class Engine:
             self._cancels.add(handle.request_id)
             self._wake.notify()
 
-    def stats(self) -> dict:
+    def stats(self) -> EngineStats:
         with self._lock:
-            return {**self._scheduler.report(), "stalled": self._stalled is not None}
+            return EngineStats(**self._scheduler.report(), stalled=self._stalled is not None)
 
     def features(self) -> list[EngineFeatures]:
         return [resolve_features(self.runner, step_ahead=self._steps.step_ahead, pipeline=self._pipeline,
@@ -395,4 +395,4 @@ class Engine:
         self._retire(live, StreamStatus.FAILED)
 
 
-_NO_CODES = np.zeros((0, 16), np.int64)
+_NO_CODES = np.zeros((0, NUM_CODEBOOKS), np.int64)

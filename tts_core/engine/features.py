@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ..model import fused_ops
+from .runner_types import Runner
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,16 +39,15 @@ class EngineFeatures:
         return text + (f" (fallback: {self.fallback})" if self.fallback else "")
 
 
-def resolve_features(runner, *, step_ahead: bool, pipeline, engine_prepares: bool) -> EngineFeatures:
+def resolve_features(runner: Runner, *, step_ahead: bool, pipeline, engine_prepares: bool) -> EngineFeatures:
     """The features of an engine built around `runner` (see `Engine.features`)."""
     device = runner.device
-    stepper = getattr(runner, "stepper", None)
     fused = fused_ops.fused_enabled(device)
     fallback = None
     if device.type == "cuda" and not fused:
         fallback = fused_ops.disabled_reason() or "Triton is not installed: plain ops instead of fused kernels"
     return EngineFeatures(
         device=str(device), cuda_graphs=bool(runner.uses_graphs),
-        compile=stepper.compile_mode if stepper is not None else "off", fused_kernels=fused,
+        compile=runner.compile_mode, fused_kernels=fused,
         step_ahead=step_ahead, codec_thread=pipeline is not None,
         split_readout=pipeline is not None and pipeline.split, engine_prepares=engine_prepares, fallback=fallback)

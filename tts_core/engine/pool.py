@@ -12,17 +12,12 @@ from collections.abc import Sequence
 
 from ..errors import EngineStalledError, QueueFullError
 from .intake import Buildable, Intake
-from .types import StreamHandle, StreamJob
+from .types import EngineStats, PoolStats, StreamHandle, StreamJob
 
 logger = logging.getLogger(__name__)
 
 _SUMMED = ("active_streams", "queued", "max_active_streams", "max_queue", "submitted", "finished",
            "cancelled", "refused")
-
-
-def engine_load(stats: dict) -> int:
-    """Streams an engine holds: running + waiting for a slot."""
-    return int(stats["active_streams"]) + int(stats["queued"])
 
 
 def route_order(loads: Sequence[int]) -> list[int]:
@@ -60,7 +55,7 @@ class EnginePool:
         return self.intake.enqueue(request)
 
     def admit(self, handle: StreamHandle) -> None:
-        loads = [engine_load(engine.stats()) for engine in self.engines]
+        loads = [engine.stats().load for engine in self.engines]
         full: QueueFullError | None = None
         stalled: EngineStalledError | None = None
         for index in route_order(loads):
@@ -83,15 +78,13 @@ class EnginePool:
         for engine in self.engines:
             engine.cancel(handle)
 
-    def stats(self) -> dict:
-        per_engine = [engine.stats() for engine in self.engines]
-        total = {key: sum(int(s[key]) for s in per_engine) for key in _SUMMED}
-        total["engines"] = len(per_engine)
+    def stats(self) -> PoolStats:
+        per_engine: list[EngineStats] = [engine.stats() for engine in self.engines]
+        stalled = sum(s.stalled for s in per_engine)
         # One stuck device leaves the others serving; the server stops answering only when all are.
-        total["stalled_engines"] = sum(bool(s["stalled"]) for s in per_engine)
-        total["stalled"] = total["stalled_engines"] == len(per_engine)
-        total["per_engine_active"] = [s["active_streams"] for s in per_engine]
-        return total
+        return PoolStats(**{key: sum(getattr(s, key) for s in per_engine) for key in _SUMMED},
+                         stalled=stalled == len(per_engine), engines=len(per_engine), stalled_engines=stalled,
+                         per_engine_active=tuple(s.active_streams for s in per_engine))
 
     def features(self) -> list:
         return [features for engine in self.engines for features in engine.features()]

@@ -51,7 +51,7 @@ class Scheduler:
         return len(self._slot_of)
 
     def report(self) -> dict:
-        """Occupancy and counters, as the engine's `stats()` reports them."""
+        """Occupancy and counters: the fields of the engine's `types.EngineStats` but `stalled`."""
         s = self.stats
         return {"active_streams": self.num_running, "queued": self.num_waiting, "max_active_streams": self.num_slots,
                 "max_queue": self.max_queue, "submitted": s.submitted, "finished": s.finished,

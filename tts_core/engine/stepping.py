@@ -1,46 +1,51 @@
 """The engine's LM steps over its running streams, one step ahead where the runner allows.
 
-Step-ahead: each step is launched before the one before is read, so the device runs it while the
-engine thread books frames, decodes and emits (on a GPU the host work of a step is then hidden
-behind the next). A stream whose segment ends at a step was already
-launched into the next one: that frame is dropped and its draws go back to the stream
-(`Runner.collect`), so every stream's codes are those of synchronous steps. Not while a stream
+Step-ahead (a `LaunchingRunner`, the GPU's): each step is launched before the one before is read,
+so the device runs it while the engine thread books frames, decodes and emits (the host work of a
+step is then hidden behind the next). A stream whose segment ends at a step was already launched
+into the next one: that frame is dropped and its draws go back to the stream
+(`StaticRunner.collect`), so every stream's codes are those of synchronous steps. Not while a stream
 waits for its first chunk (that chunk is decoded with the LM idle), and a stream admitted while a
-step is in flight joins the step after it. Only the engine thread uses this.
+step is in flight joins the step after it. Otherwise (the CPU's runner, or step-ahead off) each
+step is run and booked at once. Only the engine thread uses this.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
 
 from .live import LiveStream
-from .runner import Runner, StepTicket
+from .runner_types import LaunchingRunner, Runner
 
 
 @dataclass(slots=True)
 class _Flight:
     """A launched step and the streams it was launched for (with their segment at launch)."""
 
-    ticket: StepTicket
+    ticket: Any  # the runner's, for its `collect`
     lives: list[LiveStream]
     segments: list[int]
 
 
 class StepDriver:
-    """Launches and reads the LM steps of the engine's streams.
+    """Runs, or launches and reads, the LM steps of the engine's streams.
 
     Args:
         runner: the engine's runner.
         live: the engine's running streams by request id (read, never changed, here).
-        step_ahead: step ahead where the runner can (the CPU's eager runner cannot); off only for
-            tests that compare against synchronous steps.
+        step_ahead: step ahead where the runner can (a `LaunchingRunner`); off only for tests that
+            compare against synchronous steps.
     """
 
     def __init__(self, runner: Runner, live: Mapping[str, LiveStream], step_ahead: bool = True):
         self.runner = runner
         self._live = live
         self.step_ahead = runner.can_step_ahead and step_ahead
+        self._launcher = cast(LaunchingRunner, runner) if self.step_ahead else None
         self._inflight: _Flight | None = None
         self._newcomers = False  # streams admitted since the step in flight was launched
 
@@ -51,6 +56,11 @@ class StepDriver:
     def generate(self) -> None:
         """One frame for every running stream (see the module doc)."""
         running = [live for live in self._live.values() if not live.segment_done]
+        if self._launcher is None:
+            if running:
+                is_continue, codes = self.runner.step([live.slot for live in running])
+                self._book(running, [True] * len(running), is_continue, codes)
+            return
         flight, self._inflight = self._inflight, None
         if flight is not None and self._newcomers:
             self._absorb(flight)
@@ -61,7 +71,7 @@ class StepDriver:
                 return
             flight = self._launch(running)
         self._newcomers = False
-        if running and self.step_ahead and all(live.first_audio_at is not None for live in running):
+        if running and all(live.first_audio_at is not None for live in running):
             self._inflight = self._launch(running)
         self._absorb(flight)  # (with no stream left running, only to settle the step in flight)
 
@@ -77,16 +87,17 @@ class StepDriver:
         try:
             self._absorb(flight)
         except Exception:
-            self.runner.drop_launched()  # the failure reaches the streams through the iteration
+            self._launcher.drop_launched()  # the failure reaches the streams through the iteration
             raise
 
     def forget(self) -> None:
         """After a failed iteration: the steps it launched are never read."""
         self._inflight = None
-        self.runner.drop_launched()
+        if self._launcher is not None:
+            self._launcher.drop_launched()
 
     def _launch(self, lives: list[LiveStream]) -> _Flight:
-        return _Flight(self.runner.launch([live.slot for live in lives]), lives,
+        return _Flight(self._launcher.launch([live.slot for live in lives]), lives,
                        [live.segment_index for live in lives])
 
     def _absorb(self, flight: _Flight) -> None:
@@ -94,8 +105,13 @@ class StepDriver:
         segment since the launch gets nothing from it."""
         keep = [self._live.get(live.job.request_id) is live and not live.segment_done and live.segment_index == index
                 for live, index in zip(flight.lives, flight.segments)]
-        is_continue, codes = self.runner.collect(flight.ticket, keep)
-        for i, live in enumerate(flight.lives):
+        is_continue, codes = self._launcher.collect(flight.ticket, keep)
+        self._book(flight.lives, keep, is_continue, codes)
+
+    def _book(self, lives: list[LiveStream], keep: Sequence[bool], is_continue: np.ndarray, codes: np.ndarray) -> None:
+        """Add each kept stream's frame; a stream that chose stop, reached its cap or filled its
+        context ends its segment."""
+        for i, live in enumerate(lives):
             if not keep[i]:
                 continue
             segment = live.job.segments[live.segment_index]

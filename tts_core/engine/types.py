@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any, Protocol
 
@@ -74,6 +74,44 @@ class StreamHandle:
     status: StreamStatus = StreamStatus.WAITING
 
 
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """An engine's occupancy and counters (`Engine.stats`; `/health` shows them, `/metrics` reads them)."""
+
+    active_streams: int  # streams holding a slot
+    queued: int  # streams waiting for one
+    max_active_streams: int
+    max_queue: int
+    submitted: int
+    finished: int
+    cancelled: int
+    refused: int  # turned away with a full queue
+    stalled: bool  # its device stopped responding (`stall.py`)
+
+    @property
+    def load(self) -> int:
+        """Streams the engine holds: running + waiting for a slot."""
+        return self.active_streams + self.queued
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of `/health` (field names are the keys)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats(EngineStats):
+    """Several engines' stats (`pool.EnginePool.stats`): counts summed; stalled only when all are."""
+
+    engines: int = 1
+    stalled_engines: int = 0
+    per_engine_active: tuple[int, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        out = EngineStats.as_dict(self)
+        out["per_engine_active"] = list(self.per_engine_active)
+        return out
+
+
 class EngineLike(Protocol):
     """What the synthesizer uses of an engine: `engine.Engine` (one device) and `pool.EnginePool`."""
 
@@ -87,7 +125,7 @@ class EngineLike(Protocol):
 
     def warm_prefix(self, rows: np.ndarray) -> None: ...
 
-    def stats(self) -> dict: ...
+    def stats(self) -> EngineStats: ...
 
     def features(self) -> list: ...
 

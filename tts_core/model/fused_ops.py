@@ -26,8 +26,11 @@ and logged. Tests on a machine without a GPU run the kernels in Triton's interpr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import threading
+from collections.abc import Iterator
 
 import torch
 
@@ -44,12 +47,26 @@ logger = logging.getLogger(__name__)
 MIN_CAPABILITY = (7, 0)
 
 _disabled: str | None = None  # why the kernels were turned off for this process (see `disable`)
+_tracing_plain = threading.local()  # `plain_ops()` in force on this thread
 
 
 def fused_enabled(device: torch.device) -> bool:
     """The fused kernels serve this device: CUDA with Triton present, unless they were turned off for
-    this process (`disable`)."""
-    return triton is not None and _disabled is None and device.type == "cuda"
+    this process (`disable`) or this thread is inside `plain_ops()`."""
+    return (triton is not None and _disabled is None and device.type == "cuda"
+            and not getattr(_tracing_plain, "active", False))
+
+
+@contextlib.contextmanager
+def plain_ops() -> Iterator[None]:
+    """The plain ops on this thread while inside: for `torch.export`, which cannot trace a raw
+    Triton launch (AOTInductor then generates its own kernels for the same math)."""
+    before = getattr(_tracing_plain, "active", False)
+    _tracing_plain.active = True
+    try:
+        yield
+    finally:
+        _tracing_plain.active = before
 
 
 def disable(reason: str) -> None:

@@ -117,11 +117,11 @@ def _live_values(service: SynthesizerService, counters: GuardCounters, disk: Upl
     queued = CLIP_DECODER.pending
     if service.state is ServiceState.READY:
         stats = service.get().stats()
-        values.update({"tts_active_streams": stats["active_streams"], "tts_stream_slots": stats["max_active_streams"],
-                       "tts_queue_limit": stats["max_queue"], "tts_engine_stalled": float(stats["stalled"])})
-        if stats["stalled"]:  # loaded, but its device stopped responding: not serving (engine/stall.py)
+        values.update({"tts_active_streams": stats.active_streams, "tts_stream_slots": stats.max_active_streams,
+                       "tts_queue_limit": stats.max_queue, "tts_engine_stalled": float(stats.stalled)})
+        if stats.stalled:  # loaded, but its device stopped responding: not serving (engine/stall.py)
             values["tts_model_ready"] = 0.0
-        queued += stats["queued"]
+        queued += stats.queued
     values["tts_queued_requests"] = queued
     values.update({"tts_gradio_upload_files": disk.last.files, "tts_gradio_upload_bytes": disk.last.bytes,
                    "tts_gradio_upload_evicted_files": disk.evicted_total})

@@ -6,7 +6,8 @@ exports the very functions of `lm_step` (the transformer units: `local_position`
 `block_finish`, `final_norm`), compiles each into a `.pt2` package with
 `torch._inductor.aoti_compile_and_package`, loads it with `aoti_load_package`, and hands back a
 `StepUnits` whose units call the packages; the sampling units (`decide`, `pick`, `embed`) stay the
-plain functions (they take the sampling dataclass and a possibly quantised head).
+plain functions (they take the sampling dataclass and a possibly quantised head). The units are
+exported with the plain ops (`fused_ops.plain_ops`): a package's kernels are AOTInductor's own.
 
 One package serves every layer: the unit's module weights are inputs of the exported graph, not
 constants baked into it (`_WeightsAsInputs`). So a package depends on the shapes (model config and
@@ -30,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..model import lm_step
+from ..model import fused_ops, lm_step
 from ..model.layers import block_finish, block_qkv
 
 logger = logging.getLogger(__name__)
@@ -151,8 +152,9 @@ def package_name(unit: str, module: nn.Module, args: tuple, arch: str) -> str:
 
 def compile_package(unit: str, module: nn.Module, args: tuple, path: Path) -> Path:
     """Export `unit` over `module`'s shape and compile it into the package `path`."""
-    exported = torch.export.export(_WeightsAsInputs(_PLAIN[unit], module), (module_tensors(module), *args),
-                                   strict=False)
+    with fused_ops.plain_ops():  # a raw Triton launch cannot be exported (a FakeTensor has no data)
+        exported = torch.export.export(_WeightsAsInputs(_PLAIN[unit], module), (module_tensors(module), *args),
+                                       strict=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial.pt2")  # a crash mid-write leaves no package that looks whole
     torch._inductor.aoti_compile_and_package(exported, package_path=str(partial), inductor_configs=COMPILE_CONFIGS)

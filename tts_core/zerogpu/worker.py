@@ -14,7 +14,7 @@ sampling, seed: everything the worker needs, all picklable), and in the worker:
    cuda" at start-up (`place_weights`, the documented module-level `model.to("cuda")`), and the
    worker got them there (`spaces` unpacks them onto its GPU; the harness moves them before the
    call); a worker kept idle for the next call keeps them there;
-2. the server's own `Runner` + `Engine` run the job with one slot, eagerly: no compile, no CUDA
+2. the server's own runner + `Engine` run the job with one slot, eagerly: no compile, no CUDA
    graphs (the plain static step on CUDA, the usual eager path on a CPU);
 3. the engine's `AudioChunk`s are yielded as they are made; closing the generator cancels the job.
 
@@ -44,7 +44,8 @@ from ..config import EngineConfig
 from ..devices import resolve_lm_dtype
 from ..engine.engine import Engine
 from ..engine.outbox import handle_chunks
-from ..engine.runner import Runner
+from ..engine.runners import build_runner
+from ..engine.static_runner import StaticRunner
 from ..engine.types import StreamJob
 from ..types import AudioChunk
 from .env import ZEROGPU_ENV, on_zerogpu_space
@@ -130,10 +131,10 @@ class WorkerEngine:
         # process's modules do not change.
         lm = weights.lm.to(device=device, dtype=lm_dtype)
         codec = weights.codec.to(device)
-        runner = Runner(lm, codec, num_slots=1, max_context_rows=weights.max_context_rows, device=device,
-                        enforce_eager=True, compile="off")
+        runner = build_runner(lm, codec, num_slots=1, max_context_rows=weights.max_context_rows, device=device,
+                              enforce_eager=True, compile="off")
         self.aoti = None
-        if weights.aoti_dir and device.type == "cuda" and runner.stepper is not None:
+        if weights.aoti_dir and isinstance(runner, StaticRunner) and device.type == "cuda":
             # torch.compile is unavailable on ZeroGPU; AOTInductor packages are not (one stream: B = 1).
             from .aoti import build_aoti_units
 

@@ -32,7 +32,7 @@ def build_ops_router(service: SynthesizerService, metrics: AppMetrics) -> APIRou
             retry_after = FAILED_RETRY_AFTER_S if failed else LOADING_RETRY_AFTER_S
             return JSONResponse(sanitize_health(out), status_code=503, headers={"Retry-After": str(retry_after)})
         synth = service.get()
-        out = {**synth.health(), **out, "stats": synth.stats()}
+        out = {**synth.health(), **out, "stats": synth.stats().as_dict()}
         if out.get("stalled"):  # the device stopped finishing work (engine/stall.py): only a restart helps
             out.update(status=ServiceState.FAILED.value, error=STALLED_MESSAGE)
             return JSONResponse(sanitize_health(out), status_code=503,

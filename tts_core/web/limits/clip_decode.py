@@ -32,6 +32,7 @@ import numpy as np
 import soundfile as sf
 
 from ...audio.io import MIN_DURATION_S, sniff_container, to_codec_input
+from ...engine.types import EngineStats
 from ...errors import InvalidRequestError, PayloadTooLargeError, QueueFullError
 from ...types import SAMPLE_RATE_HZ, Voice
 from ..settings import ServerSettings
@@ -201,11 +202,11 @@ class ClipDecoder:
         self.running = self.peak_running = 0  # decoding now / at most at once (for tests and figures)
         self._lock = threading.Lock()
 
-    def admits(self, stats: dict | None) -> bool:
+    def admits(self, stats: EngineStats | None) -> bool:
         if stats is None:
             return True
-        free_slots = max(0, int(stats["max_active_streams"]) - int(stats["active_streams"]))
-        return self.pending + int(stats["queued"]) < free_slots + int(stats["max_queue"])
+        free_slots = max(0, stats.max_active_streams - stats.active_streams)
+        return self.pending + stats.queued < free_slots + stats.max_queue
 
     async def decode(self, data: bytes, settings: ServerSettings, *, synth=None,
                      param: str = PARAM) -> DecodedClip:
@@ -222,7 +223,7 @@ class ClipDecoder:
         stats = synth.stats() if synth is not None else None
         if not self.admits(stats):
             raise QueueFullError(f"server busy: {self.pending} reference clips being decoded and "
-                                 f"{stats['queued']} requests waiting; try again in a few seconds", retry_after_s=2.0)
+                                 f"{stats.queued} requests waiting; try again in a few seconds", retry_after_s=2.0)
         keep_s = float(getattr(getattr(synth, "voices", None), "max_clip_s", DEFAULT_KEEP_S - 0.5)) + 0.5
         self.pending += 1
         try:

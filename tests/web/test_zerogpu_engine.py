@@ -60,8 +60,8 @@ def _codes(chunks) -> np.ndarray:
 
 
 def assert_same_audio(pcm: np.ndarray, expected: np.ndarray) -> None:
-    """Same samples up to float rounding: the codec decodes in passes whose sizes follow the pacing
-    (wall-clock), and passes of different sizes round differently (by ~1e-6)."""
+    """Same samples up to float rounding: the worker's engine runs on one CPU thread, the server's on
+    as many as it was given, and a matrix product split over other threads rounds differently."""
     assert pcm.shape == expected.shape
     np.testing.assert_allclose(pcm, expected, rtol=0, atol=1e-4)
 
@@ -231,25 +231,3 @@ def test_page_relay_offers_the_cpu_engine_when_the_gpu_copy_is_missing(tiny):
         stream.close_workers()
     assert [m["type"] for m in messages] == ["start", "unavailable"]
     assert messages[1]["reason"] == "gpu" and messages[1]["message"].startswith("No ZeroGPU GPU is available")
-
-
-@pytest.mark.gpu
-@pytest.mark.slow
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the worker's AoTI step is CUDA-only)")
-def test_a_worker_with_aoti_units_gives_the_eager_workers_codes_in_fp32(tiny, data_dir, tmp_path):
-    synth, _ = tiny
-    parity = data_dir / "parity"
-    plain = load_gpu_weights(parity / "tiny_lm", parity / "tiny_codec", dtype="float32")
-    compiled = load_gpu_weights(parity / "tiny_lm", parity / "tiny_codec", dtype="float32",
-                                aoti_dir=str(tmp_path / "aoti"))
-    eager_stream, aoti_stream = make_gpu_stream(lambda: plain, GPU), make_gpu_stream(lambda: compiled, GPU)
-    try:
-        job = synth.prepare(SynthesisRequest(**REQUEST))
-        eager = list(eager_stream(job))
-        aoti = list(aoti_stream(synth.prepare(SynthesisRequest(**REQUEST))))
-    finally:
-        eager_stream.close_workers()
-        aoti_stream.close_workers()
-    np.testing.assert_array_equal(_codes(aoti), _codes(eager))
-    assert list((tmp_path / "aoti").rglob("*.pt2")), "the worker compiled and cached its packages"
-    assert parent_cuda_initialized() is False

@@ -1,0 +1,15 @@
+"""What the GPU tests share besides their fixtures: the device and how a test runner is built."""
+
+from __future__ import annotations
+
+import torch
+
+CUDA = torch.device("cuda")
+MAX_ROWS = 240  # the longest test stream: a 178-row prompt and 60 frames
+
+
+def build_runner(models, num_slots: int, **kwargs):
+    from tts_core.engine.static_runner import StaticRunner
+
+    lm, codec = models
+    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)

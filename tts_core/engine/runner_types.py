@@ -1,0 +1,93 @@
+"""What the engine needs of a runner (the device work over stream slots), as Protocols.
+
+Two runners implement it: `eager_runner.EagerRunner` (exact per-slot steps; the CPU's) and
+`static_runner.StaticRunner` (static shapes, buckets, CUDA graphs; the GPU's, also runnable on a
+CPU for tests). `runners.build_runner` picks one by device. A runner whose `can_step_ahead` is True
+is also a `LaunchingRunner`: the engine may launch its next step before reading the last one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from ..config import SamplingParams
+
+
+class PcmResult(Protocol):
+    """A decode's audio, maybe still on its way to the host (`host_copy.ReadyPcm`, `PendingPcm`)."""
+
+    def result(self) -> list[np.ndarray]:
+        """One float32 array [2, 3840 n] per decoded slot; call it once."""
+
+
+class Runner(Protocol):
+    """Batched LM frame steps and streaming codec decodes over `num_slots` stream slots. Only the
+    engine thread calls it (decodes may run on the codec thread, never two at once)."""
+
+    device: torch.device
+    num_slots: int
+
+    @property
+    def can_step_ahead(self) -> bool:
+        """True for a `LaunchingRunner` (its steps can be launched before the last one is read)."""
+
+    @property
+    def step_kind(self) -> str:
+        """What the LM step runs as: "eager", "plain", "compiled" or "compiled+graphs"."""
+
+    @property
+    def uses_graphs(self) -> bool: ...
+
+    @property
+    def compile_mode(self) -> str:
+        """How the step's units run: "inductor", "aot_eager" or "off" (`graphs.compile_mode`)."""
+
+    def begin_stream(self, slot: int, sampling: SamplingParams, seed: int) -> None: ...
+
+    def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None,
+                      prefix_rows: int = 0) -> None:
+        """Prefill a prompt [T, 17] into the slot and reset (or prime with reference codes) its codec."""
+
+    def release(self, slot: int) -> None: ...
+
+    def context_left(self, slot: int) -> int:
+        """KV rows the slot may still add."""
+
+    def warm_prefix(self, rows: np.ndarray) -> bool:
+        """Compute and keep a prompt prefix's KV; False when there is nothing to do."""
+
+    def step(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """One frame per slot: is_continue bool [B], codes int64 [B, 16] (host)."""
+
+    def decode_async(self, slots: Sequence[int], codes: np.ndarray) -> PcmResult:
+        """Streaming decode of codes [B, n, 16]; `.result()` gives one pcm array per slot."""
+
+    def decode(self, slots: Sequence[int], codes: np.ndarray) -> list[np.ndarray]:
+        """`decode_async(...).result()`."""
+
+    def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
+        """Start building a faster step in the background (a no-op where there is none)."""
+
+    def upgrade_ready(self) -> bool:
+        """A faster step is built and waits for `upgrade` (between steps, on the engine thread)."""
+
+    def upgrade(self) -> None: ...
+
+
+class LaunchingRunner(Runner, Protocol):
+    """A runner whose steps are queued on the device: `launch` returns at once, `collect` waits.
+    At most two launched steps may be uncollected; they are collected in launch order."""
+
+    def launch(self, slots: Sequence[int]) -> Any:
+        """Start one frame for each slot; returns a ticket for `collect`."""
+
+    def collect(self, ticket: Any, keep: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The launched step's is_continue [B] and codes [B, 16]; `keep[i]` False drops row i's frame
+        (nothing booked, its random draws go back to its stream)."""
+
+    def drop_launched(self) -> None:
+        """Forget launched steps after a failure (their results will never be read)."""
