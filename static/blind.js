@@ -35,6 +35,7 @@ export class BlindPanel {
     if (!cards.length || !cards.every((c) => c.voice)) { this.session = null; this.root.hidden = true; return; }
     const x = cards.length === 2 ? crypto.getRandomValues(new Uint32Array(1))[0] % 2 : null;
     this.session = { cards, text, ranks: cards.map(() => ''), x, xAnswer: null, revealed: false };
+    for (const card of cards) card.blindHidden = true;   // no voice, star, note or request shown (results.js)
     this.render();
   }
 
@@ -73,7 +74,10 @@ export class BlindPanel {
   reveal() {
     const s = this.session;
     s.revealed = true;
-    s.cards.forEach((card, i) => { card.label = `${String.fromCharCode(65 + i)} (${card.voice})`; });
+    s.cards.forEach((card, i) => {
+      card.label = `${String.fromCharCode(65 + i)} (${card.voice})`;
+      card.blindHidden = false;
+    });
     const ranking = s.cards.map((card, i) => ({ letter: String.fromCharCode(65 + i), voice: card.voice,
       rank: Number(s.ranks[i]), requestId: card.requestId })).sort((a, b) => a.rank - b.rank);
     const abx = s.x === null ? null : { x: String.fromCharCode(65 + s.x), answer: s.xAnswer === null ? null

@@ -1,8 +1,10 @@
-// The audition board's playback: loudness matching of the cards' replays, Play all (cards one after
-// another with a short gap) and the board's keys (1-8 a card, Space play/stop, arrows the next or
-// previous card). The player (player.js) owns the runs; this module only decides what to replay and
-// at what gain, through the `replay(result, label)` and `stop()` it is given.
+// The audition board's playback: loudness matching of the cards (their first, live play by an
+// estimate, livegain.js; replays exactly), Play all (cards one after another with a short gap) and
+// the board's keys (1-8 a card, Space play/stop, arrows the next or previous card). The player
+// (player.js) owns the runs; this module only decides what to replay and at what gain, through the
+// `replay(result, label)` and `stop()` it is given.
 
+import { LiveEstimator, priorFor, rememberLoudness } from './livegain.js';
 import { matchGain, measure, TARGET_LUFS } from './loudness.js';
 import { engineBuild, makeLink, readLink } from './permalink.js';
 import { notifyParent } from './shell.js';
@@ -40,7 +42,34 @@ export class BoardPlayback {
   /** Scale `all` (a replay's PCM, a copy) to the target when matching and `onBoard`. */
   applyGain(all, result, onBoard) {
     const gain = onBoard ? this.gainFor(result) : 1;
+    if (onBoard) result.level = this.match ? 'matched' : 'as generated';
     if (gain !== 1) for (let i = 0; i < all.length; i++) all[i] *= gain;
+  }
+
+  /** The first, live play of card `result` begins (audio at `rate`): with matching on, an estimator
+   *  for its gain, starting from what this browser remembers of the voice. */
+  startLive(result, rate) {
+    const voice = voiceKey(result);
+    result.live = this.match ? new LiveEstimator(rate, { target: this.target, prior: voice && priorFor(voice) }) : null;
+    result.level = this.match ? 'matched (estimated)' : 'as generated';
+  }
+
+  /** The worklet's message for the live card's next `chunk` (before it is posted), or null. */
+  liveGain(result, chunk) {
+    const next = result.live ? result.live.observe(chunk) : null;
+    return next && { type: 'gain', gain: next.gain };
+  }
+
+  /** The live card's stream is complete: its loudness is now known, so the rest of the live play
+   *  glides to the exact gain (the replays'), and its voice's loudness is remembered for the next
+   *  card of that voice. Returns the worklet's message, or null. */
+  liveComplete(result) {
+    if (!result.live || !(result.frames > 0)) return null;
+    result.live = null;
+    const voice = voiceKey(result);
+    result.loudness = measure(result.chunks, result.rate);
+    if (voice !== null) rememberLoudness(voice, result.loudness.lufs);
+    return Number.isFinite(result.loudness.lufs) ? { type: 'gain', gain: matchGain(result.loudness, this.target).gain } : null;
   }
 
   /** "Keep this take": the page's seed box gets this take's seed (bridge.js). */
@@ -80,8 +109,8 @@ export class BoardPlayback {
 
   /** The note beside the board's tools. */
   note() {
-    return this.match ? `Replays matched to ${this.target} LUFS (the first, live play is as generated)`
-      : 'Loudness as generated (Match loudness is off)';
+    return this.match ? `Cards matched to ${this.target} LUFS: the first play by an estimate (its loudness is `
+      + 'known only once it is made), replays exactly' : 'Loudness as generated (Match loudness is off)';
   }
 
   async playCard(board, index) {
@@ -121,4 +150,12 @@ export class BoardPlayback {
     }
     return false;
   }
+}
+
+/** What a card's loudness is remembered under: its voice (a preset's name or a saved voice's id);
+ *  null for a clip uploaded to clone (no voice to remember it by). */
+function voiceKey(result) {
+  const request = result.request || {};
+  if (request.voice) return request.voice;
+  return request.ref_audio || request.ref_audio_id ? null : '(default voice)';
 }

@@ -2,11 +2,14 @@
 // the player iframe, keeps the player's theme in step with the page's, sizes the iframe to its
 // content, and adds the keyboard path: Ctrl/Cmd+Enter runs the visible tab's primary action, Escape
 // stops. The ui/ event listeners call window.mossTTS.arm() on click (inside the user gesture), then
-// .play(payloadJson) once Python has validated the inputs. Messages: docs/PROTOCOL.md §3.
+// .play(payloadJson) once Python has validated the inputs. Messages: docs/PROTOCOL.md §3. The
+// visitor's favourite voices and notes (voicemarks.js) are read and written here for the page's
+// events (tts_core/web/ui/marks.py); when the player's cards change them, the pickers are relabelled.
 'use strict';
 
 (() => {
   let clickedAt = null;
+  const marksModule = import(new URL('voicemarks.js', document.currentScript.src).href);
   const frame = () => document.getElementById('moss-player');
   const post = (message) => frame()?.contentWindow?.postMessage(message, location.origin);
   const theme = () => (document.body.classList.contains('dark') ? 'dark' : 'light');
@@ -54,8 +57,17 @@
     options(options) {   // the audition tab's playback switches (Match loudness), for the board's replays
       post({ type: 'moss-tts:options', options });
     },
+    async marks() {   // this browser's marks as JSON, for a Python handler (ui/marks.py parses it)
+      try { return JSON.stringify((await marksModule).loadMarks()); } catch (_) { return ''; }
+    },
+    async setMark(voice, change) {
+      try { (await marksModule).setMark(voice, change); } catch (_) { /* storage off: nothing kept */ }
+    },
     theme,
   };
+
+  // The player (another document) changed a voice's marks: the page's pickers show them again.
+  marksModule.then((m) => m.watchMarks(() => document.getElementById('voice-marks-sync')?.click())).catch(() => {});
 
   function keepSeed(seed) {   // the seed box gets the take's seed, and "New random seed" goes off
     const random = document.querySelector('#random-seed input[type=checkbox]');

@@ -13,13 +13,14 @@ import { AudioOut } from './audio.js';
 import { BlindPanel } from './blind.js';
 import { BoardPlayback } from './board.js';
 import { clearHistory } from './history.js';
+import { CardMarks } from './marks-ui.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
 import { upmix } from './framing.js';
 import { describe, Wire } from './link.js';
 import { fetchSource, PushSource } from './source.js';
 import { usable } from './transport.js';
-import { clearRunStats, copyWorkletStats, createStats, updateFigures } from './stats.js';
+import { clearRunStats, copyWorkletStats, createStats, updateFigures, watchContext } from './stats.js';
 import * as view from './view.js';
 
 const params = new URLSearchParams(location.search);
@@ -30,6 +31,7 @@ const WANT_RATE = Number(params.get('ctxRate')) || 48000;
 const PREBUFFER_MS = Number(params.get('prebufferMs')) || 200;
 const STREAM_URL = new URL('../api/tts/stream', location.href).href;   // relative: any mount prefix
 const HEALTH_URL = new URL('../health', location.href).href;
+const VOICES_URL = new URL('../api/voices', location.href).href;
 const AUDITION_GAP_MS = 350;
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -109,6 +111,7 @@ async function play(payload, clickedAt) {
   stats.completed = [];
   const made = items.map((item) => newResult(item.label || '', item.request, { voice: item.voice, take: item.take }));
   results.board = made.length > 1 ? made : [];
+  marks.reset();
   blind.start(results.board, (items[0] && items[0].request && items[0].request.text) || '');
   for (let i = 0; i < items.length && seq === playSeq; i++) {
     if (i > 0) { await sleep(AUDITION_GAP_MS); if (seq !== playSeq) break; }
@@ -152,6 +155,7 @@ async function playItem(item, result, index, count, t0, source = null) {
         Object.assign(stats, { transport: m.transport || 'f32', linkRate: run.wire ? run.wire.expectedRate : null });
         audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS,
           linkRate: stats.linkRate });
+        if (results.board.includes(result)) board.startLive(result, rate);   // matched while it plays
         setState('buffering');
       } else if (m.type === 'read') {
         stats.networkReads += 1;
@@ -178,6 +182,8 @@ async function playItem(item, result, index, count, t0, source = null) {
   stats.elapsedMs = performance.now() - run.sentAt;
   updateFigures(stats, result);
   if (run.wire) { run.wire.finished(); stats.linkBytesPerS = run.wire.meter && run.wire.meter.bytesPerS; }
+  const exact = board.liveComplete(result);   // a live card: the rest plays at the exact gain
+  if (exact) audio.post(exact);
   audio.post({ type: 'end' });
   if (stats.state !== 'connecting') setState(stats.framesRendered > 0 ? 'finishing' : stats.state);
   const how = await run.outcome;
@@ -217,6 +223,8 @@ function pushFrames(run, stereo, rate, keepIt = true) {
     stats.arrivals.push([Math.round(performance.now() - (run.sentAt ?? run.t0)), stats.framesReceived]);
   }
   if (keepIt) { run.result.chunks.push(stereo.slice()); run.result.frames += frames; }   // the original is transferred
+  const gain = keepIt && board.liveGain(run.result, stereo);   // the worklet scales it as it plays
+  if (gain) audio.post(gain);
   audio.post({ type: 'pcm', data: stereo }, [stereo.buffer]);
   stats.chunksPosted += 1;
 }
@@ -224,6 +232,7 @@ function pushFrames(run, stereo, rate, keepIt = true) {
 function failed(run, err) {
   const aborted = err && err.name === 'AbortError';
   run.settle(aborted ? 'stopped' : 'error');
+  run.result.live = null;   // an incomplete card: not remembered
   run.result.state = aborted ? 'stopped' : 'error';
   results.keep(run.result);
   renderBoard();
@@ -300,7 +309,8 @@ function onPush(m) {
     const seq = ++playSeq;
     stopCurrent();
     const t0 = m.clickedAt ? clickTime(m.clickedAt) : (unlockedAt ?? performance.now());
-    const result = newResult(m.label || 'speech', { text: m.text || '' }, { pushed: true });
+    const request = { text: m.text || '', ...(typeof m.voice === 'string' ? { voice: m.voice } : {}) };
+    const result = newResult(m.label || 'speech', request, { pushed: true });
     const item = m.item || 0, items = m.items || 1;
     if (item === 0) { stats.completed = []; results.board = []; }
     if (items > 1) results.board[item] = result;   // an audition pushed voice by voice
@@ -319,14 +329,17 @@ const { setState, refreshStatus, render } = view.statusRenderer(stats, () => cur
   (state) => notifyParent({ type: 'moss-player:state', state }));
 
 function renderBoard() {
-  results.renderBoard(current && !current.settled ? current.result : null,
-    (result) => board.playCard(results.board, results.board.indexOf(result)), (result) => board.keepTake(result));
+  results.renderBoard(current && !current.settled ? current.result : null, {
+    play: (result) => board.playCard(results.board, results.board.indexOf(result)),
+    keep: (result) => board.keepTake(result), decorate: (...card) => marks.decorate(...card) });
   $('loudness-note').textContent = board.note();
 }
 const board = new BoardPlayback({ replay, stop: stopByVisitor, isPlaying: () => !!current && !current.settled,
   render: renderBoard, play, healthUrl: HEALTH_URL, cards: () => results.board });
 const blind = new BlindPanel($('blind'), $('blind-results'), {   // X plays as a copy: no card lights up
-  play: (card, label) => replay({ ...card, label, onBoard: true }, `${label} (replay)`), changed: renderBoard });
+  play: (card, label) => replay({ ...card, label, onBoard: true, of: card }, `${label} (replay)`),
+  changed: () => { renderBoard(); results.showSnippet(); } });
+const marks = new CardMarks({ changed: renderBoard });
 
 // ---- wiring -------------------------------------------------------------------------------------
 
@@ -363,14 +376,8 @@ $('clear-history').onclick = () => results.renderHistory(replayEntry, clearHisto
 wireCopyButtons();
 reportHeight();
 
-audio.init().then(() => {   // pre-warm: context + worklet before the first click
-  Object.assign(stats, {
-    workletLoaded: true, sampleRate: audio.ctx.sampleRate, baseLatency: audio.ctx.baseLatency ?? null,
-    destinationChannels: audio.ctx.destination.channelCount, maxChannelCount: audio.ctx.destination.maxChannelCount,
-    audioState: audio.ctx.state,
-  });
-  audio.ctx.onstatechange = () => { stats.audioState = audio.ctx.state; };
-}).catch((err) => view.setMessage(err.message));
+audio.init().then(() => watchContext(stats, audio.ctx))   // pre-warm: context + worklet before the first click
+  .catch((err) => view.setMessage(err.message));
 window.mossPlayer = { unlock, play, stop, replay, stats, setMessage: view.setMessage, setTheme };
 if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
 document.body.classList.toggle('embedded', EMBEDDED);
@@ -380,7 +387,7 @@ refreshStatus();
 watchModel(HEALTH_URL, (m) => {
   model = m;
   stats.model = m.state;
-  if (m.state === 'ready') board.openLink();
+  if (m.state === 'ready') { board.openLink(); CardMarks.pruneDeleted(VOICES_URL); }
   if (stats.state === 'idle') refreshStatus();
 });
 render();

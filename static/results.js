@@ -15,6 +15,9 @@ export function newResult(label, request, extra = {}) {
     ...extra };
 }
 
+/** A blind card (or X, a copy of one: `of`) before the reveal. */
+const hidden = (result) => !!(result.of || result).blindHidden;
+
 export class Results {
   constructor(base) {
     this.base = base;         // the player's URL: links are relative to it (any mount prefix)
@@ -35,12 +38,22 @@ export class Results {
   show(result) {
     this.last = result;
     this.showDownloads(result);
-    if (result.request && result.request.text) {
+    this.showSnippet();
+  }
+
+  /** "Use from code" for the last result. A blind card's request names its voice, and X's would say
+   *  which card it is: until the reveal the panel says so instead of showing them. */
+  showSnippet(result = this.last) {
+    if (!result || !result.request || !result.request.text) return;
+    if (hidden(result)) {
+      view.setSnippets(null, null, `${result.label}: blind — the request, with its voice, is shown after the reveal.`);
+    } else {
       view.setSnippets(curlSnippet(location.origin, result.request), pythonSnippet(location.origin, result.request));
     }
   }
 
   showDownloads(result) {
+    if (result.of && hidden(result)) { view.setDownloads(null); return; }   // X's links would name its card
     for (const url of this.links.splice(0)) URL.revokeObjectURL(url);
     const blob = (data, name) => { const href = URL.createObjectURL(data); this.links.push(href); return { href, name }; };
     const files = {};
@@ -82,9 +95,9 @@ export class Results {
     return result;
   }
 
-  renderBoard(playingResult, onPlay, onKeep) {
+  renderBoard(playingResult, { play, keep, decorate }) {
     const playing = this.board.indexOf(playingResult);
-    view.renderBoard(this.board, { play: (i) => onPlay(this.board[i]), keep: (i) => onKeep(this.board[i]), base: this.base,
-      playing: playing >= 0 ? playing : null });
+    view.renderBoard(this.board, { play: (i) => play(this.board[i]), keep: (i) => keep(this.board[i]), decorate,
+      base: this.base, playing: playing >= 0 ? playing : null });
   }
 }

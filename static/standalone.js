@@ -1,6 +1,7 @@
 // The form shown when player.html is opened directly (not embedded in the Gradio page).
 
 import { errorMessage } from './source.js';
+import { loadMarks, markOf } from './voicemarks.js';
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
@@ -23,11 +24,14 @@ async function loadVoices() {   // retried while the model is still loading (503
     try {
       const resp = await fetch(VOICES_URL);
       if (resp.ok) {
-        const body = await resp.json();
-        for (const v of body.voices.filter((x) => x.available)) {
-          $('voice').add(new Option(`${v.name} (${v.language}, ${v.gender})`, v.name));
+        const body = await resp.json(), marks = loadMarks();
+        const options = [...body.voices.filter((x) => x.available).map((v) => [`${v.name} (${v.language}, ${v.gender})`, v.name]),
+          ...(body.saved || []).map((v) => [`${v.name} (my voice)`, v.id])];
+        options.sort((a, b) => markOf(b[1], marks).star - markOf(a[1], marks).star);   // favourites first
+        for (const [label, value] of options) {   // with the visitor's star and note (voicemarks.js)
+          const { star, note } = markOf(value, marks);
+          $('voice').add(new Option(`${star ? '★ ' : ''}${label}${note ? ` — ${note}` : ''}`, value));
         }
-        for (const v of body.saved || []) $('voice').add(new Option(`${v.name} (my voice)`, v.id));
         $('voice').value = body.default;
         window.mossPlayer.setMessage('');
         return;

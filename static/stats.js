@@ -19,8 +19,18 @@ export function clearRunStats(stats, runId, label, index, count) {
     rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0, startBufferedFrames: null,
     outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
     ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
-    transport: null, wire: '', linkRate: null, linkBytesPerS: null,
+    transport: null, wire: '', linkRate: null, linkBytesPerS: null, liveGainDb: null,
   });
+}
+
+/** The audio context's figures (the worklet is loaded), kept up to date. */
+export function watchContext(stats, ctx) {
+  Object.assign(stats, {
+    workletLoaded: true, sampleRate: ctx.sampleRate, baseLatency: ctx.baseLatency ?? null,
+    destinationChannels: ctx.destination.channelCount, maxChannelCount: ctx.destination.maxChannelCount,
+    audioState: ctx.state,
+  });
+  ctx.onstatechange = () => { stats.audioState = ctx.state; };
 }
 
 /** The worklet's figures `s` (its 'stats' messages) onto the page's. */
@@ -31,6 +41,7 @@ export function copyWorkletStats(stats, s) {
     rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
     outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
     underrunsAt: s.underrunsAt, workletState: s.state, startBufferedFrames: s.startBufferedFrames, plan: s.plan,
+    liveGainDb: s.gainDb ?? null,
   });
 }
 

@@ -155,7 +155,8 @@ function figure(name, text, cls) {
 /**
  * One card per voice: name, state, TTFP / RTF / length, its own play and downloads.
  * @param {Array} results  [{label, state, figures, requestId, stem, frames}]
- * @param {{play: (index) => void, base: string, playing: number|null}} actions
+ * @param {{play: (index) => void, keep: (index) => void, decorate?: (result, index, parts) => void,
+ *          base: string, playing: number|null}} actions
  */
 export function renderBoard(results, actions) {
   const board = $('board');
@@ -181,9 +182,10 @@ export function renderBoard(results, actions) {
       figure('RTF', f.rtf == null ? '–' : f.rtf.toFixed(2), rtfClass(f.rtf)),
       figure('Audio', f.audioS ? `${f.audioS.toFixed(1)} s` : '–'),
     );
-    if (r.loudness && Number.isFinite(r.loudness.lufs)) {   // measured on its first replay (board.js)
+    if (r.loudness && Number.isFinite(r.loudness.lufs)) {   // measured once it is complete (board.js)
       figures.append(figure('Loudness', `${r.loudness.lufs.toFixed(1)} LUFS`));
     }
+    if (r.level) figures.append(figure('Level', r.level));   // how its last play was levelled
     const tools = document.createElement('div');
     tools.className = 'card-tools';
     const play = button('▶ Play', `Play ${r.label}`, () => actions.play(i));
@@ -200,6 +202,7 @@ export function renderBoard(results, actions) {
       tools.append(...downloadLinks(actions.base, r.requestId, r.stem, r.label));
     }
     li.append(head, figures, tools);
+    if (actions.decorate) actions.decorate(r, i, { li, head, tools });   // the voice's star and note
     return li;
   }));
 }
@@ -242,9 +245,13 @@ export function renderHistory(entries, actions) {
   }));
 }
 
-export function setSnippets(curl, python) {
-  $('snippet-curl').textContent = curl;
-  $('snippet-python').textContent = python;
+/** The code that reproduces the last request; with a `note` instead, no code (a blind card's). */
+export function setSnippets(curl, python, note = null) {
+  $('snippet-curl').textContent = note ? '' : curl;
+  $('snippet-python').textContent = note ? '' : python;
+  for (const id of ['snippet-curl', 'snippet-python']) $(id).closest('.snippet').hidden = !!note;
+  $('snippet-note').textContent = note || '';
+  $('snippet-note').hidden = !note;
 }
 
 /** The player's status line and figures for `stats` (redrawn at most once a frame); `run()` is the

@@ -5,6 +5,8 @@
 //                                           counters (id is echoed); estimatedS: the likely total length,
 //                                           linkRate: audio s per s the link carries (both if known)
 //   {type:'estimate', seconds}              the estimate, when it comes after 'start'
+//   {type:'gain', gain}                     scale this stream as it plays, gliding to `gain` (an
+//                                           audition card's live loudness matching: gainglide.js)
 //   {type:'pcm', data: Float32Array}        interleaved stereo frames at inputRate (transferred)
 //   {type:'end'}                            no more data: play out what is buffered, then 'finished'
 //   {type:'stop'}                           fade out over STOP_FADE_MS, clear, then 'stopped'
@@ -21,6 +23,7 @@
 // inputRate, the input is resampled here (Catmull-Rom cubic, streaming).
 
 import { planStart, recentRate, RECENT_WINDOW_S } from './buffering.js';
+import { GainGlide } from './gainglide.js';
 
 const FADE_FRAMES = 96;        // 2 ms at 48 kHz: short enough to be inaudible, long enough to kill the click
 const STOP_FADE_MS = 12;
@@ -94,6 +97,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.rebufferFrames = this.prebufferFrames;
     this.ended = false; this.firstAudio = false; this.fadeIn = 0;
     this.stopLeft = 0;
+    this.glide = null;   // only a stream sent 'gain' is scaled: every other plays bit for bit
     this.s = {
       framesReceived: 0, framesQueued: 0, framesRendered: 0, underruns: 0, underrunFrames: 0,
       sumSqL: 0, sumSqR: 0, sumSqDiff: 0, peak: 0, maxStep: 0, outChannels: 0,
@@ -111,6 +115,9 @@ class PcmPlayer extends AudioWorkletProcessor {
       this.state = 'prebuffering';
     } else if (m.type === 'estimate') {
       this.estimatedS = m.seconds > 0 ? m.seconds : null;
+    } else if (m.type === 'gain') {
+      if (!this.glide) this.glide = new GainGlide(sampleRate);
+      this.glide.set(m.gain);
     } else if (m.type === 'pcm') {
       if (this.state === 'idle' || this.state === 'stopping') return;
       this.arrived(m.data.length >> 1);
@@ -227,6 +234,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     if (this.state === 'stopping') {
       const k = Math.min(n, this.avail, this.stopLeft);
       this.readInto(oL, oR, 0, k);
+      if (this.glide) this.glide.apply(oL, oR, k);
       for (let i = 0; i < k; i++) {
         const g = (this.stopLeft - i) / this.stopTotal;
         oL[i] *= g; oR[i] *= g;
@@ -262,6 +270,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     }
     const k = Math.min(n, this.avail);
     this.readInto(oL, oR, 0, k);
+    if (this.glide) this.glide.apply(oL, oR, k);
     if (k < n) { oL.fill(0, k); oR.fill(0, k); }
     if (this.fadeIn > 0) {
       for (let i = 0; i < k && this.fadeIn > 0; i++, this.fadeIn--) {
@@ -332,7 +341,7 @@ class PcmPlayer extends AudioWorkletProcessor {
       rms: Math.sqrt((s.sumSqL + s.sumSqR) / (2 * n)), rmsDiff: Math.sqrt(s.sumSqDiff / n),
       contextRate: sampleRate, inputRate: this.inputRate, resampling: this.resampler !== null,
       prebufferFrames: this.prebufferFrames, rebufferFrames: this.rebufferFrames,
-      estimatedS: this.estimatedS, plan: this.plan,
+      estimatedS: this.estimatedS, plan: this.plan, gainDb: this.glide ? this.glide.gainDb : null,
       currentTime,
     };
   }

@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATIC = REPO_ROOT / "static"
 # The page's modules: the engine, and the studio's own player pieces it plays through.
-PLAYER_FILES = ("audio.js", "worklet.js", "buffering.js", "wav.js", "player.css")
+PLAYER_FILES = ("audio.js", "worklet.js", "buffering.js", "gainglide.js", "wav.js", "player.css")
 ENGINE_FILES = ("engine.js", "sentencepiece.js", "prompt.js", "sampling.js", "chunking.js", "normalize.js",
                 "numbers.js", "loader.js", "page.js")
 # onnxruntime-web builds the page may load: plain wasm (SIMD + threads) and the WebGPU (JSEP) one.

@@ -11,6 +11,7 @@ from ..settings import ServerSettings
 from ..zerogpu import PageRelay
 from .handlers import PageHandlers, speed_supported
 from .layout import Widgets, build_layout
+from .marks import MARKS_JS
 from .zerogpu import wire_relay
 
 # One-line JS snippets; everything else lives in static/bridge.js and static/player.js.
@@ -18,6 +19,9 @@ _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
 _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"
 _JS_OPTIONS = "(m) => { window.mossTTS && window.mossTTS.options({matchLoudness: !!m}); }"
+# The Speak tab's star and note, written to this browser's marks (bridge.js), then the pickers relabelled.
+_JS_SET_STAR = "async (v, star) => { if (v && window.mossTTS) await window.mossTTS.setMark(v, {star: !!star}); }"
+_JS_SET_NOTE = "async (v, note) => { if (v && window.mossTTS) await window.mossTTS.setMark(v, {note: note || ''}); }"
 # Events the page uses internally: no progress overlay, not part of the public API (/docs has that).
 _HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
 
@@ -46,19 +50,22 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
 
 def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = True) -> list:
     """Wire the page's events; returns the events that leave a checked request in `w.payload`."""
-    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice]
+    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice, w.marks]
     demo.load(handlers.refresh, outputs=pickers, **_HIDDEN)
     w.timer.tick(handlers.refresh, outputs=pickers, **_HIDDEN)
     w.text.change(None, inputs=w.text, outputs=w.char_count, js=_count_js(handlers.settings.max_text_chars),
                   **_HIDDEN)
-    w.language.change(handlers.filter_language, inputs=[w.language, w.voice], outputs=[w.voice, w.clip], **_HIDDEN)
+    w.language.change(handlers.filter_language, inputs=[w.marks, w.language, w.voice], outputs=[w.voice, w.clip],
+                      js=MARKS_JS, **_HIDDEN)
     w.voice.change(handlers.clip, inputs=w.voice, outputs=w.clip, **_HIDDEN)
     for index, button in enumerate(w.examples):
-        button.click(lambda voice, i=index: handlers.use_example(i, voice), inputs=w.voice,
-                     outputs=[w.text, w.voice, w.language, w.clip], queue=False, **_HIDDEN)
+        button.click(lambda marks, voice, i=index: handlers.use_example(i, voice, marks), inputs=[w.marks, w.voice],
+                     outputs=[w.text, w.voice, w.language, w.clip], js=MARKS_JS, queue=False, **_HIDDEN)
     w.preset_tab.select(lambda: "preset", outputs=w.source, **_HIDDEN)
     w.saved_tab.select(lambda: "saved", outputs=w.source, **_HIDDEN)
-    w.saved_tab.select(handlers.saved_picker, inputs=w.saved_voice, outputs=w.saved_voice, **_HIDDEN)
+    w.saved_tab.select(handlers.saved_picker, inputs=[w.marks, w.saved_voice], outputs=w.saved_voice, js=MARKS_JS,
+                       **_HIDDEN)
+    _wire_marks(w, handlers)
     w.clone_tab.select(lambda: "clone", outputs=w.source, **_HIDDEN)
     w.ref_audio.change(handlers.describe_upload, inputs=w.ref_audio, outputs=w.ref_info, **_HIDDEN)
     w.ref_audio.change(handlers.check_clip, inputs=w.ref_audio,
@@ -89,3 +96,20 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
     w.stop_btn.click(None, js=_JS_STOP, **_HIDDEN)
     w.match_loudness.change(None, inputs=w.match_loudness, js=_JS_OPTIONS, **_HIDDEN)
     return [speak, audition]
+
+
+def _wire_marks(w: Widgets, handlers: PageHandlers) -> None:
+    """The visitor's favourites and notes (`ui/marks.py`): the pickers are labelled with them once
+    filled (the marks box changes) and whenever they change: in the editors under the Speak tab's
+    pickers, or on an audition card (the player writes them; bridge.js presses `marks_sync`)."""
+    relabel = {"fn": handlers.relabel, "inputs": [w.marks, w.language, w.voice, w.saved_voice],
+               "outputs": [w.voice, w.audition_voices, w.saved_voice, w.voice_star, w.voice_note, w.saved_star,
+                           w.saved_note], "js": MARKS_JS, "queue": False, **_HIDDEN}
+    w.marks.change(**relabel)
+    w.marks_sync.click(**relabel)
+    for picker, star, note in ((w.voice, w.voice_star, w.voice_note), (w.saved_voice, w.saved_star, w.saved_note)):
+        picker.change(handlers.mark_fields, inputs=[w.marks, picker], outputs=[star, note], js=MARKS_JS, queue=False,
+                      **_HIDDEN)
+        star.input(None, inputs=[picker, star], js=_JS_SET_STAR, **_HIDDEN).then(**relabel)
+        for event in (note.blur, note.submit):
+            event(None, inputs=[picker, note], js=_JS_SET_NOTE, **_HIDDEN).then(**relabel)

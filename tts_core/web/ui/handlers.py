@@ -26,6 +26,7 @@ from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
 from . import clip_check
 from .examples import EXAMPLES
+from .marks import NO_MARK, VoiceMark, marked_choices, parse_marks
 from .text_limits import split_at_boundary
 
 MAX_AUDITION_VOICES = 8  # cards on the board: voices x takes
@@ -49,13 +50,14 @@ def page_default_voice(presets: list, default: str, page_language: str = "en") -
     return next((p.name for p in presets if p.language.lower() == page_language), default)
 
 
-def saved_choices(saved: list[dict]) -> list[tuple[str, str]]:
-    """(label, id) pairs of the visitor-facing saved voices (GET /api/voices "saved")."""
+def saved_choices(saved: list[dict], marks: dict[str, VoiceMark] | None = None) -> list[tuple[str, str]]:
+    """(label, id) pairs of the visitor-facing saved voices (GET /api/voices "saved"), with the
+    visitor's marks (`ui/marks.py`): a deleted voice's mark has no choice to show on."""
     out = []
     for v in saved:
         language = f" · {language_name(v['language'])}" if v.get("language") else ""
         out.append((f"{v.get('name') or v['id']}{language}", v["id"]))
-    return out
+    return marked_choices(out, marks or {})
 
 
 def speed_supported() -> bool:
@@ -63,11 +65,13 @@ def speed_supported() -> bool:
     return "speed" in StreamBody.model_fields
 
 
-def voice_choices(presets: list, language: str = "All") -> list[tuple[str, str]]:
-    """(label, name) pairs grouped by language, then by name."""
+def voice_choices(presets: list, language: str = "All",
+                  marks: dict[str, VoiceMark] | None = None) -> list[tuple[str, str]]:
+    """(label, name) pairs grouped by language, then by name; the visitor's favourites first, marked."""
     chosen = [p for p in presets if language == "All" or language_name(p.language) == language]
     chosen.sort(key=lambda p: (language_name(p.language), p.name))
-    return [(f"{language_name(p.language)} · {p.name} ({p.gender})", p.name) for p in chosen]
+    return marked_choices([(f"{language_name(p.language)} · {p.name} ({p.gender})", p.name) for p in chosen],
+                          marks or {})
 
 
 def audition_defaults(presets: list, default: str) -> list[str]:
@@ -139,28 +143,54 @@ class PageHandlers:
             return None
         return list(self.saved_voices())
 
-    def saved_picker(self, current: str | None):
+    def saved_picker(self, marks: str | None, current: str | None):
         """The "My voices" dropdown as the library is now, so a voice saved through the API after the
-        page loaded is there when the tab is opened; keeps the chosen voice while it still exists."""
+        page loaded is there when the tab is opened; keeps the chosen voice while it still exists.
+        `marks`: the visitor's favourites and notes (JSON from the browser, `ui/marks.py`)."""
         saved = self.saved()
         if saved is None:
             return gr.skip()
         kept = current if any(v["id"] == current for v in saved) else None
-        return gr.Dropdown(choices=saved_choices(saved), value=kept)
+        return gr.Dropdown(choices=saved_choices(saved, parse_marks(marks)), value=kept)
+
+    def relabel(self, marks: str | None, language: str | None, voice: str | None, saved_voice: str | None) -> tuple:
+        """The pickers' choices again with the visitor's marks (after a star or a note changed, here or
+        on an audition card). Only the choices are sent: what is chosen stays as the page has it (this
+        also runs just after the pickers were filled, before their new values reach an event's inputs).
+        Outputs: voice dropdown, audition voices, "My voices" dropdown, then the star and note of the
+        chosen preset and of the chosen saved voice (left alone while none is chosen)."""
+        presets = self.presets()
+        if not presets:
+            return (gr.skip(),) * 7
+        parsed, saved = parse_marks(marks), self.saved()
+        saved_box = gr.skip() if saved is None else gr.Dropdown(choices=saved_choices(saved, parsed))
+        fields = []
+        for chosen_voice in (voice, saved_voice):
+            mark = parsed.get(chosen_voice, NO_MARK) if chosen_voice else None
+            fields += [gr.skip(), gr.skip()] if mark is None else [mark.star, mark.note]
+        return (gr.Dropdown(choices=voice_choices(presets, language or "All", parsed)),
+                gr.CheckboxGroup(choices=voice_choices(presets, "All", parsed)), saved_box, *fields)
+
+    @staticmethod
+    def mark_fields(marks: str | None, voice: str | None) -> tuple[bool, str]:
+        """The star and note of `voice`, for the editor under its picker."""
+        mark = parse_marks(marks).get(voice or "", NO_MARK)
+        return mark.star, mark.note
 
     def refresh(self) -> tuple:
         """Status line; on the first 'ready' also fill the voice pickers and stop polling.
 
         Outputs: status, voice dropdown, audition voices, language radio, clip player, timer,
-        the "My voices" tab and its dropdown.
+        the "My voices" tab and its dropdown, and the marks box (set once the pickers are filled: its
+        change event labels them with the visitor's marks, which only the browser has).
         """
         status = self.status()
         keep = (gr.skip(),) * 4
         if self.service.state in (ServiceState.LOADING, ServiceState.IDLE):
-            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip()
+            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip(), gr.skip()
         presets = self.presets()
         if not presets:
-            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip()
+            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip(), gr.skip()
         default = self.service.get().default_voice
         start = page_default_voice(presets, default)
         languages = FIXED_LANGUAGES + sorted({language_name(p.language) for p in presets} - set(FIXED_LANGUAGES))
@@ -176,9 +206,10 @@ class PageHandlers:
             gr.Timer(active=False),
             gr.Tab(visible=saved is not None),
             gr.Dropdown(choices=saved_choices(saved or []), value=None),
+            uuid.uuid4().hex,
         )
 
-    def use_example(self, index: int, voice: str | None) -> tuple:
+    def use_example(self, index: int, voice: str | None, marks: str | None = None) -> tuple:
         """An example's text, and a voice of its language when the chosen one speaks another.
 
         Outputs: text, voice dropdown (value), language filter (back to All), clip."""
@@ -190,13 +221,14 @@ class PageHandlers:
         match = next((p.name for p in presets if language_name(p.language) == language), None)
         if match is None:
             return text, gr.skip(), gr.skip(), gr.skip()
-        return text, gr.Dropdown(choices=voice_choices(presets), value=match), "All", clip_player(match, presets)
+        return (text, gr.Dropdown(choices=voice_choices(presets, "All", parse_marks(marks)), value=match), "All",
+                clip_player(match, presets))
 
-    def filter_language(self, language: str, current: str | None) -> tuple:
+    def filter_language(self, marks: str | None, language: str, current: str | None) -> tuple:
         presets = self.presets()
         if not presets:
             return gr.skip(), gr.skip()
-        choices = voice_choices(presets, language or "All")
+        choices = voice_choices(presets, language or "All", parse_marks(marks))
         names = [name for _, name in choices]
         value = current if current in names else (names[0] if names else None)
         return gr.Dropdown(choices=choices, value=value), clip_player(value, presets)

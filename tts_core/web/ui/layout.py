@@ -18,6 +18,7 @@ from ..api.browser_build import engine_choice_html
 from ..settings import ServerSettings
 from .examples import DEFAULT_TEXT, EXAMPLES
 from .handlers import FIXED_LANGUAGES, MAX_AUDITION_VOICES
+from .marks import NOTE_MAX
 
 _DEFAULTS = SamplingParams()
 _TIPS = """**Tips**
@@ -40,6 +41,8 @@ class Widgets:
     status: gr.Markdown
     timer: gr.Timer
     payload: gr.Textbox
+    marks: gr.Textbox
+    marks_sync: gr.Button
     source: gr.State
     text: gr.Textbox
     char_count: gr.Markdown
@@ -48,8 +51,12 @@ class Widgets:
     language: gr.Radio
     voice: gr.Dropdown
     clip: gr.HTML
+    voice_star: gr.Checkbox
+    voice_note: gr.Textbox
     saved_tab: gr.Tab
     saved_voice: gr.Dropdown
+    saved_star: gr.Checkbox
+    saved_note: gr.Textbox
     clone_tab: gr.Tab
     ref_audio: gr.Audio
     ref_info: gr.Markdown
@@ -99,6 +106,11 @@ def build_layout(settings: ServerSettings, status: Callable[[], str], *,
             gr.HTML(engine_choice_html(), elem_id="engine-choice-row")
         parts["timer"] = gr.Timer(1.0)
         parts["payload"] = gr.Textbox(visible=False, elem_id="tts-payload")
+        # The visitor's favourites and notes live in the browser (static/voicemarks.js): events read them
+        # there (ui/marks.py MARKS_JS); this box only carries them in, and the button out of sight
+        # (ui.css) is pressed by bridge.js when an audition card changed them.
+        parts["marks"] = gr.Textbox(visible=False, elem_id="voice-marks")
+        parts["marks_sync"] = gr.Button("Update voice marks", elem_id="voice-marks-sync")
         parts["source"] = gr.State("preset")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=3, min_width=300, elem_id="form-column"), gr.Tabs(elem_id="mode-tabs"):
@@ -137,12 +149,15 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
         with gr.Tab("Preset voice", id="preset") as preset_tab:
             parts["voice"] = gr.Dropdown(label="Voice", elem_id="voice-select",
                                          info="Voices appear when the model has loaded.")
-            with gr.Accordion("Filter by language · hear the voice", open=False, elem_id="voice-more"):
+            with gr.Accordion("Language · hear it · ★ and your note", open=False, elem_id="voice-more"):
                 language = gr.Radio(FIXED_LANGUAGES, value="All", label="Language", elem_id="voice-language")
                 parts["clip"] = gr.HTML("", elem_id="voice-clip", js_on_load=None)
+                parts["voice_star"], parts["voice_note"] = _mark_editor("voice")
         with gr.Tab("My voices", id="saved", visible=False, elem_id="saved-tab") as saved_tab:
             parts["saved_voice"] = gr.Dropdown(label="Saved voice", elem_id="saved-voice-select",
                                                info="Voices saved through POST /v1/audio/voices.")
+            with gr.Accordion("★ and your note", open=False, elem_id="saved-voice-more"):
+                parts["saved_star"], parts["saved_note"] = _mark_editor("saved-voice")
         with gr.Tab("Clone a voice", id="clone") as clone_tab:
             parts["ref_audio"] = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav",
                                           label="Reference clip (3-10 s of clean speech)", elem_id="ref-audio")
@@ -159,6 +174,16 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
         parts["generate_btn"] = gr.Button("Generate", variant="primary", elem_id="generate-btn", scale=1,
                                           min_width=110)
     return parts | {"preset_tab": preset_tab, "language": language, "saved_tab": saved_tab, "clone_tab": clone_tab}
+
+
+def _mark_editor(prefix: str) -> tuple[gr.Checkbox, gr.Textbox]:
+    """A favourite switch and a note for the voice chosen above (kept in this browser, `ui/marks.py`)."""
+    with gr.Row(equal_height=True, elem_id=f"{prefix}-marks-row"):
+        star = gr.Checkbox(False, label="★ Favourite", elem_id=f"{prefix}-star", scale=0, min_width=130)
+        note = gr.Textbox(label="Your note on this voice", elem_id=f"{prefix}-note", max_length=NOTE_MAX, scale=3,
+                          min_width=180, placeholder="e.g. warm, good for audiobooks",
+                          info="Kept in this browser; shown in the voice lists and on audition cards.")
+    return star, note
 
 
 def _clip_check() -> dict:
@@ -190,8 +215,9 @@ def _audition_tab(settings: ServerSettings) -> dict:
                                       info="Cards in a random order, named A, B, C…: rank them, then reveal. "
                                            "With two voices, A/B/X: tell which one X is."),
         "match_loudness": gr.Checkbox(True, label="Match loudness", elem_id="match-loudness",
-                                      info="Replays and Play all at one loudness (−23 LUFS, EBU R128), so the "
-                                           "louder voice does not sound better; downloads stay as generated."),
+                                      info="Every play at one loudness (−23 LUFS, EBU R128; the first, while it is "
+                                           "made, by an estimate), so the louder voice does not sound better; "
+                                           "downloads stay as generated."),
         "audition_btn": gr.Button("Compare voices", variant="primary", elem_id="audition-btn"),
     }
 
