@@ -93,3 +93,31 @@ def _counting(unit, calls: list, name: str):
         return unit(*args)
 
     return call
+
+
+def test_a_package_that_crashes_its_loader_stays_eager(lm, tmp_path, monkeypatch):
+    """A package is loaded in a separate process first: a loader that crashes (a segfault seen on an
+    H200) costs that process, and the unit stays eager here."""
+    from tts_core.zerogpu import aoti as lm_aoti
+
+    monkeypatch.setattr(lm_aoti, "_LOAD_CHECK", ("-c", "import os; os.abort()"))
+    module, args = lm_aoti._examples(lm, 1, torch.device("cpu"), torch.float32)["norm"]
+    arch = lm_aoti.device_arch(torch.device("cpu"))
+    path = tmp_path / arch / lm_aoti.package_name("norm", module, args, arch)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a package")
+    units, report = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=tmp_path,
+                                     units=("norm",), compile_missing=False)
+    assert report.outcome["norm"].startswith("eager: a separate process that loaded it exited with -6")
+    assert units.norm.package is None and not path.with_suffix(".ok").exists()
+
+
+def test_a_package_that_loaded_once_is_trusted_without_another_process(tmp_path, monkeypatch):
+    from tts_core.zerogpu import aoti as lm_aoti
+
+    path = tmp_path / "unit.pt2"
+    path.write_bytes(b"x")
+    monkeypatch.setattr(lm_aoti, "_LOAD_CHECK", ("-c", "pass"))
+    assert lm_aoti.loads_cleanly(path) is None and path.with_suffix(".ok").is_file()
+    monkeypatch.setattr(lm_aoti, "_LOAD_CHECK", ("-c", "import os; os.abort()"))
+    assert lm_aoti.loads_cleanly(path) is None  # the marker: no second process

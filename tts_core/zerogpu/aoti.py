@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import platform
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -162,6 +164,30 @@ def compile_package(unit: str, module: nn.Module, args: tuple, path: Path) -> Pa
     return path
 
 
+# A package is loaded in a separate process before this one trusts it: a loader that crashes (seen
+# on an H200 with torch 2.11: a segfault inside `aoti_load_package`) then costs that process, not
+# the GPU worker; the unit stays eager. A package that loaded cleanly gets a marker beside it.
+_LOAD_CHECK = ("-c", "import sys, torch; torch._inductor.aoti_load_package(sys.argv[1])")
+LOAD_CHECK_TIMEOUT_S = 300
+
+
+def loads_cleanly(path: Path) -> str | None:
+    """None when `path` loads in a fresh process (or did before: its `.ok` marker), else why not."""
+    marker = path.with_suffix(".ok")
+    if marker.is_file():
+        return None
+    try:
+        done = subprocess.run([sys.executable, *_LOAD_CHECK, str(path)], capture_output=True, text=True,
+                              timeout=LOAD_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"loading it took over {LOAD_CHECK_TIMEOUT_S} s in a separate process"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1][:200]
+        return f"a separate process that loaded it exited with {done.returncode} {last}".rstrip()
+    marker.touch()
+    return None
+
+
 def build_aoti_units(lm, *, batch: int, device: torch.device, cache_dir: str | Path,
                      units: tuple[str, ...] = AOT_UNITS, base: lm_step.StepUnits = lm_step.EAGER,
                      compile_missing: bool = True) -> tuple[lm_step.StepUnits, AotReport]:
@@ -191,7 +217,11 @@ def build_aoti_units(lm, *, batch: int, device: torch.device, cache_dir: str | P
                     outcome[unit] = "compiled"
                 else:
                     outcome[unit] = "eager: no package in the cache"
-                if path.is_file():
+                problem = loads_cleanly(path) if path.is_file() else None
+                if problem:
+                    outcome[unit] = f"eager: {problem}"
+                    logger.warning("AOTInductor: the %s unit stays eager (%s)", unit, problem)
+                elif path.is_file():
                     package = torch._inductor.aoti_load_package(str(path))
             except Exception as exc:  # export or compile failed: this unit stays eager
                 outcome[unit] = f"eager: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
