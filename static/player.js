@@ -58,7 +58,9 @@ function onWorkletMessage(m) {
     // The first sample was rendered at context time m.time; it is heard one output latency later.
     const now = performance.now();
     const sinceRenderMs = Math.max(0, (audio.ctx.currentTime - m.time) * 1000);
-    stats.ttfpMs = now - sinceRenderMs + audio.latencyS * 1000 - run.t0;
+    // Back-dated on the audio clock, which a busy machine can make run ahead of the page's clock:
+    // a sample is never heard before the response's first byte arrived.
+    stats.ttfpMs = Math.max(now - sinceRenderMs + audio.latencyS * 1000 - run.t0, stats.ttfbMs ?? 0);
     stats.ttfpMsgMs = now - run.t0;
     run.result.figures.ttfpMs = stats.ttfpMs;
     if (stats.state === 'buffering') setState('playing');

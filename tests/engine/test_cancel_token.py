@@ -52,7 +52,7 @@ def _read_in_thread(stream) -> tuple[threading.Thread, list]:
 
 
 def test_a_queued_request_ends_when_its_token_is_set(synth, voice) -> None:
-    wait_for_idle(synth.stats, 30)
+    wait_for_idle(lambda: synth.stats().as_dict(), 30)
     before = synth.stats()
     busy = synth.stream(SynthesisRequest(text="The only slot is taken by this long request.", voice=voice, seed=1,
                                          max_frames=300))
@@ -60,25 +60,25 @@ def test_a_queued_request_ends_when_its_token_is_set(synth, voice) -> None:
     token = CancelToken()
     reader, got = _read_in_thread(synth.stream(SynthesisRequest(text="Waiting in the queue.", voice=voice, seed=2,
                                                                 max_frames=5), cancel=token))
-    while synth.stats()["queued"] == 0:
+    while synth.stats().queued == 0:
         assert reader.is_alive()
         threading.Event().wait(0.01)
     token.set()
     reader.join(30)
     assert not reader.is_alive() and got == []  # it ended without a chunk, while still queued
     busy.close()
-    after = wait_for_idle(synth.stats, 30)
-    assert after["cancelled"] == before["cancelled"] + 2
+    after = wait_for_idle(lambda: synth.stats().as_dict(), 30)
+    assert after["cancelled"] == before.cancelled + 2
 
 
 def test_a_running_stream_ends_and_frees_its_slot_when_its_token_is_set(synth, voice) -> None:
-    wait_for_idle(synth.stats, 30)
+    wait_for_idle(lambda: synth.stats().as_dict(), 30)
     token = CancelToken()
     stream = synth.stream(SynthesisRequest(text="A long request, cancelled from another thread.", voice=voice, seed=3,
                                            max_frames=300), cancel=token)
     first = next(stream)
-    assert first.pcm.shape[1] > 0 and synth.stats()["active_streams"] == 1
+    assert first.pcm.shape[1] > 0 and synth.stats().active_streams == 1
     token.set()
     rest = list(stream)  # ends: at most the chunks already in its outbox, then the end marker
     assert all(not chunk.is_last for chunk in rest)
-    wait_for_idle(synth.stats, 30)
+    wait_for_idle(lambda: synth.stats().as_dict(), 30)

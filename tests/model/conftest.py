@@ -4,4 +4,3 @@ CPU precision modes and the ONNX export.
 """
 
 from support.codec_helpers import codec_vectors, tiny_codec  # noqa: F401  (fixtures)
-from support.e2e_helpers import browser  # noqa: F401  (the browser engine runs in Chromium)
