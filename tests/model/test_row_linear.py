@@ -51,7 +51,7 @@ def test_a_row_linear_computes_the_linear(shape, bias):
     assert (rows.packed is not None) == (shape == LARGE and onednn_available())
     for x in (torch.randn(1, shape[0]), torch.randn(5, shape[0]), torch.randn(2, 3, shape[0])):
         got = rows(x)
-        assert got.shape == x.shape[:-1] + (shape[1],)
+        assert got.shape == (*x.shape[:-1], shape[1])
         torch.testing.assert_close(got, plain(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(rows.weight, plain.weight.detach(), rtol=0, atol=0)
 
@@ -113,7 +113,7 @@ def test_the_cpu_top_k_window_is_never_narrower_than_a_vector():
 def models(tiny_models):
     """Copies of the tiny models with their step's and decoder's linears swapped."""
     lm, codec = copy.deepcopy(tiny_models[0]), copy.deepcopy(tiny_models[1])
-    make_rows_independent(lm, ("transformer.h.", "local_transformer.h.", "audio_lm_heads."))
+    make_rows_independent(lm, lm_step.ROW_LINEARS)
     return lm, codec
 
 

@@ -33,9 +33,6 @@ from .sampler import batch_for_frame
 
 logger = logging.getLogger(__name__)
 
-# The LM's linears a frame step runs (the text head is never used whole: only its two stop rows).
-_STEP_LINEARS = ("transformer.h.", "local_transformer.h.", "audio_lm_heads.")
-
 
 class EagerRunner(SlotRunner):
     """LM steps and streaming codec decodes over `num_slots` stream slots, each stream's result its
@@ -70,9 +67,9 @@ class EagerRunner(SlotRunner):
         """Swap the step's and the decoder's linears and check that rows come out independent here."""
         if self.device.type != "cpu":
             return False
-        make_rows_independent(self.lm, _STEP_LINEARS)
+        make_rows_independent(self.lm, lm_step.ROW_LINEARS)
         self.row_decoder = RowDecoder(self.codec)
-        ok = rows_independent(self.lm, _STEP_LINEARS) and self.row_decoder.rows_independent()
+        ok = rows_independent(self.lm, lm_step.ROW_LINEARS) and self.row_decoder.rows_independent()
         if not ok:
             logger.warning("CPU matrix products here round a row differently with other rows beside it: "
                            "each stream steps on its own (exact, slower with several streams)")

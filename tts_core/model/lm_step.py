@@ -194,8 +194,10 @@ def decide_rows(stop_weight: torch.Tensor, local: torch.Tensor, sampling: Sampli
 
 
 # The CPU runner's batched step: every unit computes each row as it would alone, given linears
-# that do (`row_linear.py`) and an attender that does (`kv_cache.RowDecodeAttender`).
+# that do (`row_linear.py`, for the LM's linears named by ROW_LINEARS: those a step runs; of the
+# text head only two rows are used) and an attender that does (`kv_cache.RowDecodeAttender`).
 ROWS = StepUnits(local=local_position_rows, decide=decide_rows)
+ROW_LINEARS = ("transformer.h.", "local_transformer.h.", "audio_lm_heads.")
 
 
 # ---- the step ------------------------------------------------------------------------------------
