@@ -18,13 +18,15 @@ N concurrent `Synthesizer.stream` calls through a real `Engine` (the codec on it
 the machine has 2 cores, as the server runs). Figure: process CPU seconds (every thread, from
 `resource.getrusage`) per second of audio made, so other work on a shared machine counts less
 than in wall time; wall RTF is recorded too. Runs alternate between the runners (the order rotates
-each repeat) after one warm-up run each; medians over `--repeats`.
+each repeat) after one warm-up run each; medians over `--repeats`. The 1-minute load average at
+the start and end of each level is recorded (the machine may be shared).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
 import resource
 import statistics
 import sys
@@ -47,6 +49,7 @@ from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.host_copy import ReadyPcm
 from tts_core.engine.sampler import batch_for_frame
+from tts_core.model.quant import quantize_codec, quantize_lm
 from tts_core.tokenizer import TextTokenizer
 from tts_core.types import SynthesisRequest, Voice
 
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--runners", default=",".join(RUNNERS))
+    parser.add_argument("--quantize", choices=("fp16", "int8"), default=None, help="CPU weight mode (default fp32)")
     parser.add_argument("--json")
     parser.add_argument("--note", action="append")
     args = parser.parse_args(argv)
@@ -139,15 +143,19 @@ def main(argv: list[str] | None = None) -> int:
         from tts_core.model.lm_loading import load_lm
 
         models = (load_lm(data / "parity" / "tiny_lm"), load_codec(data / "parity" / "tiny_codec"))
+    if args.quantize:
+        models = (quantize_lm(models[0], args.quantize), quantize_codec(models[1], args.quantize))
     runners = args.runners.split(",")
     levels = [int(s) for s in args.streams.split(",")]
     record = new_record("cpu-batching", args, machine_info([torch.device("cpu")]),
-                        {"models": args.models, "frames": frames, "threads": args.threads, "runners": runners,
+                        {"models": args.models, "quantize": args.quantize, "frames": frames, "threads": args.threads,
+                         "runners": runners,
                          "context_rows": CONTEXT_ROWS, "sampling": "default", "voice": "warm (prefix cached)"},
                         program="python bench/cpu_batching.py")
     record["levels"] = []
     with tempfile.TemporaryDirectory(prefix="moss-cpu-batching-") as cache:
         for streams in levels:
+            load_before = round(os.getloadavg()[0], 2)
             config = EngineConfig(max_active_streams=streams, max_queue=0, max_context_rows=CONTEXT_ROWS)
             synths = {}
             for name in runners:
@@ -165,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 for synth in synths.values():
                     synth.close()
-            level = {"streams": streams, "runners": {
+            level = {"streams": streams, "load_average_1m": [load_before, round(os.getloadavg()[0], 2)], "runners": {
                 name: {"cpu_s_per_audio_s": spread([r["cpu_s_per_audio_s"] for r in rs]),
                        "rtf_p50": spread([r["rtf_p50"] for r in rs]), "runs": rs} for name, rs in runs.items()}}
             record["levels"].append(level)

@@ -87,30 +87,31 @@ def _stage_rows(stage: ProjectedTransformer, x: torch.Tensor, cache: StageCache,
     slots = positions % cache.capacity
     cache.positions[rows[:, None], slots] = positions
     cos, sin = rope_tables(positions, spec.head_dim, spec.max_period)  # [B, 1, T, D/2]
-    # Per row, per frame: the frame's first token and its mask (its queries over the slots filled up to it).
-    masks = [[(j * per_frame, _row_mask(cache, row, positions[i, j * per_frame : (j + 1) * per_frame],
-                                        int(offsets[i]) + (j + 1) * per_frame)) for j in range(frames)]
-             for i, row in enumerate(rows.tolist())]
+    # Per row and frame: its tokens [start, stop) and the ring slots filled up to it, all it reads.
+    spans = [[(j * per_frame, (j + 1) * per_frame, min(cache.capacity, offset + (j + 1) * per_frame))
+              for j in range(frames)] for offset in offsets.tolist()]
+    mask = _masks(cache, rows, positions, max(keys for row in spans for _, _, keys in row))
     h = stage.input_proj(x)
     for layer, cache_k, cache_v in zip(stage.transformer.layers, cache.keys, cache.values):
         q, k, v = layer.self_attn.qkv(layer.norm1(h), cos, sin)
         cache_k[rows[:, None], :, slots] = k.transpose(1, 2).to(cache_k.dtype)  # [B, T, H, D] into each ring
         cache_v[rows[:, None], :, slots] = v.transpose(1, 2).to(cache_v.dtype)
-        attn = torch.cat([torch.cat([
-            F.scaled_dot_product_attention(q[i : i + 1, :, first : first + per_frame],
-                                           cache_k[row : row + 1, :, : mask.shape[-1]],
-                                           cache_v[row : row + 1, :, : mask.shape[-1]], attn_mask=mask)
-            for first, mask in row_masks], dim=2) for i, (row, row_masks) in enumerate(zip(rows.tolist(), masks))])
-        h = layer._finish(h, attn)  # attn [B, H, T, D]
+        attn = torch.cat([
+            torch.cat([F.scaled_dot_product_attention(q[i : i + 1, :, start:stop], cache_k[row : row + 1, :, :keys],
+                                                      cache_v[row : row + 1, :, :keys],
+                                                      attn_mask=mask[i : i + 1, :, start:stop, :keys])
+                       for start, stop, keys in row_spans], dim=2)
+            for i, (row, row_spans) in enumerate(zip(rows.tolist(), spans))])  # [B, H, T, D]
+        h = layer._finish(h, attn)
     cache.offsets[rows] += tokens
     return stage.output_proj(h)
 
 
-def _row_mask(cache: StageCache, row: int, positions: torch.Tensor, filled: int) -> torch.Tensor:
-    """Additive mask [1, 1, n, keys] of the ring slots a row's new tokens see, over its first
-    `keys` = min(capacity, filled) slots (the rest are empty until the ring wraps)."""
-    keys = min(cache.capacity, filled)
-    held = cache.positions[row, :keys]
-    delta = positions[:, None] - held[None, :]  # [n, keys]
-    allowed = (held[None, :] >= 0) & (delta >= 0) & (delta < cache.window)
-    return torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))[None, None]
+def _masks(cache: StageCache, rows: torch.Tensor, positions: torch.Tensor, keys: int) -> torch.Tensor:
+    """Additive masks [B, 1, T, keys] of the first `keys` ring slots each new token of each row sees
+    (a frame's queries read the first min(capacity, filled) columns: the other slots are empty
+    until the ring wraps, or hold the pass's later frames)."""
+    held = cache.positions[rows, :keys]  # [B, keys]
+    delta = positions[:, :, None] - held[:, None, :]  # [B, T, keys]
+    allowed = (held[:, None, :] >= 0) & (delta >= 0) & (delta < cache.window)
+    return torch.zeros(allowed.shape).masked_fill_(~allowed, float("-inf"))[:, None]

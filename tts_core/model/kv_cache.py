@@ -159,14 +159,17 @@ class RowDecodeAttender:
     def __init__(self, cache: KVCache, slots: list[int], positions: list[int]):
         self.cache = cache
         self.rows = list(zip(slots, positions))
+        self.slot_index = torch.tensor(slots, dtype=torch.long, device=cache.device)
+        self.pos_index = torch.tensor(positions, dtype=torch.long, device=cache.device)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         keys, values = self.cache.k[layer], self.cache.v[layer]
+        keys[self.slot_index, :, self.pos_index] = k[:, :, 0]  # [B, nh, D]
+        values[self.slot_index, :, self.pos_index] = v[:, :, 0]
+        q = q * q.shape[-1] ** -0.5
         out = []
         for row, (slot, pos) in enumerate(self.rows):
-            keys[slot, :, pos] = k[row, :, 0]
-            values[slot, :, pos] = v[row, :, 0]
-            scores = torch.matmul(q[row], keys[slot, :, : pos + 1].transpose(-1, -2)) * q.shape[-1] ** -0.5
+            scores = torch.matmul(q[row], keys[slot, :, : pos + 1].transpose(-1, -2))  # [nh, 1, L]
             out.append(torch.matmul(torch.softmax(scores, dim=-1), values[slot, :, : pos + 1]))  # [nh, 1, D]
         return torch.stack(out)
 
