@@ -10,8 +10,8 @@ free to change its kernels and other CPUs get other ones:
   computes every row with the same kernel from 2 rows on, wherever the row sits and whatever the
   thread count (and it is faster than MKL for a few rows of a large weight);
 - MKL computes every row alike when the row count is a multiple of 4, so the rows are padded to
-  one. Its calls cost a few microseconds against oneDNN's ~14, which is what counts for small
-  weights (the tiny test checkpoints, a few codec layers).
+  one. Its calls cost several times less than oneDNN's, which is what counts for small weights
+  (the tiny test checkpoints, a few codec layers).
 
 `torch.ao`'s fp16 dynamic linears (FBGEMM) already compute each row alike; its int8 ones do not
 (one activation scale is measured over all the rows), so `EachRowLinear` runs them row by row.
@@ -35,7 +35,7 @@ ONEDNN_MIN_WEIGHTS = 1 << 17
 ONEDNN_MIN_ROWS = 2
 MKL_ROW_MULTIPLE = 4
 # Row counts the probe compares.
-PROBE_ROWS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 33)
+PROBE_ROWS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 33, 64)
 
 
 def onednn_available() -> bool:
