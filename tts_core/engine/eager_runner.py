@@ -45,8 +45,9 @@ class EagerRunner(SlotRunner):
         num_slots: streams that can run at once.
         max_context_rows: KV length per slot (prompt + generated rows).
         prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
-        batched: None (default) batches the streams where this machine computes rows independently
-            (`batched` then says which); False steps and decodes each slot on its own.
+        batched: False steps and decodes each slot on its own; otherwise (default) the streams are
+            batched where this machine computes rows independently, and the attribute `batched`
+            says whether they are.
     """
 
     can_step_ahead = False  # each step has run when `step` returns
@@ -129,13 +130,16 @@ class EagerRunner(SlotRunner):
 
         Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
         """
-        slots = list(slots)
-        if not self.batched:
-            frames = [self._step_slot(slot) for slot in slots]
-            return np.array([go for go, _ in frames], dtype=bool), np.stack([codes for _, codes in frames])
+        if self.batched:
+            return self._step_rows(list(slots))
+        frames = [self._step_slot(slot) for slot in slots]
+        return np.array([go for go, _ in frames], dtype=bool), np.stack([codes for _, codes in frames])
+
+    def _step_rows(self, slots: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """All slots in one step, each row's arithmetic its own (`lm_step.ROWS`, `lm.decode_rows`)."""
         samplers = [self.samplers[s] for s in slots]
-        slot_index = torch.as_tensor(slots, dtype=torch.long, device=self.device)
-        is_continue, codes = self.lm.generate_frame(self.hidden[slot_index], batch_for_frame(samplers, device=self.device),
+        hidden = self.hidden[torch.as_tensor(slots, dtype=torch.long, device=self.device)]
+        is_continue, codes = self.lm.generate_frame(hidden, batch_for_frame(samplers, device=self.device),
                                                     local=self.local, units=lm_step.ROWS)
         is_continue_host = is_continue.cpu().numpy().astype(bool)
         codes_host = codes.cpu().numpy().astype(np.int64)
@@ -149,6 +153,7 @@ class EagerRunner(SlotRunner):
         return is_continue_host, codes_host
 
     def _step_slot(self, slot: int) -> tuple[bool, np.ndarray]:
+        """One slot alone, one row (the fallback)."""
         sampler = self.samplers[slot]
         row = self.hidden[slot : slot + 1]
         is_continue, codes = self.lm.generate_frame(row, batch_for_frame([sampler], device=self.device),
@@ -168,8 +173,9 @@ class EagerRunner(SlotRunner):
         row of the codec state (see the module doc). The audio is on the host when this returns."""
         codes = np.asarray(codes, dtype=np.int64)
         if self.batched:
-            if codes.size and (codes.min() < 0 or codes.max() >= self.codec.config.quantizer.codebook_size):
-                raise ValueError(f"codes must be in [0, {self.codec.config.quantizer.codebook_size})")
+            size = self.codec.config.quantizer.codebook_size
+            if codes.size and (codes.min() < 0 or codes.max() >= size):
+                raise ValueError(f"codes must be in [0, {size})")
             return ReadyPcm(self._host_pcm.fetch(self.row_decoder.decode(torch.from_numpy(codes), self.codec_state,
                                                                          slots)))
         pcm = []
