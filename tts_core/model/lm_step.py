@@ -7,11 +7,13 @@ which is fed back as the next input), then the global transformer appends the ne
 
 The step is made of a few units (`StepUnits`): one local position, the stop decision, one code
 pick, the row embedding, the two halves of a global block around its attention, the final norm.
-By default they are the plain functions below (the eager CPU path). `StepUnits.compiled()` wraps
-each with torch.compile, gpt-fast style: the model's own functions are compiled once per batch
-shape and reused at every position, codebook and layer. The engine's static stepper captures
-calls of either kind into CUDA graphs. Attention over the global cache is delegated to an
-`Attender` (exact slices on the CPU, a fixed-length masked cache under graphs).
+By default they are the plain functions below (`EAGER`); `ROWS` swaps in the local attention and
+the stop decision in forms whose result for a row does not depend on the batch (the CPU runner's
+batched step). `StepUnits.compiled()` wraps each with torch.compile, gpt-fast style: the model's
+own functions are compiled once per batch shape and reused at every position, codebook and layer.
+The engine's static stepper captures calls of either kind into CUDA graphs. Attention over the
+global cache is delegated to an `Attender` (exact slices on the CPU, each row alone in the CPU's
+batched step, a fixed-length masked cache under graphs).
 """
 
 from __future__ import annotations
