@@ -13,6 +13,8 @@ they also hold on the fallback that steps each slot on its own.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -22,6 +24,7 @@ from tts_core import EngineConfig, SamplingParams, SynthesisRequest, Synthesizer
 from tts_core.engine import eager_runner
 from tts_core.engine import engine as engine_module
 from tts_core.engine.eager_runner import EagerRunner
+from tts_core.model.quant import quantize_codec, quantize_lm
 
 REQUEST = SynthesisRequest(text="A request that should always sound the same, sample for sample.", voice="Cedar",
                            seed=1235, max_frames=40)
@@ -166,6 +169,14 @@ def test_neighbours_with_other_sampling_settings_change_nothing(tiny_models, pro
     want = _stream(tiny_models, prompts, 0, [], sampling=narrow)
     for other in (SamplingParams(audio_top_k=60), SamplingParams.greedy()):
         _assert_same_stream(_stream(tiny_models, prompts, 2, [0, 1], sampling=narrow, neighbour_sampling=other), want)
+
+
+@pytest.mark.parametrize("mode", ["fp16", "int8"])
+def test_quantised_weights_batch_exactly_too(tiny_models, prompts, mode):
+    """fp16 weights (FBGEMM) compute rows independently as they are; int8 ones run row by row."""
+    lm, codec = (copy.deepcopy(m) for m in tiny_models)
+    models = (quantize_lm(lm, mode), quantize_codec(codec, mode))
+    _assert_same_stream(_stream(models, prompts, 3, [0, 1, 2], frames=6), _stream(models, prompts, 0, [], frames=6))
 
 
 def test_where_rows_are_not_independent_each_slot_runs_alone(tiny_models, prompts, monkeypatch):
