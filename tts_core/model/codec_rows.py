@@ -25,11 +25,11 @@ from .row_linear import RowLinear, make_rows_independent, rows_independent
 
 
 class RowDecoder:
-    """One-frame streaming decodes of listed rows of a `CodecDecodeState` (see the module doc).
+    """Streaming decodes of listed rows of a `CodecDecodeState` (see the module doc).
 
     Args:
-        codec: the fp32 `MossAudioCodec` on the CPU; its decoder's linears are made
-            row-independent in place (`row_linear.make_rows_independent`).
+        codec: the `MossAudioCodec` on the CPU (fp32, or a CPU precision mode's decoder); its
+            decoder's fp32 linears are made row-independent in place (`row_linear.make_rows_independent`).
     """
 
     def __init__(self, codec: MossAudioCodec):
