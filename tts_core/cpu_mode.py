@@ -18,7 +18,10 @@ import torch
 
 from .config import SamplingParams
 from .engine.sampler import StreamSampler, batch_for_frame
+from .model import lm_step
+from .model.codec_rows import RowDecoder
 from .model.quant import quantize_codec, quantize_lm
+from .model.row_linear import make_rows_independent
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +43,13 @@ class ModeChoice:
 
 @torch.inference_mode()
 def measure_frame_s(lm, codec, *, pipelined: bool, frames: int = 4) -> float:
-    """Seconds per 80 ms frame for one stream: an LM step and a one-frame codec decode (their max
-    when the codec runs on its own core, else their sum); medians over `frames` after a warm-up."""
+    """Seconds per 80 ms frame for one stream as the CPU runner makes it (`engine/eager_runner.py`:
+    row-independent linears, swapped on copies here, so the candidates stay as they are): an LM step
+    and a one-frame codec decode (their max when the codec runs on its own core, else their sum);
+    medians over `frames` after a warm-up."""
+    lm, codec = copy.deepcopy(lm), copy.deepcopy(codec)
+    make_rows_independent(lm, lm_step.ROW_LINEARS)
+    decoder = RowDecoder(codec)
     c = lm.config
     rows = torch.full((_PROMPT_ROWS, c.row_width), c.audio_pad_id, dtype=torch.long)
     rows[:, 0] = 100  # any text id: the cost does not depend on the values
@@ -53,10 +61,10 @@ def measure_frame_s(lm, codec, *, pipelined: bool, frames: int = 4) -> float:
     lm_s, codec_s = [], []
     for _ in range(frames + 1):
         start = time.perf_counter()
-        _, codes = lm.generate_frame(hidden, batch_for_frame([sampler]), local=local)
-        hidden = lm.decode(codes, cache, [0])
+        _, codes = lm.generate_frame(hidden, batch_for_frame([sampler]), local=local, units=lm_step.ROWS)
+        hidden = lm.decode_rows(codes, cache, [0])
         middle = time.perf_counter()
-        codec.decode_step(codes[:, :, None].clamp(max=1023), state)  # [1, 16, 1]
+        decoder.decode(codes[:, None].clamp(max=1023), state, [0])  # [1, 1, 16]
         lm_s.append(middle - start)
         codec_s.append(time.perf_counter() - middle)
     lm_t, codec_t = sorted(lm_s[1:])[frames // 2], sorted(codec_s[1:])[frames // 2]

@@ -5,11 +5,15 @@ pacing (a wall-clock decision) cuts the audio into chunks.
 Tiny parity checkpoints. Chunkings are forced by replacing the engine's pacing rule
 (`pacing.frame_budget`) with a fixed chunk size; a neighbour is a longer stream started first (its
 codec rings are ahead of the request's) that is still running when the request ends. The runner
-tests pin the mechanism: `EagerRunner` steps each slot alone (its hidden state is bit-identical
-with or without other slots stepped beside it) and decodes one frame per codec call.
+tests pin the mechanism: `EagerRunner` steps and decodes the slots together, and a stream's hidden
+states, codes and audio are bit-identical alone in slot 0 and in any slot beside others, with 1 or
+2 torch threads, beside other sampling settings, and for any split of its frames into decode calls;
+they also hold on the fallback that steps each slot on its own.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -17,11 +21,16 @@ import torch
 from safetensors.torch import load_file
 
 from tts_core import EngineConfig, SamplingParams, SynthesisRequest, Synthesizer
+from tts_core.engine import eager_runner
 from tts_core.engine import engine as engine_module
 from tts_core.engine.eager_runner import EagerRunner
+from tts_core.model import lm_step
+from tts_core.model.quant import quantize_codec, quantize_lm
+from tts_core.model.row_linear import rows_independent
 
 REQUEST = SynthesisRequest(text="A request that should always sound the same, sample for sample.", voice="Cedar",
                            seed=1235, max_frames=40)
+DEFAULT = SamplingParams()
 NEIGHBOUR = SynthesisRequest(text="Another voice talking at the same time, for rather longer than the first.",
                              voice="Hutong", seed=7, max_frames=150)
 
@@ -100,24 +109,88 @@ def prompts(parity_dir):
     return [vectors[f"{case}.input_ids"].numpy() for case in ("A_voice_clone_en", "B_voice_clone_zh")]
 
 
-def _hidden_states(tiny_models, prompts, slot: int, neighbours: list[int], frames: int = 30) -> torch.Tensor:
-    """The LM hidden state of a stream in `slot` after each of `frames` steps, with streams in
-    `neighbours` stepped in the same calls."""
-    runner = EagerRunner(*tiny_models, num_slots=4, max_context_rows=600, device="cpu")
+@pytest.fixture
+def threads():
+    """Sets torch's CPU thread count for the test (the runner checks its kernels under it)."""
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def _rows_apart(runner) -> bool:
+    return rows_independent(runner.lm, lm_step.ROW_LINEARS) and runner.row_decoder.rows_independent()
+
+
+def _stream(tiny_models, prompts, slot: int, neighbours: list[int], *, frames: int = 30,
+         sampling: SamplingParams = DEFAULT, neighbour_sampling: SamplingParams = DEFAULT,
+         batched: bool = True) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """A stream in `slot` with streams in `neighbours` stepped and decoded in the same calls, a frame
+    at a time: its LM hidden state after each step [F, H], its codes [F, 16] and its audio [2, S]."""
+    runner = EagerRunner(*tiny_models, num_slots=4, max_context_rows=600, device="cpu",
+                         batched=None if batched else False)
+    # Batched exactly where the start-up probe found this machine's rows independent (it does here).
+    assert runner.batched == (batched and _rows_apart(runner)), "the runner batches only where rows stay apart"
     for index, s in enumerate([slot, *neighbours]):
-        runner.begin_stream(s, SamplingParams(), 11 + index)
+        runner.begin_stream(s, sampling if index == 0 else neighbour_sampling, 11 + index)
         runner.start_segment(s, prompts[min(index, 1)], None)
-    states = []
+    slots = sorted([slot, *neighbours])
+    states, codes, pcm = [], [], []
     for _ in range(frames):
-        runner.step(sorted([slot, *neighbours]))
+        _, frame = runner.step(slots)
         states.append(runner.hidden[slot].clone())
-    return torch.stack(states)
+        codes.append(frame[slots.index(slot)])
+        pcm.append(runner.decode(slots, frame[:, None])[slots.index(slot)])
+    return torch.stack(states), np.stack(codes), np.concatenate(pcm, axis=1)
+
+
+def _assert_same_stream(got, want) -> None:
+    assert torch.equal(got[0], want[0]), "hidden states differ"
+    np.testing.assert_array_equal(got[1], want[1])
+    assert np.array_equal(got[2], want[2]), "audio differs"
 
 
 def test_an_lm_step_is_bit_identical_alone_and_beside_other_streams(tiny_models, prompts):
-    want = _hidden_states(tiny_models, prompts, 0, [])
+    want = _stream(tiny_models, prompts, 0, [])
     for slot, neighbours in ((0, [1]), (2, [0, 1, 3]), (3, [1])):
-        assert torch.equal(_hidden_states(tiny_models, prompts, slot, neighbours), want), (slot, neighbours)
+        _assert_same_stream(_stream(tiny_models, prompts, slot, neighbours), want)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_alone_in_slot_0_equals_in_slot_3_beside_three_others(tiny_models, prompts, threads, count):
+    """The batched runner (one LM step and one decode for all four slots) with 1 and 2 torch threads."""
+    threads(count)
+    _assert_same_stream(_stream(tiny_models, prompts, 3, [0, 1, 2]), _stream(tiny_models, prompts, 0, []))
+
+
+def test_the_thread_count_changes_nothing(tiny_models, prompts, threads):
+    threads(1)
+    want = _stream(tiny_models, prompts, 1, [0, 3])
+    threads(2)
+    _assert_same_stream(_stream(tiny_models, prompts, 1, [0, 3]), want)
+
+
+def test_neighbours_with_other_sampling_settings_change_nothing(tiny_models, prompts):
+    """A narrow top-k beside a wider one and greedy rows: the CPU sampler's top-k window is shared by
+    the rows of a step, so it is kept wide enough that its width changes no row's arithmetic."""
+    narrow = SamplingParams(audio_top_k=5)
+    want = _stream(tiny_models, prompts, 0, [], sampling=narrow)
+    for other in (SamplingParams(audio_top_k=60), SamplingParams.greedy()):
+        _assert_same_stream(_stream(tiny_models, prompts, 2, [0, 1], sampling=narrow, neighbour_sampling=other), want)
+
+
+@pytest.mark.parametrize("mode", ["fp16", "int8"])
+def test_quantised_weights_batch_exactly_too(tiny_models, prompts, mode):
+    """fp16 weights (FBGEMM) compute rows independently as they are; int8 ones run row by row."""
+    lm, codec = (copy.deepcopy(m) for m in tiny_models)
+    models = (quantize_lm(lm, mode), quantize_codec(codec, mode))
+    _assert_same_stream(_stream(models, prompts, 3, [0, 1, 2], frames=6), _stream(models, prompts, 0, [], frames=6))
+
+
+def test_where_rows_are_not_independent_each_slot_runs_alone(tiny_models, prompts, monkeypatch):
+    """The fallback when the start-up check fails: one row per step, one frame per codec call."""
+    monkeypatch.setattr(eager_runner, "rows_independent", lambda *args, **kwargs: False)
+    want = _stream(tiny_models, prompts, 0, [], frames=12, batched=False)
+    _assert_same_stream(_stream(tiny_models, prompts, 3, [0, 1], frames=12, batched=False), want)
 
 
 def test_a_decode_is_bit_identical_whatever_the_chunks_and_the_neighbours(tiny_models):

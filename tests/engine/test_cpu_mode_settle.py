@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -192,8 +193,20 @@ def test_the_runner_refuses_to_swap_weights_under_a_running_stream(data_dir):
     with pytest.raises(RuntimeError, match="between requests"):
         runner.replace_models(lm, codec)
     runner.release(0)
-    runner.replace_models(lm, codec)
+    fresh = load_lm(parity / "tiny_lm"), load_codec(parity / "tiny_codec")
+    runner.replace_models(*fresh)
     assert len(runner.prefix_cache) == 0
+    # The new weights are prepared like a new runner's: the same stream steps to the same state.
+    other = EagerRunner(load_lm(parity / "tiny_lm"), load_codec(parity / "tiny_codec"), num_slots=2,
+                        max_context_rows=64, device=torch.device("cpu"))
+    assert runner.batched == other.batched
+    rows = np.full((8, 17), 1024, np.int64)
+    rows[:, 0] = np.arange(20, 28)
+    for each in (runner, other):
+        each.begin_stream(1, SamplingParams.greedy(), 0)
+        each.start_segment(1, rows, None)
+        each.step([1])
+    assert torch.equal(runner.hidden[1], other.hidden[1])
 
 
 def test_work_beside_the_load_starts_only_after_the_measurement(tmp_path, monkeypatch, tiny_loader):

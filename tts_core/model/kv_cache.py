@@ -150,6 +150,30 @@ class DecodeAttender:
         return F.scaled_dot_product_attention(q, past_k, past_v, attn_mask=self.mask)
 
 
+class RowDecodeAttender:
+    """`DecodeAttender` with each row's attention computed alone, over exactly its slot's rows, so a
+    row's result never depends on the other rows (one batched call pads every row to the longest
+    one, which rounds differently). Two matrix products around a softmax rather than the fused
+    kernel, which splits a long row over threads: the result does not depend on the thread count."""
+
+    def __init__(self, cache: KVCache, slots: list[int], positions: list[int]):
+        self.cache = cache
+        self.rows = list(zip(slots, positions))
+        self.slot_index = torch.tensor(slots, dtype=torch.long, device=cache.device)
+        self.pos_index = torch.tensor(positions, dtype=torch.long, device=cache.device)
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        keys, values = self.cache.k[layer], self.cache.v[layer]
+        keys[self.slot_index, :, self.pos_index] = k[:, :, 0]  # [B, nh, D]
+        values[self.slot_index, :, self.pos_index] = v[:, :, 0]
+        q = q * q.shape[-1] ** -0.5
+        out = []
+        for row, (slot, pos) in enumerate(self.rows):
+            scores = torch.matmul(q[row], keys[slot, :, : pos + 1].transpose(-1, -2))  # [nh, 1, L]
+            out.append(torch.matmul(torch.softmax(scores, dim=-1), values[slot, :, : pos + 1]))  # [nh, 1, D]
+        return torch.stack(out)
+
+
 class StaticDecodeAttender:
     """Graph-friendly decode over cache rows 0..B-1: one new key/value per row at `write_pos` [B]
     (device), attention over the first `length` columns under an additive `key_mask`

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import lm_step
-from .kv_cache import DecodeAttender, KVCache, LocalKVCache, PrefillAttender
+from .kv_cache import DecodeAttender, KVCache, LocalKVCache, PrefillAttender, RowDecodeAttender
 from .layers import DecoderStack, Embedding, RotaryTable, attention_backends
 from .lm_config import LMConfig
 from .sampling import SamplingBatch
@@ -234,6 +234,22 @@ class MossTTSNanoLM(nn.Module):
         hidden = lm_step.global_step(self, codes.to(self.device, torch.long), pos,
                                      DecodeAttender(cache, slot_list, positions), max(positions) + 1, units)
         cache.advance(slot_list, 1)
+        return hidden
+
+    @torch.no_grad()
+    def decode_rows(self, codes: torch.Tensor, cache: KVCache, slots: list[int],
+                    units: lm_step.StepUnits = lm_step.ROWS) -> torch.Tensor:
+        """`decode` with each row's attention alone over its own slot (`RowDecodeAttender`): with
+        row-independent linears (`row_linear.py`) and `lm_step.ROWS`, a row's hidden state [H]
+        is the same whatever other slots share the call."""
+        if codes.ndim != 2 or codes.shape != (len(slots), self.config.n_vq) or len(set(slots)) != len(slots):
+            raise ValueError(f"decode_rows takes codes [B, {self.config.n_vq}] for B distinct slots")
+        cache.check_room(slots, 1)
+        positions = [cache.length(s) for s in slots]
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
+        hidden = lm_step.global_step(self, codes.to(self.device, torch.long), pos,
+                                     RowDecodeAttender(cache, slots, positions), max(positions) + 1, units)
+        cache.advance(slots, 1)
         return hidden
 
     # ----------------------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ which is fed back as the next input), then the global transformer appends the ne
 
 The step is made of a few units (`StepUnits`): one local position, the stop decision, one code
 pick, the row embedding, the two halves of a global block around its attention, the final norm.
-By default they are the plain functions below (the eager CPU path). `StepUnits.compiled()` wraps
-each with torch.compile, gpt-fast style: the model's own functions are compiled once per batch
-shape and reused at every position, codebook and layer. The engine's static stepper captures
-calls of either kind into CUDA graphs. Attention over the global cache is delegated to an
-`Attender` (exact slices on the CPU, a fixed-length masked cache under graphs).
+By default they are the plain functions below (`EAGER`); `ROWS` swaps in the local attention and
+the stop decision in forms whose result for a row does not depend on the batch (the CPU runner's
+batched step). `StepUnits.compiled()` wraps each with torch.compile, gpt-fast style: the model's
+own functions are compiled once per batch shape and reused at every position, codebook and layer.
+The engine's static stepper captures calls of either kind into CUDA graphs. Attention over the
+global cache is delegated to an `Attender` (exact slices on the CPU, each row alone in the CPU's
+batched step, a fixed-length masked cache under graphs).
 """
 
 from __future__ import annotations
@@ -165,6 +167,39 @@ class StepUnits:
 
 
 EAGER = StepUnits()
+
+
+def local_position_rows(stack: DecoderStack, x: torch.Tensor, index: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
+                        key_pos: torch.Tensor) -> torch.Tensor:
+    """`local_position` with its attention as two batched matrix products around a softmax, which
+    compute each row alone, whereas the fused CPU kernel splits its work over threads by the batch
+    size. (Not by selecting SDPA's math backend: that switch is process-wide, and the codec thread
+    attends at the same time.)"""
+    h = x[:, None]  # [B, 1, H]
+    visible = key_pos <= index  # [P]
+    for layer, block in enumerate(stack.h):
+        q, k, v = block_qkv(block, h, cos, sin)
+        keys[layer].index_copy_(2, index, k)
+        values[layer].index_copy_(2, index, v)
+        scores = torch.matmul(q, keys[layer].transpose(-1, -2)) * q.shape[-1] ** -0.5  # [B, nh, 1, P]
+        weights = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+        h = block_finish(block, h, torch.matmul(weights, values[layer]))
+    return stack.ln_f(h)[:, 0]
+
+
+def decide_rows(stop_weight: torch.Tensor, local: torch.Tensor, sampling: SamplingBatch) -> torch.Tensor:
+    """`decide` with the two stop logits as plain dot products (a product and a sum per row), which
+    round the same for any number of rows; a CPU matrix product of 1 row and of 2 does not."""
+    logits = (local[:, None, :] * stop_weight[None]).sum(-1)  # [B, 2]
+    return decide_continue(logits.float(), sampling)
+
+
+# The CPU runner's batched step: every unit computes each row as it would alone, given linears
+# that do (`row_linear.py`, for the LM's linears named by ROW_LINEARS: those a step runs; of the
+# text head only two rows are used) and an attender that does (`kv_cache.RowDecodeAttender`).
+ROWS = StepUnits(local=local_position_rows, decide=decide_rows)
+ROW_LINEARS = ("transformer.h.", "local_transformer.h.", "audio_lm_heads.")
 
 
 # ---- the step ------------------------------------------------------------------------------------

@@ -34,6 +34,10 @@ def greedy_pick(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
+# The narrowest top-k window the CPU path sorts (see `FilterParams.build`).
+MIN_WINDOW = 16
+
+
 @dataclass(frozen=True, slots=True)
 class FilterParams:
     """Per-row temperature / top-k / top-p of one head, prepared once per frame on the host.
@@ -57,7 +61,9 @@ class FilterParams:
         device: torch.device | str | None = None,
     ) -> FilterParams:
         ks = [kth_index(k, vocab) + 1 for k in top_k]
-        window = max(ks) if all(0 < k < vocab for k in top_k) else 0
+        # At least MIN_WINDOW wide: a CPU softmax sums rows narrower than its vector width in
+        # another order, so a row's draw would depend on the widest top-k beside it.
+        window = max(*ks, MIN_WINDOW) if all(0 < k < vocab for k in top_k) else 0
         return cls(
             temperature=torch.tensor(temperature, dtype=torch.float32, device=device)[:, None],
             kth_index=torch.tensor([k - 1 for k in ks], dtype=torch.long, device=device)[:, None],
