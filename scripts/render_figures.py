@@ -95,8 +95,11 @@ SIDE_BY_SIDE_S = 3600
 
 
 def _is_main(setup: dict) -> bool:
+    """Default settings: full precision, a warm voice, and (on a GPU, where they exist) every engine
+    feature on. A CPU record lists the GPU-only features as off: that is how the CPU runs."""
+    on_gpu = str(setup.get("device", "")).startswith("cuda")
     return (not setup.get("quantize") and not setup.get("voice", "").startswith("cold")
-            and all(setup.get(key) is not False for key in SWITCHES))
+            and (not on_gpu or all(setup.get(key) is not False for key in SWITCHES)))
 
 
 def _ttfp(row: dict) -> str:

@@ -142,3 +142,14 @@ def test_readme_is_short_and_its_headline_is_the_newest_main_record():
     without_one = [(n, {**r, "modes": {m: [x for x in rows if x["streams"] != 1] for m, rows in r["modes"].items()}})
                    for n, r in gpu]
     assert "| GPU | not measured |" in render.render_headline(without_one)
+
+
+def test_a_cpu_record_listing_the_gpu_only_features_as_off_is_still_the_main_one():
+    """The bench records the engine's features as they ran: on a CPU the GPU-only ones are off, which
+    is how a CPU runs, not a switch turned off (on a GPU it would be)."""
+    records = [(n, r) for n, r in render.load_records(FIXTURES) if n == "cpu-fp32.json"]
+    setup = {**records[0][1]["setup"], "fused_kernels": False, "step_ahead": False, "split_readout": False}
+    as_run = [(n, {**r, "setup": setup}) for n, r in records]
+    assert "| 342 ms, RTF 1.781 |" in render.render_headline(as_run).splitlines()[2]
+    on_gpu = [(n, {**r, "setup": {**setup, "device": "cuda"}}) for n, r in records]
+    assert "| GPU | not measured |" in render.render_headline(on_gpu)
