@@ -117,7 +117,9 @@ def _move_placed() -> tuple[int, float]:
         return 0, 0.0
     import torch  # a worker of a placing process has torch already
 
-    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    # With its index: a tensor on "cuda:0" compares unequal to torch.device("cuda"), and an idle
+    # worker's second call would count weights that are already there as moved.
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     started, moved = time.perf_counter(), 0
     for module in _placed:
         tensors = [*module.parameters(), *module.buffers()]
