@@ -30,20 +30,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def _parity_root() -> Path:
-    configured = os.environ.get("MOSS_TTS_PARITY_DIR")
-    if configured:
-        return Path(configured).resolve()
-    return (REPO_ROOT / ".." / "shared" / "moss_tts_nano_data").resolve()
-
-
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared MOSS-TTS-Nano data directory (real tokenizer, configs, clips, parity vectors).
 
     Skips when absent; fails instead when MOSS_TTS_REQUIRE_PARITY is set (CI's `.ci/run` sets it).
     """
-    root = _parity_root()
+    from support.folders import parity_root  # here: after the helpers' assert rewrite is registered
+
+    root = parity_root()
     if not (root / "parity").is_dir():
         message = (
             f"parity data not found at {root}: set MOSS_TTS_PARITY_DIR to the moss_tts_nano_data "

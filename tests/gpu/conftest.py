@@ -10,16 +10,54 @@ or 8 slots.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from support.folders import mark_folder
+from support.folders import mark_folder, parity_root
 from support.gpu_runners import CUDA, build_runner
 
 HERE = Path(__file__).resolve().parent
+ZEROGPU_CHILD = HERE.parent / "support" / "zerogpu_child.py"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_folder(items, HERE, pytest.mark.gpu)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the ZeroGPU flow's child now when its tests will run: it compiles on its own cores
+    while the tests before it compile theirs (its fixture waits for it)."""
+    if not torch.cuda.is_available() or not any(item.path.name == "test_zerogpu_gpu.py" for item in session.items):
+        return
+    import tempfile
+
+    if (parity_root() / "parity").is_dir():
+        session.config.zerogpu_child = start_zerogpu_flow(parity_root(), Path(tempfile.mkdtemp(prefix="zerogpu-aoti-")))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    child = getattr(config, "zerogpu_child", None)
+    if child is not None and child.poll() is None:  # the session ended before its tests waited for it
+        child.kill()
+        child.communicate()
+
+
+def start_zerogpu_flow(data_dir: Path, aoti_dir: Path) -> subprocess.Popen:
+    """`support/zerogpu_child.py` started (see test_zerogpu_gpu.py), its output piped back."""
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", str(ZEROGPU_CHILD), str(data_dir), str(aoti_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@pytest.fixture(scope="session")
+def zerogpu_child(request, data_dir, tmp_path_factory) -> subprocess.Popen:
+    """The ZeroGPU flow's child: the one started after collection, else one started now."""
+    started = getattr(request.config, "zerogpu_child", None)
+    return started or start_zerogpu_flow(data_dir, tmp_path_factory.mktemp("aoti"))
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +101,15 @@ def runners(full_models):
         return built[key]
 
     return get
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Where this folder's time went: torch.compile's own per-function times (most of the suite)."""
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return
+    from torch._dynamo.utils import compile_times
+
+    terminalreporter.write_sep("-", "torch.compile time per function (s)")
+    terminalreporter.write_line(str(compile_times(repr="str", aggregate=True)))

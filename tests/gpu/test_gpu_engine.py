@@ -346,7 +346,8 @@ def test_step_ahead_changes_no_codes_under_graphs(runners, prompts):
 def test_deferred_compile_switches_to_graphs_without_changing_codes(full_models, prompts):
     models = full_models(torch.float32)
     runner = _runner(models, 4, defer=True)
-    assert runner.step_kind == "plain"  # serves at once
+    assert runner.step_kind == "plain"  # serves at once, on the plain ops while the kernels build
+    assert not fused_ops.fused_enabled(CUDA) and fused_ops.planned(CUDA)
     engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8))
     greedy = SamplingParams.greedy()  # compiled and plain fp32 kernels round differently: only argmax is exact
     try:
@@ -355,6 +356,7 @@ def test_deferred_compile_switches_to_graphs_without_changing_codes(full_models,
         while runner.step_kind != "compiled+graphs" and time.monotonic() < deadline:
             time.sleep(0.1)
         assert runner.step_kind == "compiled+graphs"
+        assert fused_ops.fused_enabled(CUDA)  # released at the switch
         after = _collect(engine.submit(replace(_job(prompts[0], 400, 30), sampling=greedy)))
     finally:
         engine.close()

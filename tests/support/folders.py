@@ -1,10 +1,14 @@
-"""Folder-wide marks: each test folder's conftest marks what the folder holds."""
+"""Folder-wide marks (each test folder's conftest marks what the folder holds) and where the
+shared data lives."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def mark_folder(items: list[pytest.Item], folder: Path, *marks: pytest.MarkDecorator) -> None:
@@ -13,3 +17,11 @@ def mark_folder(items: list[pytest.Item], folder: Path, *marks: pytest.MarkDecor
         if folder in Path(item.path).parents:
             for mark in marks:
                 item.add_marker(mark)
+
+
+def parity_root() -> Path:
+    """The shared data folder: MOSS_TTS_PARITY_DIR, else ../shared/moss_tts_nano_data beside the repo."""
+    configured = os.environ.get("MOSS_TTS_PARITY_DIR")
+    if configured:
+        return Path(configured).resolve()
+    return (REPO_ROOT / ".." / "shared" / "moss_tts_nano_data").resolve()
