@@ -19,10 +19,10 @@ from tts_core.engine.buckets import bucket_sizes, length_buckets, padded_step_in
 from tts_core.engine.codec_passes import split_passes
 from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
-from tts_core.engine.graphs import graphs_enabled
 from tts_core.engine.pool import EnginePool, route_order
 from tts_core.engine.runners import build_runner
 from tts_core.engine.static_runner import StaticRunner
+from tts_core.engine.static_step import graphs_enabled
 from tts_core.engine.types import EngineStats, Segment, StreamJob
 from tts_core.errors import EngineStalledError, QueueFullError
 from tts_core.loader import resolve_devices

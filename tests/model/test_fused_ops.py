@@ -272,3 +272,27 @@ def test_plain_ops_turns_the_kernels_off_on_this_thread_only():
         other.start()
         other.join()
     assert seen == [True] and fused_ops.fused_enabled(cuda)
+
+
+def test_a_hold_gives_the_plain_ops_on_its_device_except_to_the_building_thread():
+    """A deferred start serves on the plain ops while another thread builds the kernels: the hold is
+    per device, the building thread sees the kernels, and what /health lists does not change."""
+    import threading
+
+    held, other = torch.device("cuda", 0), torch.device("cuda", 1)
+    assert fused_ops.fused_enabled(held) and fused_ops.fused_enabled(other)
+    fused_ops.hold(held)
+    try:
+        assert not fused_ops.fused_enabled(held) and fused_ops.fused_enabled(other)
+        assert fused_ops.planned(held)
+        with fused_ops.building():
+            assert fused_ops.fused_enabled(held)
+            seen = []
+            thread = threading.Thread(target=lambda: seen.append(fused_ops.fused_enabled(held)))
+            thread.start()
+            thread.join()
+            assert seen == [False]  # only the building thread itself
+        assert not fused_ops.fused_enabled(held)
+    finally:
+        fused_ops.release(held)
+    assert fused_ops.fused_enabled(held)

@@ -42,7 +42,7 @@ class EngineFeatures:
 def resolve_features(runner: Runner, *, step_ahead: bool, pipeline, engine_prepares: bool) -> EngineFeatures:
     """The features of an engine built around `runner` (see `Engine.features`)."""
     device = runner.device
-    fused = fused_ops.fused_enabled(device)
+    fused = fused_ops.planned(device)  # held back while a deferred start builds them, then on
     fallback = None
     if device.type == "cuda" and not fused:
         fallback = fused_ops.disabled_reason() or "Triton is not installed: plain ops instead of fused kernels"

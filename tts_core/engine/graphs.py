@@ -13,8 +13,9 @@ buffer and comes back through one copy out of a static output buffer (audio thro
 - Codec step: streaming decode of 1, 2 or 4 frames (one graph each) for the bucket's rows.
 
 Start-up: with `defer=True` the stepper starts on the plain (eager, uncompiled) functions at once;
-`compile_in_background` builds the compiled units on throw-away tensors in another thread, and the
-engine thread calls `upgrade` between steps to switch over and capture the graphs (seconds, once).
+`compile_in_background` builds the fused kernels and the compiled units on throw-away tensors in
+another thread (the plain ops serve meanwhile: `fused_ops.hold`), and the engine thread calls
+`upgrade` between steps to switch over and capture the graphs (seconds, once).
 
 Per-stream uniforms are drawn on the host from each stream's own generator, so codes never depend
 on which streams share the batch. With graphs off (`enforce_eager`, a CPU) the
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -38,40 +38,19 @@ from .codec_passes import CODEC_PASS_FRAMES, codec_attention, split_passes
 from .host_copy import HostPcm, PendingPcm, PinnedRing, ReadyPcm
 from .prefill_graphs import PrefillGraphs
 from .sampler import param_row
-from .static_step import CompileCancelled, StepState, compile_on_scratch, run_lm_step
+from .static_step import (
+    CompileCancelled,
+    StepLaunch,
+    StepState,
+    build_on_scratch,
+    compile_mode,
+    compile_on_scratch,
+    run_lm_step,
+)
 
 logger = logging.getLogger(__name__)
 
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
-
-
-@dataclass(frozen=True, slots=True)
-class StepLaunch:
-    """A launched LM step: where its output lands on the host, and the event that says it has."""
-
-    out: torch.Tensor  # pinned [bucket, 1 + K] long
-    done: torch.cuda.Event | None  # None off CUDA (the step ran synchronously)
-
-
-def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
-    """CUDA graphs are used on CUDA unless `enforce_eager` (the one eager switch)."""
-    return device.type == "cuda" and not enforce_eager
-
-
-COMPILE_MODES = ("inductor", "aot_eager", "off")
-
-
-def compile_mode(device: torch.device, requested: str | None = None) -> str:
-    """How the LM step's units run: "inductor" (torch.compile), "aot_eager" (traced but not
-    compiled: tests check tracing quickly on the CPU) or "off" (plain functions).
-
-    Default: "inductor" on CUDA, "off" on CPU (the CPU path never compiles).
-    """
-    if requested is not None:
-        if requested not in COMPILE_MODES:
-            raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
-        return requested
-    return "inductor" if device.type == "cuda" else "off"
 
 
 class StaticStepper:
@@ -136,8 +115,15 @@ class StaticStepper:
         self._target_graphs = bool(use_graphs) and dev.type == "cuda"
         self._compiled: lm_step.StepUnits | None = None
         self._compile_done = threading.Event()
+        self._kernels_held = False
         if fused_ops.check_device(dev):
-            self.warm_kernels()
+            if defer:
+                # With an empty Triton cache, building the kernels is seconds before the first audio:
+                # a deferred start serves on the plain ops and builds them with the compiled units.
+                fused_ops.hold(dev)
+                self._kernels_held = True
+            else:
+                self.warm_kernels()
         if not defer:
             if self._target_mode != "off":
                 self._compiled = self._compile_units()
@@ -172,8 +158,11 @@ class StaticStepper:
             return None
 
         def work() -> None:
-            if self._target_mode != "off":
-                self._compiled = self._compile_units(before_each)
+            with fused_ops.building():  # the compiled units trace the kernels, held or not
+                if self._kernels_held:
+                    self._build_kernels(before_each)
+                if self._target_mode != "off":
+                    self._compiled = self._compile_units(before_each)
             self._compile_done.set()
 
         thread = threading.Thread(target=work, name="tts-compile", daemon=True)
@@ -190,6 +179,10 @@ class StaticStepper:
             self.units, self.compile_mode = self._compiled, self._target_mode
         else:
             self._target_mode = "off"
+        if self._kernels_held:  # built in the background: from now on they serve (a variant the
+            fused_ops.release(self.device)  # scratch run missed is built here, before the capture)
+            self._kernels_held = False
+            self.warm_kernels()
         if self._target_graphs:
             self.capture()
             self.use_graphs = True
@@ -244,6 +237,17 @@ class StaticStepper:
             run_lm_step(self.lm, self.state, bucket, size, self.units)
         else:
             self._codec_step(bucket, size)
+
+    def _build_kernels(self, before_each=None) -> None:
+        """Build the fused kernels on scratch tensors (a deferred start's background thread, inside
+        `fused_ops.building()`): the live buffers are never touched."""
+        try:
+            build_on_scratch(self.lm, self.codec, self.buckets, self.state.cache.max_len, self.pass_frames,
+                             self.device, before_each)
+        except CompileCancelled:
+            return
+        except Exception as exc:  # a kernel problem must not take the engine down
+            fused_ops.disable(f"they failed to build or run here ({type(exc).__name__}: {exc})")
 
     @torch.inference_mode()
     def warm_kernels(self) -> None:

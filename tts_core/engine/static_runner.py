@@ -22,11 +22,12 @@ import torch
 
 from ..config import SamplingParams
 from .buckets import bucket_sizes, padded_step_input, pick_bucket
-from .graphs import StaticStepper, StepLaunch, graphs_enabled
+from .graphs import StaticStepper
 from .host_copy import PendingPcm, ReadyPcm
 from .prefill import BatchPrefiller
 from .runner_base import SlotRunner
 from .sampler import StreamSampler
+from .static_step import StepLaunch, graphs_enabled
 
 
 @dataclass(slots=True)
@@ -53,7 +54,7 @@ class StaticRunner(SlotRunner):
         batch_invariant: a single bucket (every step runs all rows) and one prefill per stream: a
             stream's codes are then bit-identical whatever else runs beside it, in bf16 too, at the
             cost of full-size steps for small batches.
-        compile: how the LM step's units run (`graphs.compile_mode`): torch.compile'd on CUDA by
+        compile: how the LM step's units run (`static_step.compile_mode`): torch.compile'd on CUDA by
             default, plain functions on CPU.
         prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
         defer: serve at once on the plain step while the compiled units build in a background

@@ -18,7 +18,36 @@ import torch
 from ..config import SamplingParams
 from ..model import lm_step
 from ..model.kv_cache import KVCache, LocalKVCache, StaticDecodeAttender
+from .codec_passes import RING_KERNEL_ROWS, codec_attention
 from .sampler import packed_batch, param_row
+
+COMPILE_MODES = ("inductor", "aot_eager", "off")
+
+
+def compile_mode(device: torch.device, requested: str | None = None) -> str:
+    """How the LM step's units run: "inductor" (torch.compile), "aot_eager" (traced but not
+    compiled: tests check tracing quickly on the CPU) or "off" (plain functions).
+
+    Default: "inductor" on CUDA, "off" on CPU (the CPU path never compiles).
+    """
+    if requested is not None:
+        if requested not in COMPILE_MODES:
+            raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
+        return requested
+    return "inductor" if device.type == "cuda" else "off"
+
+
+@dataclass(frozen=True, slots=True)
+class StepLaunch:
+    """A launched LM step: where its output lands on the host, and the event that says it has."""
+
+    out: torch.Tensor  # pinned [bucket, 1 + K] long
+    done: torch.cuda.Event | None  # None off CUDA (the step ran synchronously)
+
+
+def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
+    """CUDA graphs are used on CUDA unless `enforce_eager` (the one eager switch)."""
+    return device.type == "cuda" and not enforce_eager
 
 
 @dataclass(eq=False)
@@ -136,5 +165,23 @@ def compile_on_scratch(lm, units: lm_step.StepUnits, buckets: list[int], rope_le
         prompts = torch.zeros(count, 8, c.row_width, dtype=torch.long)
         lm.prefill_many(prompts, [8] * count, cache, list(range(count)), units)
         lm.prefill_many(prompts[:, :4], [4] * count, cache, list(range(count)), units, start=8)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def build_on_scratch(lm, codec, buckets: list[int], rope_len: int, pass_frames: list[int],
+                     device: torch.device, before_each: Callable[[], None] | None = None) -> None:
+    """Run the plain step of every batch bucket and a codec pass of each size on throw-away tensors,
+    so Triton builds the fused kernels' variants without touching a live state (a deferred start's
+    background thread does this while the engine serves on the plain ops)."""
+    compile_on_scratch(lm, lm_step.EAGER, buckets, rope_len, device, before_each)
+    rows = min(buckets[-1], RING_KERNEL_ROWS)  # the ring kernel serves from RING_KERNEL_ROWS rows on
+    state = codec.new_decode_state(rows, device=device)
+    inactive = torch.zeros(rows, dtype=torch.bool, device=device)
+    for frames in pass_frames:
+        if before_each is not None:
+            before_each()
+        codes = torch.zeros(rows, lm.config.n_vq, frames, dtype=torch.long, device=device)
+        codec.decode_frames_static(codes, state, inactive, codec_attention(rows, frames, codec.compute_dtype == torch.float32))
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -60,13 +60,50 @@ MIN_CAPABILITY = (7, 0)
 
 _disabled: str | None = None  # why the kernels were turned off for this process (see `disable`)
 _tracing_plain = threading.local()  # `plain_ops()` in force on this thread
+_held: set[torch.device] = set()  # devices whose kernels are still being built (see `hold`)
+_building = threading.local()  # `building()` in force on this thread
 
 
 def fused_enabled(device: torch.device) -> bool:
     """The fused kernels serve this device: CUDA with Triton present, unless they were turned off for
-    this process (`disable`) or this thread is inside `plain_ops()`."""
+    this process (`disable`), this thread is inside `plain_ops()`, or they are held back on this
+    device while they build (`hold`; the building thread itself uses them)."""
     return (triton is not None and _disabled is None and device.type == "cuda"
-            and not getattr(_tracing_plain, "active", False))
+            and not getattr(_tracing_plain, "active", False)
+            and (_device_key(device) not in _held or getattr(_building, "active", False)))
+
+
+def planned(device: torch.device) -> bool:
+    """The kernels serve `device` once built: `fused_enabled` without the hold (what /health lists)."""
+    return triton is not None and _disabled is None and device.type == "cuda"
+
+
+def _device_key(device: torch.device) -> torch.device:
+    if device.index is not None:
+        return device
+    return torch.device(device.type, torch.cuda.current_device() if torch.cuda.is_available() else 0)
+
+
+def hold(device: torch.device) -> None:
+    """The plain ops serve `device` until `release`, except on a thread inside `building()`: a
+    deferred start serves at once while another thread builds the kernels (Triton compiling every
+    variant takes seconds with an empty cache). Two runners on one device share the hold."""
+    _held.add(_device_key(device))
+
+
+def release(device: torch.device) -> None:
+    _held.discard(_device_key(device))
+
+
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """The kernels on this thread while inside, held or not (the thread that builds them)."""
+    before = getattr(_building, "active", False)
+    _building.active = True
+    try:
+        yield
+    finally:
+        _building.active = before
 
 
 @contextlib.contextmanager
