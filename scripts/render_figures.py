@@ -234,7 +234,7 @@ def _zerogpu_figure(records: list[tuple[str, dict]]) -> str:
     source, r = chosen[-1]
     warm, cold = r["warm"], r["cold"]
     return (f"local harness (not Spaces' scheduler): first call of a worker TTFP {_ms(cold['ttfp_ms'])} ms "
-            f"(fork, CUDA start, weights to the GPU), later calls TTFP {_ms(warm['ttfp_ms']['median'])} ms, "
+            f"(fork, CUDA start, weights to the GPU, first kernels), later calls TTFP {_ms(warm['ttfp_ms']['median'])} ms, "
             f"RTF {_rtf(warm['rtf']['median'])} ({_where(source, r)})")
 
 
