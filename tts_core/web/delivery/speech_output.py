@@ -2,7 +2,8 @@
 
 `SpeechRender` is the one path audio takes on its way out, streamed or not: time-stretch
 (`stretch.Stretcher`), rate and channels (`encoders.ProfileConverter`), the format's bytes
-(`encoders.StreamEncoder`), and the caption spans (`timeline.CaptionTimeline`). Every stage gives the
+(`encoders.StreamEncoder`, or its twin in a worker process of the server's encoder pool for the
+compressed formats: `encoder_pool.open_encoder`), and the caption spans (`timeline.CaptionTimeline`). Every stage gives the
 same samples however the stream is cut, so a streamed response and a buffered one are the same audio.
 
 Three writers wrap a render for `streaming.chunk_bytes` (each is called per chunk, then `finish()`):
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...audio.encoders import ProfileConverter, StreamEncoder, encode_file
+from ...audio.encoder_pool import EncoderPool, open_encoder
+from ...audio.encoders import ProfileConverter, encode_file
 from ...audio.stretch import Stretcher
 from ...audio.timeline import CaptionTimeline, SegmentSpan
 from ...types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
@@ -53,14 +55,16 @@ class OutputSpec:
 class SpeechRender:
     """Chunks in, (format bytes, finished caption spans) out. One per response; not thread-safe."""
 
-    def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None):
+    def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None, *,
+                 pool: EncoderPool | None = None):
         """`on_pcm` sees every piece of float32 audio as it goes to the encoder (after speed and
-        profile): the lossless copy kept for downloads when the wire carries a lossy format."""
+        profile): the lossless copy kept for downloads when the wire carries a lossy format. `pool`:
+        the server's encoder processes (None: every format encodes in this process)."""
         self.spec = spec
         self._on_pcm = on_pcm
         self._stretcher = Stretcher(spec.speed)
         self._profile = ProfileConverter(spec.sample_rate, spec.channels)
-        self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels, bit_rate=spec.bit_rate)
+        self._encoder = open_encoder(pool, spec.fmt, spec.sample_rate, spec.channels, bit_rate=spec.bit_rate)
         self._timeline = CaptionTimeline(spec.speed) if spec.captions else None
         self._held: list[SegmentSpan] = []  # spans whose audio has not all gone out yet
         self.output_samples = 0  # at spec.sample_rate
