@@ -48,11 +48,15 @@ def _audio(channels: int = 2, seconds: float = 1.5, rate: int = 48_000, seed: in
     return np.stack([tone * (1 + 0.1 * c) for c in range(channels)]).astype(np.float32)
 
 
-def _encode(encoder, pcm: np.ndarray, step: int = CHUNK) -> tuple[bytes, list[int]]:
-    """All bytes, and `encoded_samples` after each call (what RawWriter's start hold reads)."""
+def _encode(encoder, pcm: np.ndarray, step: int = CHUNK, *, wait: bool = False) -> tuple[bytes, list[int]]:
+    """All bytes, and `encoded_samples` after each call (what RawWriter's start hold reads); `wait`:
+    each piece's bytes collected at once (a pooled encoder otherwise hands them out later)."""
     out, counts = b"", []
     for i in range(0, pcm.shape[1], step):
         out += encoder.encode(pcm[:, i:i + step])
+        if wait:
+            out += encoder.collect(wait=True)
+            assert encoder.pending_samples == 0
         counts.append(encoder.encoded_samples)
     out += encoder.finish()
     counts.append(encoder.encoded_samples)
@@ -82,27 +86,71 @@ def test_pool_gives_the_in_process_bytes(pool, fmt, rate, channels):
     local, local_counts = _encode(StreamEncoder(fmt, rate, channels), pcm)
     pooled_encoder = pool.open(fmt, rate, channels)
     assert isinstance(pooled_encoder, PooledEncoder)
-    pooled, pooled_counts = _encode(pooled_encoder, pcm)
-    assert pooled_counts == local_counts
-    if fmt == "opus":  # the Ogg muxer draws a random stream serial number: compare the audio
-        assert len(pooled) == len(local)
-        np.testing.assert_array_equal(decode_progressively(fmt, [pooled]).pcm, decode_progressively(fmt, [local]).pcm)
-    else:
-        assert pooled == local
+    pooled, pooled_counts = _encode(pooled_encoder, pcm)  # pipelined: bytes come back a call or more later
+    waited, waited_counts = _encode(pool.open(fmt, rate, channels), pcm, wait=True)
+    assert waited_counts == local_counts  # collected at once: the in-process encoder's counts
+    assert pooled_counts[-1] == local_counts[-1]
+    assert all(p <= w for p, w in zip(pooled_counts, local_counts, strict=True))  # never ahead of its bytes
+    for got in (pooled, waited):
+        if fmt == "opus":  # the Ogg muxer draws a random stream serial number: compare the audio
+            assert len(got) == len(local)
+            np.testing.assert_array_equal(decode_progressively(fmt, [got]).pcm, decode_progressively(fmt, [local]).pcm)
+        else:
+            assert got == local
+
+
+def _chunks(count: int = 12, seconds: float = 0.96, sentence: int = 0) -> list[AudioChunk]:
+    """Engine chunks of `seconds` in all; with `sentence`, a new caption segment every that many."""
+    return [AudioChunk(seq=i, pcm=p, codes=np.zeros((1, 16), np.int64), is_last=i == count - 1,
+                       timings=Timings(0.0, 0.0, 0.0), segment=i // sentence if sentence else 0,
+                       segment_text=f"s{i // sentence}" if sentence else "")
+            for i, p in enumerate(np.split(_audio(2, seconds=seconds), count, axis=1))]
 
 
 def test_speech_render_with_a_pool_sends_the_same_stream(pool):
-    """The delivery path (stretch, resampling, start hold) over the pool: the same response bytes."""
+    """The delivery path (stretch, resampling, start hold) over the pool: the same response bytes,
+    the first ones at the same chunk (the hold waits for the worker's answers); later ones may come
+    a chunk or more later (pipelined), never earlier."""
     spec = OutputSpec("mp3", 24_000, 1, speed=1.25)
-    chunks = [AudioChunk(seq=i, pcm=p, codes=np.zeros((1, 16), np.int64), is_last=False,
-                         timings=Timings(0.0, 0.0, 0.0))
-              for i, p in enumerate(np.split(_audio(2, seconds=0.96), 12, axis=1))]
+    chunks = _chunks()
 
     def response(with_pool):
         writer = RawWriter(SpeechRender(spec, pool=with_pool))
         return [writer(c) for c in chunks] + [writer.finish()]
 
-    assert response(pool) == response(None)
+    pooled, local = response(pool), response(None)
+    assert b"".join(pooled) == b"".join(local)
+    first = next(i for i, data in enumerate(local) if data)
+    assert next(i for i, data in enumerate(pooled) if data) == first and pooled[first].startswith(local[first])
+    sent_pooled = np.cumsum([len(d) for d in pooled])
+    assert (sent_pooled <= np.cumsum([len(d) for d in local])).all()
+
+
+def test_sse_captions_follow_their_audio_over_the_pool(pool):
+    """Pipelined, a caption still comes after the audio it ends in: it waits for the worker's
+    answer for that audio. The events, joined audio and captions, are the in-process ones."""
+    spec = OutputSpec("mp3", 48_000, 2, captions=True)
+    chunks = _chunks(24, 1.92, sentence=5)
+
+    def events(with_pool):
+        render = SpeechRender(spec, pool=with_pool)
+        out = []
+        for chunk in chunks:
+            data, spans = render.push(chunk)
+            out.append((data, [span.event() for span in spans], render.encoded_samples, render.output_samples))
+        data, spans = render.finish()
+        return [*out, (data, [span.event() for span in spans], render.encoded_samples, render.output_samples)]
+
+    pooled, local = events(pool), events(None)
+    assert b"".join(step[0] for step in pooled) == b"".join(step[0] for step in local)
+    assert [e for step in pooled for e in step[1]] == [e for step in local for e in step[1]]
+    # A caption goes out with the bytes of its audio: at least those the in-process encoder had
+    # handed out once that audio had gone in.
+    assert sum(len(step[1]) for step in local[:-1]) >= 3
+    for _, spans, encoded, _ in pooled:
+        for event in spans:
+            audio_in = next(step for step in local if step[3] >= round(event["end"] * 48_000))
+            assert encoded >= audio_in[2]
 
 
 def test_raw_formats_and_no_pool_stay_in_process(pool):

@@ -6,15 +6,20 @@ threads. An `EncoderPool` runs N worker processes (`python -m tts_core.audio.enc
 started with `subprocess`: never a fork of a process that has torch and the engine's threads; the
 worker never imports torch). Each stream is pinned to one worker, the one with the fewest streams
 open, when its encoder opens; its pieces of audio go over the worker's stdin and the bytes come
-back over its stdout (`encoder_wire.py`), read by one thread per worker that hands each answer to
-the stream waiting for it.
+back over its stdout (`encoder_wire.py`, `encoder_process.py`).
 
-`PooledEncoder` has `StreamEncoder`'s interface (`encode`, `finish`, `close`, `encoded_samples`,
-`frame_samples`) and gives the same bytes; each call waits for its answer in the caller's thread
-(the stream's pump thread, which would otherwise be encoding), so a stream's bytes and its
-`encoded_samples` are exact after every call, as in-process. Making one touches no pipe (it may
-be made on the event loop): the worker's encoder opens with the stream's first audio. `open_encoder` picks the pool for the
-compressed formats when one runs, the in-process encoder otherwise (raw formats are cheap).
+`PooledEncoder` has `StreamEncoder`'s interface (`encode`, `collect`, `finish`, `close`,
+`encoded_samples`, `pending_samples`, `frame_samples`) and gives the same bytes, but pipelined:
+`encode` sends the audio and returns at once with the bytes of the answers that have arrived by
+then (an earlier piece's, usually), so the stream's pump thread does not wait for a pipe round
+trip and two wake-ups per chunk, and the worker always has audio to encode. `collect(wait=True)`
+waits for every answer (what `finish` does, and what a writer calls when it needs exact counts:
+the start hold); `encoded_samples` counts the bytes handed out, `pending_samples` the audio sent
+whose bytes have not come back. A stream's first `encode` waits for its answer: the worker's
+encoder opens with it (an encoder that cannot open fails there) and the codec frame is then known.
+At most `MAX_IN_FLIGHT` pieces of a stream are in the worker: a stream further ahead waits for its
+oldest answer. Making one touches no pipe (it may be made on the event loop). `open_encoder`
+picks the pool for the compressed formats when one runs, the in-process encoder otherwise.
 
 A worker that dies fails its own streams (`EncoderWorkerError`) and is replaced; the others go on.
 A worker that dies before it said hello is not restarted (a broken install would loop): its
@@ -23,40 +28,29 @@ slot stays empty, and with no worker left `open_encoder` falls back to in-proces
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
 import json
 import logging
 import os
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..errors import TTSError
-from .encoder_wire import (
-    CLOSE,
-    ERROR,
-    FINISH,
-    HELLO,
-    OPEN,
-    PUSH,
-    STATS,
-    Message,
-    pack,
-    parse_result,
-    read_message,
-)
+from .encoder_process import EncoderWorkerError, Replies, WorkerGone, WorkerProcess
+from .encoder_wire import CLOSE, ERROR, FINISH, OPEN, PUSH, STATS, Message, parse_result
 from .encoders import StreamEncoder, check_rate
 
 logger = logging.getLogger(__name__)
 
 POOLED_FORMATS = frozenset({"mp3", "opus", "aac", "flac"})
 MAX_DEFAULT_PROCESSES = 8
-REPLY_TIMEOUT_S = 30.0  # a worker this late is stuck: it is killed (and replaced)
-_PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # `python -m tts_core...` runs from here
+# Pieces of one stream in its worker at once: enough to keep the worker busy while the pump
+# thread waits for the engine, few enough that a stream's bytes lag its audio by little.
+MAX_IN_FLIGHT = 4
 WORKER_COMMAND = (sys.executable, "-m", "tts_core.audio.encoder_worker")
 
 
@@ -72,13 +66,6 @@ def default_encoder_processes(cpus: int | None = None) -> int:
     in-process) on a single CPU, where a worker would only add the pipes' cost."""
     cpus = available_cpus() if cpus is None else int(cpus)
     return max(0, min(MAX_DEFAULT_PROCESSES, cpus - 1))
-
-
-class EncoderWorkerError(TTSError):
-    """The stream's encoder worker died or failed; the stream ends, the other streams go on."""
-
-    def __init__(self, message: str):
-        super().__init__(message, code="encoder_failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,105 +85,6 @@ class PoolStats:
     workers: tuple[WorkerState, ...]
 
 
-class _Call:
-    """One request waiting for its answer."""
-
-    __slots__ = ("done", "error", "message")
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.message: Message | None = None
-        self.error: str | None = None
-
-
-class _WorkerProcess:
-    """One worker: its process, the lock on its stdin, and the thread that reads its answers."""
-
-    def __init__(self, slot: int, command: tuple[str, ...], on_exit):
-        self.slot = slot
-        self.streams = 0  # changed under the pool's lock
-        self.ready = threading.Event()  # its hello arrived
-        self.alive = True
-        self.error = ""
-        self._on_exit = on_exit
-        self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
-        self._pending: dict[int, _Call] = {}
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_PACKAGE_PARENT)
-        self.pid = self.process.pid
-        threading.Thread(target=self._read, name=f"encoder-pool-{slot}", daemon=True).start()
-
-    def request(self, channel: int, op: int, payload: bytes = b"", *, answer: bool = True,
-                timeout_s: float = REPLY_TIMEOUT_S) -> Message | None:
-        call = _Call() if answer else None
-        with self._lock:
-            if not self.alive:
-                raise EncoderWorkerError(self.error)
-            if call is not None:
-                self._pending[channel] = call
-        try:
-            with self._write_lock:
-                assert self.process.stdin is not None
-                self.process.stdin.write(pack(channel, op, payload))
-                self.process.stdin.flush()
-        except (OSError, ValueError):  # its stdin is closed: it died (the reader reports how)
-            self.process.kill()
-            with self._lock:
-                self._pending.pop(channel, None)
-            raise EncoderWorkerError(self.error or f"encoder worker {self.pid} is gone") from None
-        if call is None:
-            return None
-        if not call.done.wait(timeout_s):
-            logger.error("encoder worker %d gave no answer in %.0f s: killed", self.pid, timeout_s)
-            self.process.kill()
-            call.done.wait(timeout_s)
-        if call.message is None:
-            raise EncoderWorkerError(call.error or f"encoder worker {self.pid} gave no answer")
-        if call.message.op == ERROR:
-            raise EncoderWorkerError(f"encoder worker: {call.message.payload.decode(errors='replace')}")
-        return call.message
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        reason = "exited"
-        try:
-            while (message := read_message(self.process.stdout)) is not None:
-                if message.op == HELLO:
-                    self.ready.set()
-                    continue
-                with self._lock:
-                    call = self._pending.pop(message.channel, None)
-                if call is not None:
-                    call.message = message
-                    call.done.set()
-        except Exception as exc:  # a garbled answer: the worker cannot be trusted any more
-            reason = f"sent a bad message ({exc})"
-            self.process.kill()
-        code = self.process.wait()
-        self.error = f"encoder worker {self.pid} {reason} (exit code {code}); its streams were ended"
-        with self._lock:
-            self.alive = False
-            pending, self._pending = self._pending, {}
-        for call in pending.values():
-            call.error = self.error
-            call.done.set()
-        self._on_exit(self)
-
-    def stop(self, timeout_s: float) -> None:
-        """Close its stdin (it exits at the end of its messages); kill it if it does not."""
-        with self._write_lock:
-            try:
-                assert self.process.stdin is not None
-                self.process.stdin.close()
-            except OSError:
-                pass
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
 class EncoderPool:
     """N encoder worker processes; `open` pins a stream's encoder to the least-loaded one."""
 
@@ -206,7 +94,7 @@ class EncoderPool:
         self.processes = processes
         self._command = command
         self._lock = threading.Lock()
-        self._workers: list[_WorkerProcess | None] = [None] * processes
+        self._workers: list[WorkerProcess | None] = [None] * processes
         self._channels = itertools.count(1)  # channel 0 is the workers' hello
         self._closed = False
         self._started = False
@@ -221,14 +109,14 @@ class EncoderPool:
                 self._workers[slot] = self._spawn(slot)
         logger.info("encoder pool: %d worker processes for mp3/opus/aac/flac", self.processes)
 
-    def _spawn(self, slot: int) -> _WorkerProcess | None:
+    def _spawn(self, slot: int) -> WorkerProcess | None:
         try:
-            return _WorkerProcess(slot, self._command, self._exited)
+            return WorkerProcess(slot, self._command, self._exited)
         except OSError as exc:
             logger.error("encoder worker %d could not start (%s): its streams encode in-process", slot, exc)
             return None
 
-    def _exited(self, worker: _WorkerProcess) -> None:
+    def _exited(self, worker: WorkerProcess) -> None:
         with self._lock:
             if self._closed or self._workers[worker.slot] is not worker:
                 return
@@ -269,7 +157,7 @@ class EncoderPool:
             self._release(worker)
             raise
 
-    def _release(self, worker: _WorkerProcess) -> None:
+    def _release(self, worker: WorkerProcess) -> None:
         with self._lock:
             worker.streams -= 1
 
@@ -286,9 +174,16 @@ class EncoderPool:
             live = [w for w in self._workers if w is not None and w.alive]
         out = []
         for worker in live:
-            message = worker.request(next(self._channels), STATS, timeout_s=timeout_s)
-            assert message is not None
-            out.append(json.loads(message.payload))
+            channel = next(self._channels)
+            replies = worker.register(channel)
+            try:
+                worker.send(channel, STATS)
+                answer = replies.take(wait=True, timeout_s=timeout_s)
+            finally:
+                worker.unregister(channel)
+            if not isinstance(answer, Message):
+                raise EncoderWorkerError(answer.error if answer is not None else "no answer")
+            out.append(json.loads(answer.payload))
         return out
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -301,19 +196,22 @@ class EncoderPool:
 
 
 class PooledEncoder:
-    """`StreamEncoder`'s interface, encoded by one worker of a pool (see the module docstring)."""
+    """`StreamEncoder`'s interface, encoded by one worker of a pool (see the module docstring).
+    Used by one thread at a time (the stream's pump), as `StreamEncoder` is."""
 
-    def __init__(self, pool: EncoderPool, worker: _WorkerProcess, channel: int, fmt: str, sample_rate: int,
+    def __init__(self, pool: EncoderPool, worker: WorkerProcess, channel: int, fmt: str, sample_rate: int,
                  channels: int, bit_rate: int | None):
         problem = check_rate(fmt, sample_rate) if fmt in POOLED_FORMATS else f"{fmt!r} is not encoded in a worker"
         if problem:  # the in-process encoder's error, before anything is sent
             raise ValueError(problem)
         self.fmt, self.sample_rate, self.channels = fmt, int(sample_rate), int(channels)
-        self.encoded_samples = 0
+        self.encoded_samples = 0  # in the bytes handed out so far
+        self.pending_samples = 0  # sent, bytes not back yet
         self._frame_samples = 0
         self._pool, self._worker, self._channel = pool, worker, channel
+        self._replies: Replies | None = None  # registered with the first audio (OPEN goes with it)
+        self._in_flight: collections.deque[int] = collections.deque()  # samples of each unanswered request
         self._open = True
-        self._sent_open = False
         spec = {"fmt": fmt, "sample_rate": self.sample_rate, "channels": self.channels, "bit_rate": bit_rate}
         self._spec = json.dumps(spec).encode()
 
@@ -325,31 +223,61 @@ class PooledEncoder:
     def frame_samples(self) -> int:
         return self._frame_samples
 
-    def _call(self, op: int, payload: bytes = b"") -> bytes:
+    def _send(self, op: int, payload: bytes = b"", samples: int = 0) -> None:
         if not self._open:
             raise EncoderWorkerError("the stream's encoder is closed")
         try:
-            if not self._sent_open:  # the worker answers a failed open at this request
-                self._sent_open = True
-                self._worker.request(self._channel, OPEN, self._spec, answer=False)
-            message = self._worker.request(self._channel, op, payload)
+            if self._replies is None:  # the worker answers a failed open at the next request
+                self._replies = self._worker.register(self._channel)
+                self._worker.send(self._channel, OPEN, self._spec)
+            self._worker.send(self._channel, op, payload)
         except BaseException:
-            self._drop()  # the worker dropped the channel (error) or died: nothing to close there
+            self._drop()  # the worker is gone: nothing to close there
             raise
-        assert message is not None
-        self.encoded_samples, self._frame_samples, data = parse_result(message.payload)
+        self._in_flight.append(samples)
+        self.pending_samples += samples
+
+    def _take(self, wait: bool) -> bytes | None:
+        """The bytes of the oldest unanswered request (None: not back yet, and not `wait`)."""
+        assert self._replies is not None
+        answer = self._replies.take(wait)
+        if answer is None:
+            return None
+        if isinstance(answer, WorkerGone) or answer.op == ERROR:
+            self._drop()  # the worker dropped the channel (error) or died: nothing to close there
+            if isinstance(answer, WorkerGone):
+                raise EncoderWorkerError(answer.error)
+            raise EncoderWorkerError(f"encoder worker: {answer.payload.decode(errors='replace')}")
+        self.pending_samples -= self._in_flight.popleft()
+        self.encoded_samples, self._frame_samples, data = parse_result(answer.payload)
         return data
 
+    def collect(self, wait: bool = True) -> bytes:
+        """The bytes of the answers that are back (`wait`: of every request sent so far)."""
+        out = []
+        while self._in_flight:
+            data = self._take(wait)
+            if data is None:
+                break
+            out.append(data)
+        return b"".join(out)
+
     def encode(self, pcm: np.ndarray) -> bytes:
+        """Send `pcm`; the bytes that are back (a first call waits for its own)."""
         pcm = np.asarray(pcm, dtype=np.float32)
         if pcm.ndim != 2 or pcm.shape[0] != self.channels:
             raise ValueError(f"expected [{self.channels}, n] audio, got shape {list(pcm.shape)}")
         if pcm.shape[1] == 0:  # the compressed formats have no header: nothing to say
-            return b""
-        return self._call(PUSH, np.ascontiguousarray(pcm, dtype="<f4").tobytes())
+            return self.collect(wait=False) if self._open and self._in_flight else b""
+        first = self._replies is None
+        self._send(PUSH, np.ascontiguousarray(pcm, dtype="<f4").tobytes(), pcm.shape[1])
+        out = [self._take(wait=True) or b""] if len(self._in_flight) > MAX_IN_FLIGHT else []
+        out.append(self.collect(wait=first))
+        return b"".join(out)
 
     def finish(self) -> bytes:
-        data = self._call(FINISH)
+        self._send(FINISH)
+        data = self.collect(wait=True)
         self._drop()
         return data
 
@@ -357,16 +285,15 @@ class PooledEncoder:
         """Release the worker's encoder without finishing (a stream cut short); a no-op after finish()."""
         if not self._open:
             return
-        try:
-            if self._sent_open:
-                self._worker.request(self._channel, CLOSE, answer=False)
-        except EncoderWorkerError:  # the worker is gone, and the encoder with it
-            pass
+        if self._replies is not None:
+            with contextlib.suppress(EncoderWorkerError):  # the worker is gone, and the encoder with it
+                self._worker.send(self._channel, CLOSE)
         self._drop()
 
     def _drop(self) -> None:
         if self._open:
             self._open = False
+            self._worker.unregister(self._channel)
             self._pool._release(self._worker)
 
 
