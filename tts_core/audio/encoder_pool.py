@@ -293,6 +293,8 @@ class PooledEncoder:
     def _drop(self) -> None:
         if self._open:
             self._open = False
+            self._in_flight.clear()  # their answers will not come (a later collect() has nothing to wait for)
+            self.pending_samples = 0
             self._worker.unregister(self._channel)
             self._pool._release(self._worker)
 
