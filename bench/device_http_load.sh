@@ -18,6 +18,9 @@
 # (rewritten after every level), bench.log, app.log (its end), steps.log, nvidia-smi.txt,
 # server-256-mp3.pyspy, server-256-pcm.pyspy. BUDGET_S bounds the whole script: no run starts after it.
 #
+# ENCODER_PROCESSES=8,0 starts one app.py per --encoder-processes setting and runs every case on each
+# (keys " enc=N" in the record); unset: one app.py with its default.
+#
 # SMOKE=1 runs the same steps on the tiny checkpoints on CPU at a few listeners (a check of this
 # script on a machine without a GPU; no wheels are installed then).
 set -u -o pipefail
@@ -68,6 +71,7 @@ $PY bench/http_load.py "${MODEL[@]}" --data "$DATA" --server-args "--no-ui --no-
   --client httpx --client-processes "$CLIENT_PROCS" --client-cpus "$CLIENT_CPUS" --sdk-levels "$SDK" \
   --search-levels "$SEARCH" --search-formats mp3,pcm,opus,aac --search-repeats 2 --ttfb-target-ms 300 \
   --profile "$PROFILE" --profile-dir "$OUT" --py-spy "$PY_SPY" \
+  ${ENCODER_PROCESSES:+--encoder-processes "$ENCODER_PROCESSES"} \
   --budget-s "$LEFT" --no-encoder-check --machine-note "nothing else ran on the machine" \
   --json "$OUT/http-load-h200.json" --app-log "$OUT/app.log" 2>&1 | tee "$OUT/bench.log"
 status=${PIPESTATUS[0]}

@@ -19,6 +19,10 @@ underruns, seconds of silence). Per run: aggregate x real time, the server's CPU
 second split by thread (event loop, stream pumps, engine: `http_server.py`), its encode seconds per
 audio second (from its /metrics), and the clients' own CPU (`http_runs.py`).
 
+`--encoder-processes 1,0` starts one server per setting of app.py's `--encoder-processes` and runs
+every case against each, one after the other within a repeat (the keys get " enc=N"); the server
+CPU figures then count the encoder worker processes too (`encoder_processes_s_per_audio_s`).
+
 `--profile 256:mp3` adds runs with py-spy recording the server (`http_profile.py`: the share of
 samples per thread role and the top frames go into the record). `--search-levels` then looks, per
 format of `--search-formats`, for the most listeners that hold the target (no error, nobody behind
@@ -37,6 +41,8 @@ between runs of one record. Figures only: nothing here asserts a timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import logging
 import shutil
 import sys
@@ -94,8 +100,10 @@ def inproc_synthesizer(files: ModelFiles, device: str, most: int, cache_dir: Pat
 class Bench:
     """One record's runs: the levels, then the search; the record written after each step."""
 
-    def __init__(self, args: argparse.Namespace, record: dict, app, pool: ClientPool, synth):
-        self.args, self.record, self.app, self.pool, self.synth = args, record, app, pool, synth
+    def __init__(self, args: argparse.Namespace, record: dict, apps: dict, pool: ClientPool, synth):
+        """`apps`: key suffix -> served app ({"": app} for one server; " enc=N" per --encoder-processes)."""
+        self.args, self.record, self.apps, self.pool, self.synth = args, record, apps, pool, synth
+        self.app = next(iter(apps.values()))  # the profile and the search run on the first
         self.target = Target(args.ttfb_target_ms)
         self.deadline = time.monotonic() + args.budget_s if args.budget_s else None
         self.runs: dict[tuple[int, str], list[dict]] = {}  # (streams, key) -> runs, for the search
@@ -110,11 +118,11 @@ class Bench:
         if self.args.json:
             write_record(self.record, self.args.json)
 
-    def spec(self, fmt: str, stream: bool, client: str | None = None) -> RequestSpec:
-        return RequestSpec(self.app.url, fmt, stream, self.args.frames, TEXT, client or self.args.client)
+    def spec(self, fmt: str, stream: bool, client: str | None = None, app=None) -> RequestSpec:
+        return RequestSpec((app or self.app).url, fmt, stream, self.args.frames, TEXT, client or self.args.client)
 
-    def http(self, streams: int, key: str, spec: RequestSpec, seed0: int) -> dict:
-        run = http_run(self.app, self.pool, spec, streams, seed0)
+    def http(self, streams: int, key: str, spec: RequestSpec, seed0: int, app=None) -> dict:
+        run = http_run(app or self.app, self.pool, spec, streams, seed0)
         run["holds"] = self.target.holds(run)
         self.runs.setdefault((streams, key), []).append(run)
         logger.info("%d streams %s: %sx real time, RTF max %s, %d underruns, TTFB p95 %s ms, %d errors, loop %s busy, "
@@ -126,19 +134,21 @@ class Bench:
         args = self.args
         level: dict = {"streams": streams, "inproc": [], "http": {}}
         self.record["levels"].append(level)
-        cases = [(f"{fmt}/{mode}", self.spec(fmt, mode == "stream")) for mode in args.modes.split(",")
-                 for fmt in args.formats.split(",") if mode == "stream" or fmt in args.whole_formats.split(",")]
+        cases = [(f"{fmt}/{mode}{suffix}", self.spec(fmt, mode == "stream", app=app), app)
+                 for mode in args.modes.split(",") for fmt in args.formats.split(",")
+                 if mode == "stream" or fmt in args.whole_formats.split(",") for suffix, app in self.apps.items()]
         if args.client != "sdk" and streams in _levels(args.sdk_levels):
-            cases += [(f"{fmt}/stream/sdk", self.spec(fmt, True, "sdk")) for fmt in args.sdk_formats.split(",")]
+            cases += [(f"{fmt}/stream/sdk{suffix}", self.spec(fmt, True, "sdk", app), app)
+                      for fmt in args.sdk_formats.split(",") for suffix, app in self.apps.items()]
         for repeat in range(args.repeats):
             seed0 = 1000 * repeat
             if not self.time_left():
                 break
             level["inproc"].append(inproc_run(self.synth, TEXT, streams, args.frames, seed0))
-            for key, spec in cases:
+            for key, spec, app in cases:
                 if not self.time_left():
                     break
-                level["http"].setdefault(key, []).append(self.http(streams, key, spec, seed0))
+                level["http"].setdefault(key, []).append(self.http(streams, key, spec, seed0, app))
         level["inproc"] = median_run(level["inproc"]) if level["inproc"] else None
         level["http"] = {key: median_run(runs) for key, runs in level["http"].items()}
         if level["inproc"]:
@@ -212,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", default="1", help="MOSS_TTS_NUM_THREADS of the app and the in-process engine's torch "
                                                   "threads ('' leaves both at their defaults)")
     p.add_argument("--max-active-streams", type=int, help="the app's slots (default: the largest level)")
+    p.add_argument("--encoder-processes", default="", help="app.py --encoder-processes settings, e.g. '1,0': a "
+                                                           "server per setting, every case run on each ('': one "
+                                                           "server, the app's default)")
     p.add_argument("--server-args", default="", help="extra flags for app.py, e.g. '--no-ui --no-defer-compile'")
     p.add_argument("--client", choices=("sdk", "httpx"), default="sdk")
     p.add_argument("--client-processes", type=int, default=1)
@@ -269,6 +282,7 @@ def main() -> None:
         "server": f"python app.py, {files.label}, {device}", "model": files.label, "device": device,
         "max_active_streams": most, "inproc_max_active_streams": max(levels), "threads": args.threads, "frames": args.frames,
         "server_args": " ".join(server_args),
+        "encoder_processes": [int(n) for n in args.encoder_processes.split(",") if n] or None,
         "client": {"sdk": "openai.AsyncOpenAI (httpx)", "httpx": "httpx.AsyncClient.stream"}[args.client],
         "client_processes": args.client_processes,
         "cpus": {"server_and_inproc": list(server_cpus) if server_cpus else None,
@@ -284,15 +298,20 @@ def main() -> None:
     record["levels"] = []
     logger.info("starting app.py (%s, %s) and the in-process engine", files.label, device)
     try:
-        with serve(files, work / "app", max_streams=most, threads=args.threads or None, cpus=server_cpus,
-                   extra_args=server_args) as app:
+        with contextlib.ExitStack() as servers:
+            settings = record["setup"]["encoder_processes"] or [None]
+            apps = {("" if n is None else f" enc={n}"): servers.enter_context(serve(
+                files, work / f"app{i}", max_streams=most, threads=args.threads or None, cpus=server_cpus,
+                extra_args=server_args + (() if n is None else ("--encoder-processes", str(n)))))
+                for i, n in enumerate(settings)}
             synth = inproc_synthesizer(files, device, max(levels), work / "inproc-cache")
-            app.wait_ready(900)
+            for app in apps.values():
+                app.wait_ready(900)
             record["setup"]["startup_s"] = round(time.monotonic() - started, 1)
             logger.info("both ready after %.1f s", time.monotonic() - started)
-            bench = Bench(args, record, app, pool, synth)
-            for fmt in args.formats.split(","):  # warm-up: each encoder's first use, lazy first requests
-                warm = http_run(app, pool, replace(bench.spec(fmt, True), frames=10), 2, 10_000)
+            bench = Bench(args, record, apps, pool, synth)
+            for fmt, app in itertools.product(args.formats.split(","), apps.values()):  # warm-up: first uses
+                warm = http_run(app, pool, replace(bench.spec(fmt, True, app=app), frames=10), 2, 10_000)
             record["setup"]["client_loop"] = warm["client_loop"]
             inproc_run(synth, TEXT, 2, 10, 10_000)
             for streams in levels:
@@ -307,8 +326,8 @@ def main() -> None:
             bench.save()
     finally:
         pool.close()
-        if args.app_log and (work / "app" / "app.log").exists():  # its end: a log per request adds up
-            Path(args.app_log).write_bytes((work / "app" / "app.log").read_bytes()[-APP_LOG_TAIL_BYTES:])
+        if args.app_log and (work / "app0" / "app.log").exists():  # its end: a log per request adds up
+            Path(args.app_log).write_bytes((work / "app0" / "app.log").read_bytes()[-APP_LOG_TAIL_BYTES:])
         shutil.rmtree(work, ignore_errors=True)  # the apps' caches, temp files and logs
 
 

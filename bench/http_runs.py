@@ -75,6 +75,7 @@ def http_run(app: ServedApp, pool: ClientPool, spec: RequestSpec, streams: int, 
         "event_loop_s_per_audio_s": _per(split["event_loop_s"], audio_s, 5),
         "pump_threads_s_per_audio_s": _per(split["ended_threads_s"], audio_s, 5),
         "engine_threads_s_per_audio_s": _per(split["other_threads_s"], audio_s, 5),
+        "encoder_processes_s_per_audio_s": _per(split["children_s"], audio_s, 5),
         "event_loop_busy": round(split["event_loop_s"] / wall_s, 3) if wall_s else None,
         "server_cores_busy": round(split["total_s"] / wall_s, 3) if wall_s else None,
         "encode_s_per_audio_s": round(encode_s / encoded_audio_s, 5) if encode_s is not None and encoded_audio_s

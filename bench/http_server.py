@@ -11,7 +11,9 @@ counters of `/metrics`, and the process's CPU time split by thread from `/proc` 
   chunks and encode them: threads the operating system knows as "stream-pump" (the server's pool,
   `tts_core/web/pump_threads.py`), and threads that ended during the run (a server that starts one
   thread per stream);
-- `other_threads_s`: the rest: the engine, its codec thread, torch's workers.
+- `other_threads_s`: the rest: the engine, its codec thread, torch's workers;
+- `children_s`: the server's child processes (the encoder workers of `--encoder-processes`),
+  counted in `total_s` too.
 
 Works for any version of the server (nothing inside it is asked), so two checkouts can be compared.
 """
@@ -81,6 +83,7 @@ class CpuSnapshot:
     threads: dict[int, float]  # thread id -> CPU seconds
     main_tid: int
     pumps: frozenset[int] = frozenset()  # ids of the threads named PUMP_THREAD_NAME
+    children: dict[int, float] | None = None  # child process id -> CPU seconds (encoder workers)
 
 
 def _thread_name(pid: int, tid: int) -> str:
@@ -94,7 +97,14 @@ def cpu_snapshot(ps: psutil.Process) -> CpuSnapshot:
     times = ps.cpu_times()
     threads = {t.id: t.user_time + t.system_time for t in ps.threads()}
     pumps = frozenset(tid for tid in threads if _thread_name(ps.pid, tid) == PUMP_THREAD_NAME)
-    return CpuSnapshot(times.user + times.system, threads, ps.pid, pumps)
+    children = {}
+    for child in ps.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+        except psutil.Error:  # ended meanwhile
+            continue
+        children[child.pid] = child_times.user + child_times.system
+    return CpuSnapshot(times.user + times.system, threads, ps.pid, pumps, children)
 
 
 def cpu_split(before: CpuSnapshot, after: CpuSnapshot) -> dict:
@@ -105,7 +115,9 @@ def cpu_split(before: CpuSnapshot, after: CpuSnapshot) -> dict:
     deltas = {tid: cpu - before.threads.get(tid, 0.0) for tid, cpu in after.threads.items() if tid != after.main_tid}
     ended = max(0.0, total - loop - sum(deltas.values()))
     pumps = ended + sum(d for tid, d in deltas.items() if tid in after.pumps)
-    return {"total_s": total, "event_loop_s": loop, "ended_threads_s": pumps, "other_threads_s": total - loop - pumps}
+    children = sum(cpu - (before.children or {}).get(pid, 0.0) for pid, cpu in (after.children or {}).items())
+    return {"total_s": total + children, "event_loop_s": loop, "ended_threads_s": pumps,
+            "other_threads_s": total - loop - pumps, "children_s": children}
 
 
 @dataclass

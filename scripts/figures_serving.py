@@ -1,6 +1,7 @@
 """Renderer of `scripts/render_figures.py` for the server load bench (`bench/http_load.py`) and the
-side-by-side change checks (`bench/http_ab.py`): docs/SERVING.md's `serving` (CPU), `serving-gpu`
-and `serving-changes` blocks."""
+side-by-side change checks (`bench/http_ab.py`): docs/SERVING.md's `serving` (CPU), `serving-gpu`,
+`serving-changes` and `serving-encoder-pool` (a record of `--encoder-processes` settings side by
+side) blocks."""
 
 from __future__ import annotations
 
@@ -174,8 +175,12 @@ def _encoders(check: dict) -> list[str]:
     return lines
 
 
+def _pool_record(record: dict) -> bool:
+    return bool(record["setup"].get("encoder_processes"))
+
+
 def render_serving(records: list[tuple[str, dict]]) -> str:
-    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and not _on_gpu(r)]
+    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and not _on_gpu(r) and not _pool_record(r)]
     if not chosen:
         return "Server load figures pending: no record in `bench/results/` yet (`python bench/http_load.py`)."
     source, record = max(chosen, key=lambda sr: sr[1]["date"])
@@ -194,7 +199,7 @@ def render_serving(records: list[tuple[str, dict]]) -> str:
 
 
 def render_serving_gpu(records: list[tuple[str, dict]]) -> str:
-    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and _on_gpu(r)]
+    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and _on_gpu(r) and not _pool_record(r)]
     if not chosen:
         return ("GPU server figures pending: no GPU record of `bench/http_load.py` in `bench/results/` yet "
                 "(`bash bench/device_http_load.sh` on the H200; see above).")
@@ -224,4 +229,45 @@ def render_serving_changes(records: list[tuple[str, dict]]) -> str:
                          f"{ratio('event_loop_s_per_audio_s')} | {ratio('pump_threads_s_per_audio_s')} | "
                          f"{ratio('x_realtime')} | {pair('underruns', '.0f')} | {pair('ttfb_p95_ms', '.0f')} | "
                          f"`{source}`, load {record['load_average_1m']:.1f} → {record['load_average_1m_end']:.1f} |")
+    return "\n".join(lines)
+
+
+def _pool_row(streams: int, key: str, run: dict, pcm: float | None) -> str:
+    fmt, _, processes = key.partition(" enc=")
+    return (f"| {streams} | {fmt.split('/')[0]} | {processes} | {_x(run['x_realtime'])} | "
+            f"{_ratio(run['x_realtime'], pcm)} | {_num(run['rtf_max'], '.2f')} | "
+            f"{run['behind_real_time']:.0f} of {streams} | {run['underruns']:.0f} | "
+            f"{_num(run['ttfb_p50_ms'], '.0f')} / {_num(run['ttfb_p95_ms'], '.0f')} | "
+            f"{_num(run.get('server_cpu_s_per_audio_s'), '.3f')} ({_num(run.get('encoder_processes_s_per_audio_s'), '.3f')}) |")
+
+
+def render_serving_encoder_pool(records: list[tuple[str, dict]]) -> str:
+    chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and _pool_record(r)]
+    if not chosen:
+        return "No encoder-pool record yet (`python bench/http_load.py --encoder-processes 1,0`)."
+    source, record = max(chosen, key=lambda sr: sr[1]["date"])
+    setup = record["setup"]
+    lines = [_caption("Encoder processes side by side", record, source),
+             f"{setup['server']}: one server per `--encoder-processes` setting "
+             f"({', '.join(map(str, setup['encoder_processes']))}), the cases run on each in turn within a repeat; "
+             f"{setup['frames']} frames ({setup['frames'] * 0.08:g} s) per request. "
+             f"{setup['shared_machine'].capitalize()}. Median of {record['args']['repeats']} runs per row.", "",
+             "| streams | format | encoder processes | × real time | vs pcm (same setting) | RTF max | behind real time "
+             "| underruns | TTFB p50 / p95 ms | server CPU s per audio s (encoder processes) |", "|---" * 10 + "|"]
+    targets = []
+    for level in record["levels"]:
+        http, streams = level["http"], level["streams"]
+        for key in sorted(http, key=lambda k: (k.split(" enc=")[0].split("/")[0] != "mp3", k)):
+            pcm_key = "pcm/stream" + key.partition("/stream")[2]
+            lines.append(_pool_row(streams, key, http[key], http.get(pcm_key, {}).get("x_realtime")))
+        for n in setup["encoder_processes"]:
+            mp3, pcm = http.get(f"mp3/stream enc={n}"), http.get(f"pcm/stream enc={n}")
+            if streams == 32 and mp3 and pcm:
+                targets.append(f"- 32 streams, {n} encoder processes: mp3 delivers "
+                               f"**{mp3['x_realtime'] / pcm['x_realtime']:.2f}×** pcm's aggregate (target ≥ 0.6).")
+            if streams == 16 and mp3:
+                targets.append(f"- 16 mp3 streams, {n} encoder processes: **{mp3['behind_real_time']:.0f}** listeners "
+                               f"behind real time, {mp3['x_realtime']:.1f}× real time in all (target: none behind).")
+    if targets:
+        lines += ["", "Against the targets of issue 33:", "", *targets]
     return "\n".join(lines)

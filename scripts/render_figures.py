@@ -25,6 +25,7 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           serving-gpu  the same on a GPU (bench/device_http_load.sh), with the search for
                                        the most listeners per format that hold the target
                           serving-changes  delivery-path changes side by side (bench/http_ab.py)
+                          serving-encoder-pool  --encoder-processes settings side by side (bench/http_load.py)
     docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
                                        (bench/browser_engine.py)
@@ -52,7 +53,12 @@ from figures_deploy import render_aoti, render_cold_start
 from figures_player import render_player
 from figures_precision import render_precision, render_reference
 from figures_reliability import render_reliability
-from figures_serving import render_serving, render_serving_changes, render_serving_gpu
+from figures_serving import (
+    render_serving,
+    render_serving_changes,
+    render_serving_encoder_pool,
+    render_serving_gpu,
+)
 from figures_trace import render_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,7 +66,8 @@ RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
-             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving", "serving-gpu", "serving-changes"),
+             "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving", "serving-gpu", "serving-changes",
+                                                                              "serving-encoder-pool"),
              "docs/PLAYER.md": ("player-links",),
              "docs/BROWSER_ENGINE.md": ("browser-engine",)}
 GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
@@ -337,7 +344,8 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "gpu-trace": render_trace(records), "headline": render_headline(records),
             "cold-start": render_cold_start(records), "aoti": render_aoti(records),
             "serving": render_serving(records), "serving-gpu": render_serving_gpu(records),
-            "serving-changes": render_serving_changes(records), "player-links": render_player(records),
+            "serving-changes": render_serving_changes(records),
+            "serving-encoder-pool": render_serving_encoder_pool(records), "player-links": render_player(records),
             "browser-engine": render_browser(records)}
 
 

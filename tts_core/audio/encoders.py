@@ -137,6 +137,9 @@ class StreamEncoder:
         # Samples in the bytes handed out so far (compressed formats: the packets' durations; the
         # encoder holds some audio back, e.g. LAME about 56 ms of the first 80).
         self.encoded_samples = 0
+        # Sent but not yet handed out as bytes: always 0 here (`encode` returns its own bytes); the
+        # pooled twin (`encoder_pool.PooledEncoder`) returns them later.
+        self.pending_samples = 0
         self._container = self._stream = self._sink = None
         self._bit_rate = bit_rate  # None: the format's default (per channel, above)
         if fmt in _PYAV:
@@ -178,6 +181,10 @@ class StreamEncoder:
             self.encoded_samples += pcm.shape[1]
             return np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()
         return self._mux(pcm)
+
+    def collect(self, wait: bool = True) -> bytes:
+        """Bytes still owed for audio already given to `encode`: none here (see `pending_samples`)."""
+        return b""
 
     def _mux(self, pcm: np.ndarray | None) -> bytes:
         import av

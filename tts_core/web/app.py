@@ -19,6 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from ..audio.encoder_pool import EncoderPool
 from .api.browser_build import MOUNT_PATH, IsolatedStaticFiles, check_build
 from .api.metrics import AppMetrics, RequestMetricsMiddleware
 from .api.openai_api import build_openai_router
@@ -57,11 +58,21 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     if zerogpu is not None and page is not PageMode.NOW:
         raise ValueError("ZeroGPU mode builds its page before serving (page='now'): the page wires the GPU calls")
 
+    # The compressed formats' encoders run in worker processes (`encoder_pool.py`): started with the
+    # server, stopped after its last response (uvicorn drains connections before the lifespan ends).
+    pool = EncoderPool(settings.encoder_processes) if settings.encoder_processes else None
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         service.start()  # loads in a background thread; the server answers meanwhile
-        async with runner.running():
-            yield
+        if pool is not None:
+            pool.start()
+        try:
+            async with runner.running():
+                yield
+        finally:
+            if pool is not None:
+                pool.close()
         service.close()
 
     app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan)
@@ -69,7 +80,8 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app.state.guard_counters = counters
     disk = upload_disk_bound(page_files)
     app.state.upload_disk = disk
-    metrics = AppMetrics(lambda: _live_values(service, counters, disk))
+    app.state.encoder_pool = pool
+    metrics = AppMetrics(lambda: _live_values(service, counters, disk, pool))
     service.observe_streams(metrics.observe_stream)
     app.state.metrics = metrics
 
@@ -136,7 +148,8 @@ def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSetti
     return built
 
 
-def _live_values(service: SynthesizerService, counters: GuardCounters, disk: UploadDiskBound) -> dict:
+def _live_values(service: SynthesizerService, counters: GuardCounters, disk: UploadDiskBound,
+                 pool: EncoderPool | None) -> dict:
     """The scrape-time values of /metrics (see `metrics._Live`)."""
     values = {
         "tts_model_ready": 1.0 if service.state is ServiceState.READY else 0.0,
@@ -149,6 +162,12 @@ def _live_values(service: SynthesizerService, counters: GuardCounters, disk: Upl
         "tts_http_bodies_too_large": counters.bodies_too_large,
         "tts_http_bodies_busy": counters.bodies_busy,
     }
+    if pool is not None:
+        encoders = pool.stats()
+        values.update({"tts_encoder_processes": encoders.live, "tts_encoder_streams": encoders.open_streams,
+                       "tts_encoder_worker_restarts": encoders.restarts})
+    else:
+        values.update({"tts_encoder_processes": 0, "tts_encoder_streams": 0})
     queued = CLIP_DECODER.pending
     if service.state is ServiceState.READY:
         stats = service.get().stats()

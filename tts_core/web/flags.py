@@ -68,6 +68,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--browser-build", default=env_str("MOSS_TTS_BROWSER_BUILD"),
                    help="an export-web build to serve at /browser, offered on the page as the 'This browser' "
                         "engine [MOSS_TTS_BROWSER_BUILD]")
+    p.add_argument("--encoder-processes", type=int, default=env_int("MOSS_TTS_ENCODER_PROCESSES"),
+                   help="worker processes that encode mp3/opus/aac/flac streams, so their encoding uses every "
+                        "core (PyAV's mp3 encoder holds the interpreter lock); 0 encodes in the server's process "
+                        "(default: usable CPUs - 1, at most 8) [MOSS_TTS_ENCODER_PROCESSES]")
     p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p
 
@@ -100,11 +104,23 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(**{k: v for k, v in given.items() if v is not None})
 
 
+def encoder_processes(args: argparse.Namespace) -> int:
+    """--encoder-processes when given, else one per usable CPU but one, at most 8 (0 on one CPU)."""
+    from ..audio.encoder_pool import default_encoder_processes
+
+    if args.encoder_processes is None:
+        return default_encoder_processes()
+    if args.encoder_processes < 0:
+        raise SystemExit(f"error: --encoder-processes must be >= 0, got {args.encoder_processes}")
+    return args.encoder_processes
+
+
 def server_settings(args: argparse.Namespace) -> ServerSettings:
     return ServerSettings(
         max_text_chars=engine_config(args).max_text_chars, allow_remote_audio=args.allow_remote_audio,
         lm_id=args.lm, codec_id=args.codec, browser_build=args.browser_build,
         cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
+        encoder_processes=encoder_processes(args),
         **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
         **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),
     )

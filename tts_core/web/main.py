@@ -116,7 +116,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
     raise_open_files_limit()
     page = PageMode.NOW if zerogpu is not None else PageMode.DEFERRED if args.ui else PageMode.OFF
-    app = create_app(service, server_settings(args), zerogpu, page=page)
+    settings = server_settings(args)
+    logger.info("encoder processes: %d%s", settings.encoder_processes,
+                " (mp3/opus/aac/flac encode in worker processes)" if settings.encoder_processes
+                else " (every format encodes in the server's process)")
+    app = create_app(service, settings, zerogpu, page=page)
     if zerogpu is not None:
         load_zerogpu_weights(args, zerogpu)
         zerogpu.before_serving()

@@ -63,6 +63,9 @@ class ServerSettings:
         model_name: the id this server answers to and lists first in `GET /v1/models`.
         browser_build: an `export-web` build folder to serve at /browser (the page then offers
             "This browser" as its engine); None = not offered.
+        encoder_processes: worker processes that encode the compressed stream formats (mp3, opus,
+            aac, flac; `audio/encoder_pool.py`); 0 = in this process. The command line resolves
+            its default (`encoder_pool.default_encoder_processes`).
     """
 
     max_text_chars: int = 4096
@@ -82,6 +85,7 @@ class ServerSettings:
     codec_id: str = DEFAULT_CODEC_ID
     browser_build: str | None = None
     model_name: str = "moss-tts-nano"
+    encoder_processes: int = 0
 
     def __post_init__(self) -> None:
         _positive_int("max_text_chars", self.max_text_chars)
@@ -108,6 +112,9 @@ class ServerSettings:
             object.__setattr__(self, name, tuple(v.strip() for v in value))
         if "*" in self.cors_allow_origins:
             raise ValueError("cors_allow_origins must list origins; '*' is refused (it would allow any site)")
+        if isinstance(self.encoder_processes, bool) or not isinstance(self.encoder_processes, int) \
+                or self.encoder_processes < 0:
+            raise ValueError(f"encoder_processes must be an integer >= 0, got {self.encoder_processes!r}")
         if not self.model_name.strip():
             raise ValueError("model_name must be a non-empty string")
 

@@ -5,9 +5,11 @@ tests, do not collide). What it holds:
 
 - gauges read when scraped: model state, active streams, queued requests (the engine's queue plus
   reference clips waiting for the decode pool), stream slots and queue limit, open connections,
-  Gradio's upload folder (files, bytes);
+  Gradio's upload folder (files, bytes), encoder worker processes running and the streams they
+  encode (`audio/encoder_pool.py`);
 - counters read when scraped: connections refused at the cap, read timeouts (request head / body),
-  bodies refused (too large / server busy), uploads evicted by the disk bound;
+  bodies refused (too large / server busy), uploads evicted by the disk bound, encoder workers
+  restarted after dying;
 - `tts_time_to_first_audio_seconds` and `tts_real_time_factor` histograms and
   `tts_streams_total{outcome}`, observed on every synthesis stream (`observe_stream`);
 - `tts_http_requests_total{route,outcome}`, counted by `RequestMetricsMiddleware` for every request;
@@ -72,6 +74,8 @@ class _Live(Collector):
             "tts_http_connection_cap": "connections allowed open at once (the next get 503 at once); 0: not set",
             "tts_gradio_upload_files": "files in Gradio's upload folder after the last sweep",
             "tts_gradio_upload_bytes": "bytes in Gradio's upload folder after the last sweep",
+            "tts_encoder_processes": "encoder worker processes running (0: formats encode in the server's process)",
+            "tts_encoder_streams": "streams whose encoder runs in a worker process now",
         }
         for name, doc in gauges.items():
             if name in values:
@@ -83,6 +87,7 @@ class _Live(Collector):
             "tts_http_bodies_too_large": "requests refused with 413 for their body size",
             "tts_http_bodies_busy": "requests refused with 503 because too many bodies were in flight",
             "tts_gradio_upload_evicted_files": "uploads deleted by the folder's size/count bound",
+            "tts_encoder_worker_restarts": "encoder worker processes started again after one died",
         }
         for name, doc in counters.items():
             if name in values:

@@ -152,7 +152,7 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings,
                 headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
                 if first is not None and first.estimated_audio_s is not None:
                     headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
-                render = SpeechRender(spec)
+                render = SpeechRender(spec, pool=getattr(request.app.state, "encoder_pool", None))
                 if sse:
                     writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
                     media_type = "text/event-stream"

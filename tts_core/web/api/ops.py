@@ -21,12 +21,19 @@ FAILED_RETRY_AFTER_S = 60
 STALLED_MESSAGE = "the device stopped responding; the server must be restarted"
 
 
+def _encoder_processes(request: Request) -> int:
+    """Encoder worker processes configured (0: the formats encode in the server's process)."""
+    pool = getattr(request.app.state, "encoder_pool", None)
+    return pool.processes if pool is not None else 0
+
+
 def build_ops_router(service: SynthesizerService, metrics: AppMetrics) -> APIRouter:
     router = APIRouter()
 
     @router.get("/health", responses={503: {"description": "the model is loading or failed to load"}})
     def health(request: Request) -> JSONResponse:
-        out: dict = {"status": service.state.value, "message": service.status, "error": service.error}
+        out: dict = {"status": service.state.value, "message": service.status, "error": service.error,
+                     "encoder_processes": _encoder_processes(request)}
         runner = getattr(request.app.state, "page_runner", None)  # the page is built after the model
         if runner is not None:
             out["page"] = runner.slot.state

@@ -2,7 +2,9 @@
 
 `SpeechRender` is the one path audio takes on its way out, streamed or not: time-stretch
 (`stretch.Stretcher`), rate and channels (`encoders.ProfileConverter`), the format's bytes
-(`encoders.StreamEncoder`), and the caption spans (`timeline.CaptionTimeline`). Every stage gives the
+(`encoders.StreamEncoder`, or its twin in a worker process of the server's encoder pool for the
+compressed formats, which hands a chunk's bytes out at a later chunk: `encoder_pool.open_encoder`),
+and the caption spans (`timeline.CaptionTimeline`). Every stage gives the
 same samples however the stream is cut, so a streamed response and a buffered one are the same audio.
 
 Three writers wrap a render for `streaming.chunk_bytes` (each is called per chunk, then `finish()`):
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...audio.encoders import ProfileConverter, StreamEncoder, encode_file
+from ...audio.encoder_pool import EncoderPool, open_encoder
+from ...audio.encoders import ProfileConverter, encode_file
 from ...audio.stretch import Stretcher
 from ...audio.timeline import CaptionTimeline, SegmentSpan
 from ...types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
@@ -53,17 +56,20 @@ class OutputSpec:
 class SpeechRender:
     """Chunks in, (format bytes, finished caption spans) out. One per response; not thread-safe."""
 
-    def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None):
+    def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None, *,
+                 pool: EncoderPool | None = None):
         """`on_pcm` sees every piece of float32 audio as it goes to the encoder (after speed and
-        profile): the lossless copy kept for downloads when the wire carries a lossy format."""
+        profile): the lossless copy kept for downloads when the wire carries a lossy format. `pool`:
+        the server's encoder processes (None: every format encodes in this process)."""
         self.spec = spec
         self._on_pcm = on_pcm
         self._stretcher = Stretcher(spec.speed)
         self._profile = ProfileConverter(spec.sample_rate, spec.channels)
-        self._encoder = StreamEncoder(spec.fmt, spec.sample_rate, spec.channels, bit_rate=spec.bit_rate)
+        self._encoder = open_encoder(pool, spec.fmt, spec.sample_rate, spec.channels, bit_rate=spec.bit_rate)
         self._timeline = CaptionTimeline(spec.speed) if spec.captions else None
         self._held: list[SegmentSpan] = []  # spans whose audio has not all gone out yet
         self.output_samples = 0  # at spec.sample_rate
+        self._bytes_out = False  # some encoded bytes were handed out
         self.frames = 0  # codec frames generated (80 ms each), for usage
 
     @property
@@ -86,17 +92,22 @@ class SpeechRender:
             self._on_pcm(pcm)
         return self._encoder.encode(pcm)
 
-    def push(self, chunk: AudioChunk) -> tuple[bytes, list[SegmentSpan]]:
+    def push(self, chunk: AudioChunk, *, wait: bool = False) -> tuple[bytes, list[SegmentSpan]]:
+        """The bytes ready and the captions now due. A pooled encoder hands a chunk's bytes out at a
+        later call; `wait` (and every call until some bytes came out: the first bytes are not held
+        back) waits for them, as the in-process encoder gives them."""
         self.frames += len(chunk.codes)
         data = self._encode(self._profile.push(self._stretcher.push(chunk.pcm))) if chunk.pcm.shape[1] else b""
+        data += self._encoder.collect(wait=wait or not self._bytes_out)
+        self._bytes_out = self._bytes_out or bool(data)
         if self._timeline is not None:
             self._held += self._timeline.push(chunk)
         return data, self._release()
 
     def _release(self, everything: bool = False) -> list[SegmentSpan]:
-        """Spans whose end has been sent: a caption follows its audio (the stretch and the resampler
-        hold some audio back, so a span may wait for a later chunk)."""
-        sent_s = self.audio_s + 0.5 / self.spec.sample_rate
+        """Spans whose end has been sent: a caption follows its audio (the stretch, the resampler
+        and a pooled encoder's pipe hold some audio back, so a span may wait for a later chunk)."""
+        sent_s = (self.output_samples - self._encoder.pending_samples) / self.spec.sample_rate + 0.5 / self.spec.sample_rate
         due = 0
         while due < len(self._held) and (everything or self._held[due].end <= sent_s):
             due += 1
@@ -151,7 +162,7 @@ class RawWriter:
         self._due: int | None = None  # encoded samples the first bytes must carry
 
     def __call__(self, chunk: AudioChunk) -> bytes:
-        data = self.render.push(chunk)[0]
+        data = self.render.push(chunk, wait=self._holding)[0]  # the hold reads exact counts
         if not self._holding:
             return data
         self._held.append(data)

@@ -107,6 +107,6 @@ def player_writer(transport: Transport, spec: OutputSpec, *, framed: bool, reque
         return record_result(http_request, request_id, writer, framed=framed)
     store: ResultStore | None = getattr(http_request.app.state, "results", None)
     tap = _PcmTap(store, request_id) if store is not None else None
-    render = SpeechRender(spec, on_pcm=tap)
+    render = SpeechRender(spec, on_pcm=tap, pool=getattr(http_request.app.state, "encoder_pool", None))
     out: RawWriter = FrameWriter(render, request_id, progress=progress) if framed else RawWriter(render)
     return out if tap is None else _Completing(out, tap.done)
