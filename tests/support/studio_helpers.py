@@ -7,7 +7,6 @@ Loaded as a plugin by the UI test modules (`pytest_plugins = ["support.e2e_helpe
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,11 +66,16 @@ def open_page(context, url: str, *, ready: bool = True):
 
 
 def player_frame(page):
-    page.wait_for_selector("#moss-player")
-    deadline = time.monotonic() + 10
-    while (frame := page.frame(url=re.compile(r"/player/player\.html"))) is None:
-        assert time.monotonic() < deadline, "player iframe did not load"
-        time.sleep(0.05)
+    # Polled through Playwright (wait_for_timeout lets its events in; a bare sleep would not), for up
+    # to 600 polls: a loaded CI machine can take a while to attach and navigate the iframe.
+    handle = page.wait_for_selector("#moss-player", state="attached")
+    for _ in range(600):
+        frame = handle.content_frame()
+        if frame is not None and re.search(r"/player/player\.html", frame.url):
+            break
+        page.wait_for_timeout(50)
+    else:
+        raise AssertionError("player iframe did not load")
     frame.wait_for_load_state()
     return frame
 
