@@ -38,7 +38,8 @@ def test_placed_weights_reach_a_new_worker_and_an_idle_worker_keeps_them(flow):
 
 
 def test_aoti_worker_gives_the_eager_workers_codes_in_fp32(flow):
-    assert flow["packages"] == ["finish", "local", "norm", "qkv"]  # every unit compiled, none left eager
+    assert flow["packages"] == ["finish", "local", "norm", "qkv"]  # every unit compiled
+    assert flow["loaded"] == flow["packages"]  # and loaded cleanly: none left eager
     assert len(flow["aoti_codes"]) == len(flow["eager_codes"]) > 0
     assert flow["aoti_codes"] == flow["eager_codes"]
 

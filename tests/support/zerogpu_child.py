@@ -52,6 +52,8 @@ def main(data: Path, aoti_dir: Path) -> dict:
             "first_moved_bytes": first.moved_bytes, "first_move_s": first.move_s,
             "second_moved_bytes": second.moved_bytes,
             "packages": sorted(p.name.split("-")[0] for p in aoti_dir.rglob("*.pt2")),
+            # A package that loaded in its check process gets an `.ok` marker; one that did not stays eager.
+            "loaded": sorted(p.name.split("-")[0] for p in aoti_dir.rglob("*.ok")),
             "parent_cuda_initialized": parent_cuda_initialized()}
 
 
