@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
+from .cpus import available_cpus
 from .env import env_int
 
 logger = logging.getLogger(__name__)
@@ -50,13 +50,6 @@ def resolve_lm_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dt
     if name not in _DTYPES:
         raise ValueError(f"dtype {dtype!r} unknown; use auto, float32, bfloat16 or float16")
     return _DTYPES[name]
-
-
-def available_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def default_cpu_threads(cpus: int | None = None) -> int:

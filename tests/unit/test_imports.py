@@ -21,7 +21,7 @@ KNOWN_CYCLES: set[frozenset[str]] = set()
 # side is floors 0-6; the web wing stacks on it: shared pieces, hardening, bytes, routes, the
 # ZeroGPU page relay, the Gradio page, then the wiring.
 FLOORS: list[list[str]] = [
-    ["env", "errors", "config", "types", "cancel"],
+    ["env", "errors", "config", "types", "cancel", "cpus"],
     ["devices", "model", "text", "tokenizer", "audio", "tiny", "cli_flags"],
     ["prompt", "voices", "engine"],
     ["cpu_mode", "cpu_mode_cache", "cpu_mode_settle", "jobs", "zerogpu"],

@@ -33,13 +33,13 @@ import contextlib
 import itertools
 import json
 import logging
-import os
 import sys
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..cpus import available_cpus
 from .encoder_process import EncoderWorkerError, Replies, WorkerGone, WorkerProcess
 from .encoder_wire import CLOSE, ERROR, FINISH, OPEN, PUSH, STATS, Message, parse_result
 from .encoders import StreamEncoder, check_rate
@@ -52,13 +52,6 @@ MAX_DEFAULT_PROCESSES = 8
 # thread waits for the engine, few enough that a stream's bytes lag its audio by little.
 MAX_IN_FLIGHT = 4
 WORKER_COMMAND = (sys.executable, "-m", "tts_core.audio.encoder_worker")
-
-
-def available_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def default_encoder_processes(cpus: int | None = None) -> int:
