@@ -70,7 +70,7 @@ def fused_enabled(device: torch.device) -> bool:
     device while they build (`hold`; the building thread itself uses them)."""
     return (triton is not None and _disabled is None and device.type == "cuda"
             and not getattr(_tracing_plain, "active", False)
-            and (_device_key(device) not in _held or getattr(_building, "active", False)))
+            and (not _held or _device_key(device) not in _held or getattr(_building, "active", False)))
 
 
 def planned(device: torch.device) -> bool:
@@ -96,26 +96,25 @@ def release(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def building() -> Iterator[None]:
-    """The kernels on this thread while inside, held or not (the thread that builds them)."""
-    before = getattr(_building, "active", False)
-    _building.active = True
+def _flag_on(flag: threading.local) -> Iterator[None]:
+    """`flag.active` set on this thread while inside; what it was before, after."""
+    before = getattr(flag, "active", False)
+    flag.active = True
     try:
         yield
     finally:
-        _building.active = before
+        flag.active = before
 
 
-@contextlib.contextmanager
-def plain_ops() -> Iterator[None]:
+def building() -> contextlib.AbstractContextManager[None]:
+    """The kernels on this thread while inside, held or not (the thread that builds them)."""
+    return _flag_on(_building)
+
+
+def plain_ops() -> contextlib.AbstractContextManager[None]:
     """The plain ops on this thread while inside: for `torch.export`, which cannot trace a raw
     Triton launch (AOTInductor then generates its own kernels for the same math)."""
-    before = getattr(_tracing_plain, "active", False)
-    _tracing_plain.active = True
-    try:
-        yield
-    finally:
-        _tracing_plain.active = before
+    return _flag_on(_tracing_plain)
 
 
 def disable(reason: str) -> None:
