@@ -18,6 +18,7 @@
 # (rewritten after every level), bench.log, app.log (its end), steps.log, nvidia-smi.txt,
 # server-256-mp3.pyspy, server-256-pcm.pyspy. BUDGET_S bounds the whole script: no run starts after it.
 #
+# FORMATS=mp3,pcm narrows the formats (levels and search); PROFILE_IDLE=1 samples waiting threads too.
 # ENCODER_PROCESSES=8,0 starts one app.py per --encoder-processes setting and runs every case on each
 # (keys " enc=N" in the record); unset: one app.py with its default.
 #
@@ -67,10 +68,10 @@ PY_SPY=${PY_SPY:-$(command -v py-spy || echo /tmp/site/bin/py-spy)}
 LEFT=$((BUDGET_S - ($(date +%s) - T0)))
 step "bench: levels $LEVELS, search $SEARCH, $LEFT s left"
 $PY bench/http_load.py "${MODEL[@]}" --data "$DATA" --server-args "--no-ui --no-defer-compile" \
-  --streams "$LEVELS" --formats mp3,pcm,opus,aac --modes stream --frames "$FRAMES" --repeats "$REPEATS" \
+  --streams "$LEVELS" --formats "${FORMATS:-mp3,pcm,opus,aac}" --modes stream --frames "$FRAMES" --repeats "$REPEATS" \
   --client httpx --client-processes "$CLIENT_PROCS" --client-cpus "$CLIENT_CPUS" --sdk-levels "$SDK" \
-  --search-levels "$SEARCH" --search-formats mp3,pcm,opus,aac --search-repeats 2 --ttfb-target-ms 300 \
-  --profile "$PROFILE" --profile-dir "$OUT" --py-spy "$PY_SPY" \
+  --search-levels "$SEARCH" --search-formats "${FORMATS:-mp3,pcm,opus,aac}" --search-repeats 2 --ttfb-target-ms 300 \
+  --profile "$PROFILE" --profile-dir "$OUT" --py-spy "$PY_SPY" ${PROFILE_IDLE:+--profile-idle} \
   ${ENCODER_PROCESSES:+--encoder-processes "$ENCODER_PROCESSES"} \
   --budget-s "$LEFT" --no-encoder-check --machine-note "nothing else ran on the machine" \
   --json "$OUT/http-load-h200.json" --app-log "$OUT/app.log" 2>&1 | tee "$OUT/bench.log"

@@ -48,7 +48,8 @@ from tts_core.engine.runners import build_runner  # noqa: E402
 from tts_core.tokenizer import TextTokenizer  # noqa: E402
 
 
-def trace_level(models, device, plan: LevelPlan, tokenizer, context_rows: int, cache_dir: Path) -> list[dict]:
+def trace_level(models, device, plan: LevelPlan, tokenizer, context_rows: int, cache_dir: Path,
+                gaps_ms: list[float]) -> list[dict]:
     lm, codec = models
     config = EngineConfig(max_active_streams=plan.streams, max_queue=0, max_context_rows=context_rows)
     gc.collect()
@@ -61,14 +62,17 @@ def trace_level(models, device, plan: LevelPlan, tokenizer, context_rows: int, c
     try:
         run_streams(synth, _requests(plan, -1, min(plan.frames, WARMUP_FRAMES)))
         for run in range(plan.repeats):
-            trace.clear()
-            timings, wall = run_streams(synth, _requests(plan, run, plan.frames))
-            ended = time.perf_counter()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            figures = summarize_run(timings, wall)
-            out.append({"streams": plan.streams, "run": run, **figures, **summarize(trace, ended - wall, ended)})
-            print(json.dumps(out[-1]), flush=True)
+            order = gaps_ms if run % 2 == 0 else gaps_ms[::-1]  # neither gap always goes first
+            for gap_ms in order:
+                trace.clear()
+                timings, wall = run_streams(synth, _requests(plan, run, plan.frames), gap_s=gap_ms / 1000)
+                ended = time.perf_counter()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                figures = summarize_run(timings, wall)
+                out.append({"streams": plan.streams, "run": run, "arrival_gap_ms": gap_ms, **figures,
+                            **summarize(trace, ended - wall, ended)})
+                print(json.dumps(out[-1]), flush=True)
     finally:
         engine.close()
     return out
@@ -82,6 +86,8 @@ def main() -> int:
     parser.add_argument("--prompt-rows", type=int, default=200)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--switch-interval-ms", type=float, default=None)
+    parser.add_argument("--arrival-gaps-ms", default="0",
+                        help="per run, request i starts i * gap after the first; e.g. '0,4' traces both in turn")
     parser.add_argument("--json")
     parser.add_argument("--note", action="append", default=[])
     args = parser.parse_args()
@@ -104,7 +110,8 @@ def main() -> int:
         for streams in (int(s) for s in args.streams.split(",")):
             plan = LevelPlan(streams=streams, frames=args.frames, prompt_rows=args.prompt_rows, repeats=args.repeats,
                              ref_frames=ref_frames, cold_voice=False, sampling=SamplingParams(), enforce_eager=False)
-            levels.extend(trace_level(models, device, plan, tokenizer, context_rows, Path(cache)))
+            levels.extend(trace_level(models, device, plan, tokenizer, context_rows, Path(cache),
+                                      [float(g) for g in args.arrival_gaps_ms.split(",")]))
     record = new_record("engine_trace", args, machine_info([device]),
                         {"switch_interval_ms": round(sys.getswitchinterval() * 1000, 3), "context_rows": context_rows},
                         program="python bench/engine_trace.py")

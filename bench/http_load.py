@@ -170,7 +170,7 @@ class Bench:
             if not self.time_left():
                 break
             path = Path(self.args.profile_dir) / f"server-{streams}-{fmt}.pyspy"
-            with profiled(self.app.process.pid, py_spy, path) as status:
+            with profiled(self.app.process.pid, py_spy, path, idle=self.args.profile_idle) as status:
                 run = http_run(self.app, self.pool, self.spec(fmt, True), streams, 9000)
             entry = {"run": run, "py_spy": status}
             if path.exists():
@@ -242,6 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "'256:mp3,256:pcm' (streams:format)")
     p.add_argument("--py-spy", default=None, help="the py-spy program (default: on PATH)")
     p.add_argument("--profile-dir", default=".", help="where the profiles' raw stacks go")
+    p.add_argument("--profile-idle", action=argparse.BooleanOptionalAction, default=False,
+                   help="sample waiting threads too (py-spy --idle): where the engine thread waits")
     p.add_argument("--encoder-check", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--machine-note", default="other engineers' work ran on the same cores; compare runs of one "
                                              "record only", help="what else ran on the machine (for the record)")

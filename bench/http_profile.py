@@ -27,9 +27,11 @@ TOP = 25
 
 
 @contextmanager
-def profiled(pid: int, py_spy: str, path: Path, rate: int = 67) -> Iterator[dict]:
-    """Yields a dict that gets py-spy's exit status and the end of its messages once it stopped."""
+def profiled(pid: int, py_spy: str, path: Path, rate: int = 67, idle: bool = False) -> Iterator[dict]:
+    """Yields a dict that gets py-spy's exit status and the end of its messages once it stopped.
+    `idle`: waiting threads are sampled too (where the engine thread waits, not only where it runs)."""
     process = subprocess.Popen([py_spy, "record", "--pid", str(pid), "--threads", "--nonblocking", "--rate", str(rate),
+                                *(["--idle"] if idle else []),
                                 "--format", "raw", "--duration", "3600", "--output", str(path)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # py-spy attaches

@@ -34,15 +34,18 @@ def _timed_stream(synth, request) -> StreamTiming:
     return StreamTiming(ttfp_s=first, elapsed_s=time.perf_counter() - started, audio_s=samples / SAMPLE_RATE_HZ)
 
 
-def run_streams(synth, requests: Sequence) -> tuple[list[StreamTiming], float]:
-    """Start every request at once (one caller thread each); returns their timings and the wall time
-    from the common start to the last stream's end."""
+def run_streams(synth, requests: Sequence, gap_s: float = 0.0) -> tuple[list[StreamTiming], float]:
+    """Start every request at once (one caller thread each), or request i `i * gap_s` after the
+    common start (arrivals spread out as an HTTP server's event loop admits them); returns their
+    timings and the wall time from the common start to the last stream's end."""
     barrier = threading.Barrier(len(requests) + 1)
     timings: list[StreamTiming | None] = [None] * len(requests)
     errors: list[BaseException] = []
 
     def caller(index: int) -> None:
         barrier.wait()
+        if gap_s:
+            time.sleep(index * gap_s)
         try:
             timings[index] = _timed_stream(synth, requests[index])
         except BaseException as exc:  # re-raised in the bench's thread below

@@ -3,7 +3,7 @@ settings give bit-identical float32 audio whatever other stream runs beside it a
 pacing (a wall-clock decision) cuts the audio into chunks.
 
 Tiny parity checkpoints. Chunkings are forced by replacing the engine's pacing rule
-(`pacing.frame_budget`) with a fixed chunk size; a neighbour is a longer stream started first (its
+(`pacing.decode_count`) with a fixed chunk size; a neighbour is a longer stream started first (its
 codec rings are ahead of the request's) that is still running when the request ends. The runner
 tests pin the mechanism: `EagerRunner` steps and decodes the slots together, and a stream's hidden
 states, codes and audio are bit-identical alone in slot 0 and in any slot beside others, with 1 or
@@ -62,7 +62,8 @@ def _run(synth) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fixed_chunks(monkeypatch, frames: int) -> None:
-    monkeypatch.setattr(engine_module, "frame_budget", lambda lead_s: frames)
+    monkeypatch.setattr(engine_module, "decode_count",
+                        lambda pending, lead_s, step: frames if pending >= frames else 0)
 
 
 def _assert_same(got, want) -> None:

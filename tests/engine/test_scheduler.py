@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tts_core.engine.pacing import default_max_frames, frame_budget, playback_lead_s
+from tts_core.engine.pacing import decode_count, default_max_frames, frame_budget, playback_lead_s
 from tts_core.engine.scheduler import Scheduler
 from tts_core.errors import QueueFullError
 from tts_core.web.errors import http_status
@@ -106,3 +106,36 @@ def test_frame_budget_grows_with_lead() -> None:
 def test_default_max_frames_is_proportional_and_capped() -> None:
     assert default_max_frames(1) < default_max_frames(10) < default_max_frames(40)
     assert default_max_frames(10_000) == 375
+
+
+def test_decode_count_aligns_streams_on_their_budget() -> None:
+    """A stream decodes on the steps that are multiples of its budget, taking all it holds: two
+    streams that started three steps apart decode together from their first aligned step on."""
+    ahead = 5.0  # budget 8
+    assert decode_count(0, ahead, 16) == 0
+    assert decode_count(3, ahead, 13) == 0
+    assert decode_count(3, ahead, 16) == 3  # the younger stream joins the older one's phase
+    assert decode_count(8, ahead, 24) == 8
+    assert decode_count(11, ahead, 24) == 11  # everything held goes out
+    assert decode_count(1, None, 7) == 1  # a first chunk is never held back
+    assert decode_count(1, 0.1, 7) == 1  # nor audio for a listener close to starving
+    assert decode_count(2, 0.3, 7) == 0 and decode_count(2, 0.3, 8) == 2
+
+
+def test_aligned_decodes_batch_staggered_streams() -> None:
+    """Streams admitted on different steps, far ahead of their listeners: after the first aligned
+    step they decode in one group per aligned step (never one group per starting phase)."""
+    starts = [0, 1, 2, 3, 5, 6, 7, 9, 10, 13]
+    pending = dict.fromkeys(range(len(starts)), 0)
+    groups_per_step = []
+    for step in range(1, 49):
+        due = []
+        for i, start in enumerate(starts):
+            if step > start:
+                pending[i] += 1
+                if (n := decode_count(pending[i], 5.0, step)):
+                    due.append(n)
+                    pending[i] -= n
+        groups_per_step.append(len(set(due)))
+    assert all(g <= 1 for g in groups_per_step[24:])  # settled: one batched decode or none per step
+    assert sum(1 for g in groups_per_step[24:] if g) == 3  # steps 32, 40, 48

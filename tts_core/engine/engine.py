@@ -26,7 +26,7 @@ from ..types import NUM_CHANNELS, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRA
 from .features import EngineFeatures, resolve_features
 from .intake import Buildable, Intake
 from .live import LiveStream
-from .pacing import frame_budget, playback_lead_s
+from .pacing import decode_count, playback_lead_s
 from .pipeline import CodecPipeline
 from .runner_types import Runner
 from .scheduler import Scheduler
@@ -65,6 +65,7 @@ class Engine:
         self._cancels: set[str] = set()  # request ids cancelled since the last iteration
         self._intakes: list[Intake] = []  # request queues this thread builds and admits (`intake.py`)
         self._steps = StepDriver(runner, self._live, step_ahead)  # the LM steps, one ahead where possible
+        self._tick = 0  # LM steps so far: decodes are due on multiples of a stream's budget (`pacing.decode_count`)
         self._stopping = False
         self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)
         self._watch = StallWatch(config.stall_timeout_s, self._on_stall)
@@ -280,6 +281,7 @@ class Engine:
                 logger.exception("could not start stream %s", request_id)
                 self._fail(live, exc)
         self._steps.generate()
+        self._tick += 1
         self._decode_and_publish()
         self._advance_segments()
 
@@ -307,10 +309,8 @@ class Engine:
                 count = live.num_pending  # flush the tail of the segment
             else:
                 lead = playback_lead_s(live.handed_samples / SAMPLE_RATE_HZ, live.first_audio_at, now)
-                budget = frame_budget(lead)
-                if live.num_pending < budget:
+                if not (count := decode_count(live.num_pending, lead, self._tick)):
                     continue
-                count = budget
             groups[count].append(live)
         for count, lives in groups.items():
             codes = np.stack([live.take_frames(count) for live in lives])  # [B, n, 16]

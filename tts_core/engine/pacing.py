@@ -26,6 +26,20 @@ def frame_budget(lead_s: float | None) -> int:
     return 8
 
 
+def decode_count(pending: int, lead_s: float | None, step: int) -> int:
+    """Frames of a stream to decode at engine step `step` (0: not at this step).
+
+    The budget follows the listener's lead (`frame_budget`), and a stream decodes on the steps that
+    are multiples of its budget, taking every frame it holds. Budgets are powers of two, so streams
+    that started at different steps fall into the same phase and share one batched decode: a codec
+    pass costs nearly as much for a few rows as for many, and streams decoding in phases of their
+    own (requests arriving one by one, as a server receives them) multiplied the passes.
+    """
+    if pending <= 0 or step % frame_budget(lead_s):
+        return 0
+    return pending
+
+
 def playback_lead_s(emitted_audio_s: float, first_audio_at: float | None, now: float) -> float | None:
     """Seconds of audio already handed out beyond what a real-time listener has played."""
     if first_audio_at is None:
