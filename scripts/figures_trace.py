@@ -10,8 +10,14 @@ def _runs_per_level(runs: list[dict]) -> str:
     return "one traced run per level" if most == 1 else f"{most} traced runs per level (each shown)"
 
 
+def _staggered(record: dict) -> bool:
+    return any(r.get("arrival_gap_ms") for r in record["runs"])
+
+
 def render_trace(records: list[tuple[str, dict]]) -> str:
-    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace"), key=lambda sr: sr[1]["date"])
+    """The newest trace of requests arriving all at once (the bench's levels)."""
+    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace" and not _staggered(r)),
+                    key=lambda sr: sr[1]["date"])
     if not chosen:
         return "No engine trace yet: `python bench/engine_trace.py --json bench/results/engine-trace-h200.json` on a GPU."
     source, record = chosen[-1]
@@ -36,3 +42,27 @@ def render_trace(records: list[tuple[str, dict]]) -> str:
                      f"{device['lm']['busy_ms']:.0f} / {device['codec']['busy_ms']:.0f} | "
                      f"{readout.get('p50', float('nan')):.1f} / {readout.get('p95', float('nan')):.1f} |")
     return "\n".join(lines)
+
+
+def render_arrivals(records: list[tuple[str, dict]]) -> str:
+    """Traces that spread the requests' arrivals (`--arrival-gaps-ms`): each such record's runs,
+    oldest record first, so a change to the engine shows as before and after."""
+    chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace" and _staggered(r)),
+                    key=lambda sr: sr[1]["date"])
+    if not chosen:
+        return ("No trace with spread-out arrivals yet: `python bench/engine_trace.py --streams 256 "
+                "--arrival-gaps-ms 0,4 --json F` on a GPU.")
+    lines = []
+    for source, record in chosen:
+        lines += [_caption("Arrivals spread out", record, source), "",
+                  "| streams | arrivals | wall (ms) | × real time | RTF p50 | TTFP p50 / p95 (ms) "
+                  "| codec passes | codec busy (ms) | LM busy (ms) | LM steps |", "|---" * 10 + "|"]
+        for r in record["runs"]:
+            gap = r.get("arrival_gap_ms") or 0
+            codec, lm = r["device"].get("codec", {}), r["device"].get("lm", {})
+            lines.append(f"| {r['streams']} | {'all at once' if not gap else f'{gap:g} ms apart'} | "
+                         f"{r['wall_ms']:.0f} | {_times(r['x_realtime'])} | {r['rtf_p50']:.3f} | "
+                         f"{_ms(r['ttfp_p50_ms'])} / {_ms(r['ttfp_p95_ms'])} | {codec.get('count', 0)} | "
+                         f"{codec.get('busy_ms', 0):.0f} | {lm.get('busy_ms', 0):.0f} | {lm.get('count', 0)} |")
+        lines.append("")
+    return "\n".join(lines).rstrip()

@@ -12,6 +12,7 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
     docs/PERFORMANCE.md   cpu-bench    engine records run on CPU
                           gpu-bench    engine records run on CUDA (a "pending" line while there are none)
                           gpu-trace    where the wall time goes (bench/engine_trace.py)
+                          gpu-arrivals requests arriving one by one (engine_trace --arrival-gaps-ms)
                           precision    fidelity and speed of each precision mode (bench/fidelity.py)
                           reference    side by side with the upstream implementation (bench/reference.py)
     docs/DEPLOY.md        spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
@@ -59,12 +60,12 @@ from figures_serving import (
     render_serving_encoder_pool,
     render_serving_gpu,
 )
-from figures_trace import render_trace
+from figures_trace import render_arrivals, render_trace
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENTS = {"README.md": ("headline",),
-             "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "precision", "reference"),
+             "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "gpu-arrivals", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
              "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving", "serving-gpu", "serving-changes",
                                                                               "serving-encoder-pool"),
@@ -341,7 +342,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
     return {"cpu-bench": render_bench(records, on_gpu=False), "gpu-bench": render_bench(records, on_gpu=True),
             "reliability": render_reliability(records), "spaces-hardware": render_spaces(records),
             "precision": render_precision(records), "reference": render_reference(records),
-            "gpu-trace": render_trace(records), "headline": render_headline(records),
+            "gpu-trace": render_trace(records), "gpu-arrivals": render_arrivals(records), "headline": render_headline(records),
             "cold-start": render_cold_start(records), "aoti": render_aoti(records),
             "serving": render_serving(records), "serving-gpu": render_serving_gpu(records),
             "serving-changes": render_serving_changes(records),
