@@ -128,6 +128,9 @@ class Synthesizer:
     def list_voices(self) -> list[PresetInfo]:
         return self.voices.list_presets()
 
+    def preset_info(self, name: str) -> PresetInfo | None:
+        return self.voices.preset_info(name)
+
     def voice_clip_path(self, name: str) -> Path | None:
         return self.voices.clip_path(name)
 

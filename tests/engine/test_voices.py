@@ -90,6 +90,18 @@ def test_list_presets_reports_availability_without_encoding(tmp_path: Path, data
     assert bank.clip_path(manifest_only[0].name) is None
 
 
+def test_one_preset_is_its_list_entry_by_any_case(tmp_path: Path, data_dir: Path) -> None:
+    """`preset_info` (what a request resolves) is the preset's `list_presets` entry, found by name in
+    any case; unknown or path-like names are None."""
+    bank = make_bank(tmp_path, voices_dir=data_dir / "presets", encoder=forbid_encoding)
+    listed = {p.name: p for p in bank.list_presets()}
+    for name, info in listed.items():
+        assert bank.preset_info(name) == info
+        assert bank.preset_info(f" {name.upper()} ") == info
+    for name in ("", "nobody", "../presets/zh_1", "zh_1.wav"):
+        assert bank.preset_info(name) is None
+
+
 def test_encoding_happens_once_under_concurrency(tmp_path: Path, data_dir: Path) -> None:
     encoder = CountingEncoder()
     bank = make_bank(tmp_path, voices_dir=data_dir / "presets", encoder=encoder)

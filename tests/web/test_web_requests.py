@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 from support.reliability_common import run_coro
+from support.voice_helpers import forbid_encoding, make_bank
 
 from tts_core.errors import (
     InvalidRequestError,
@@ -29,6 +30,7 @@ from tts_core.web.api.requests import (
     form_body,
     openai_fields,
     prepare,
+    resolve_preset,
     stream_fields,
 )
 from tts_core.web.errors import ModelNotFoundError, ModelNotReadyError, http_status
@@ -110,3 +112,24 @@ def test_http_status_is_decided_at_the_boundary() -> None:
     for exc, status in expected:
         assert http_status(exc) == status, type(exc).__name__
         assert not hasattr(exc, "status_code") and not hasattr(exc, "error_type")
+
+
+def test_a_voice_name_resolves_to_its_preset(tmp_path, data_dir):
+    """By name in any case, an alias or nothing to the default; unknown names list the presets;
+    a preset without its clip says so. (A real voice bank behind the three calls the route uses.)"""
+    from types import SimpleNamespace
+
+    bank = make_bank(tmp_path, voices_dir=data_dir / "presets", encoder=forbid_encoding)
+    synth = SimpleNamespace(preset_info=bank.preset_info, list_voices=bank.list_presets,
+                            default_voice=bank.default_voice)
+    assert resolve_preset(synth, "cedar") == "Cedar"
+    assert resolve_preset(synth, " HUTONG ") == "Hutong"
+    assert resolve_preset(synth, "") == resolve_preset(synth, None) == bank.default_voice
+    assert resolve_preset(synth, "Alloy", frozenset({"alloy"})) == bank.default_voice
+    with pytest.raises(VoiceNotFoundError) as info:
+        resolve_preset(synth, "nobody")
+    assert info.value.param == "voice" and "Cedar" in info.value.message and "/v1/voices" in info.value.message
+    missing = next(p.name for p in bank.list_presets() if not p.available)
+    with pytest.raises(VoiceUnavailableError) as info:
+        resolve_preset(synth, missing.lower())
+    assert info.value.param == "voice" and missing in info.value.message

@@ -109,12 +109,18 @@ class VoiceBank:
     # ---- public ---------------------------------------------------------------------------------
     def list_presets(self) -> list[PresetInfo]:
         """Every preset with its availability, found without encoding or downloading anything."""
-        infos = []
-        for preset in self.catalog.presets:
-            reason = self._unavailable_reason(preset)
-            infos.append(PresetInfo(preset.name, preset.language, preset.gender, preset.description,
-                                    reason is None, reason, self.sources.local_clip(preset.clip) is not None))
-        return infos
+        return [self._info(preset) for preset in self.catalog.presets]
+
+    def preset_info(self, name: str) -> PresetInfo | None:
+        """One preset's entry of `list_presets`, by name (case-insensitive), None when there is no
+        such preset; only that preset's sources are looked at (a request names one voice)."""
+        preset = self.catalog.find(name)
+        return None if preset is None else self._info(preset)
+
+    def _info(self, preset: Preset) -> PresetInfo:
+        reason = self._unavailable_reason(preset)
+        return PresetInfo(preset.name, preset.language, preset.gender, preset.description,
+                          reason is None, reason, self.sources.local_clip(preset.clip) is not None)
 
     def clip_path(self, name: str) -> Path | None:
         """The local, sha256-verified reference clip of a preset (for audition), if there is one."""

@@ -259,11 +259,11 @@ def resolve_preset(synth, name: str | None, aliases: frozenset[str] = frozenset(
     name = (name or "").strip()
     if not name:
         return synth.default_voice
-    presets = {p.name: p for p in synth.list_voices()}
-    preset = presets.get(name) or next((p for p in presets.values() if p.name.lower() == name.lower()), None)
+    preset = synth.preset_info(name)  # one preset looked at, not the whole list: this runs per request
     if preset is None:
         if name.lower() in aliases:
             return synth.default_voice
+        presets = [p.name for p in synth.list_voices()]
         raise VoiceNotFoundError(
             f"unknown voice {name[:80]!r}: choose one of {', '.join(sorted(presets))} "
             "(GET /v1/voices lists them), or send ref_audio to clone a voice",
