@@ -266,8 +266,9 @@ def _cold_start_line(records: list[tuple[str, dict]]) -> str:
                 steps.append(f"CUDA graphs in use after {run['graphs_s']:.1f} s")
             parts.append(f"{label} {run['first_audio_s']:.1f} s ({', '.join(steps)})")
         what = r["setup"].get("what", "python app.py")
+        host = f", {r['setup']['host']}" if r["setup"].get("host") else ""
         lines.append(f"Process start → first audio of `{what}` ({r['setup']['weights']}, device "
-                     f"{next(iter(runs.values()))['device']}): " + "; ".join(parts) + f". {_where(source, r)}.")
+                     f"{next(iter(runs.values()))['device']}{host}): " + "; ".join(parts) + f". {_where(source, r)}.")
     return "\n\n".join(lines)
 
 
