@@ -32,6 +32,7 @@ T0=$(date +%s)
 BUDGET_S=${BUDGET_S:-500}
 CLIENT_CPUS=${CLIENT_CPUS:-4}
 CLIENT_PROCS=${CLIENT_PROCS:-4}
+FORMATS=${FORMATS:-mp3,pcm,opus,aac}
 if [ "${SMOKE:-0}" = 1 ] || [ ! -d outputs/device-data ]; then  # the smoke run needs the tiny checkpoints
   DATA=${MOSS_TTS_PARITY_DIR:-../shared/moss_tts_nano_data}
 else
@@ -68,9 +69,9 @@ PY_SPY=${PY_SPY:-$(command -v py-spy || echo /tmp/site/bin/py-spy)}
 LEFT=$((BUDGET_S - ($(date +%s) - T0)))
 step "bench: levels $LEVELS, search $SEARCH, $LEFT s left"
 $PY bench/http_load.py "${MODEL[@]}" --data "$DATA" --server-args "--no-ui --no-defer-compile" \
-  --streams "$LEVELS" --formats "${FORMATS:-mp3,pcm,opus,aac}" --modes stream --frames "$FRAMES" --repeats "$REPEATS" \
+  --streams "$LEVELS" --formats "$FORMATS" --modes stream --frames "$FRAMES" --repeats "$REPEATS" \
   --client httpx --client-processes "$CLIENT_PROCS" --client-cpus "$CLIENT_CPUS" --sdk-levels "$SDK" \
-  --search-levels "$SEARCH" --search-formats "${FORMATS:-mp3,pcm,opus,aac}" --search-repeats 2 --ttfb-target-ms 300 \
+  --search-levels "$SEARCH" --search-formats "$FORMATS" --search-repeats 2 --ttfb-target-ms 300 \
   --profile "$PROFILE" --profile-dir "$OUT" --py-spy "$PY_SPY" ${PROFILE_IDLE:+--profile-idle} \
   ${ENCODER_PROCESSES:+--encoder-processes "$ENCODER_PROCESSES"} \
   --budget-s "$LEFT" --no-encoder-check --machine-note "nothing else ran on the machine" \
