@@ -19,6 +19,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +43,9 @@ def default_data_dir() -> Path:
 
 def run_dtype(name: str, args: argparse.Namespace, device: torch.device) -> dict:
     lm, _ = build_random_models(args.lm_config, args.codec_config, device, DTYPES[name])
+    started = time.perf_counter()
     aoti, report = build_aoti_units(lm, batch=1, device=device, cache_dir=args.cache_dir)
+    build_s = time.perf_counter() - started  # the units are compiled side by side: their slowest, not their sum
     eager_s, aoti_s, same, total = [], [], 0, 0
     for _ in range(args.repeats):
         eager_codes, seconds = greedy_run(lm, lm_step.EAGER, args.frames)
@@ -53,6 +56,7 @@ def run_dtype(name: str, args: argparse.Namespace, device: torch.device) -> dict
         total += eager_codes.numel()
     eager_ms, aoti_ms = 1000 * statistics.median(eager_s), 1000 * statistics.median(aoti_s)
     return {"dtype": name, "arch": report.arch, "units": report.outcome, "unit_seconds": report.seconds,
+            "build_s": round(build_s, 3),
             "frame_ms": {"eager": round(eager_ms, 3), "aoti": round(aoti_ms, 3)},
             "speedup": round(eager_ms / aoti_ms, 3), "codes_equal_share": round(same / total, 4),
             "codes_equal": same == total, "frames": args.frames, "repeats": args.repeats}

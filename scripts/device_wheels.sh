@@ -13,6 +13,7 @@
 #   ui          gradio and what it needs beyond the image                                 ~34 MB
 #   av          PyAV: mp3 / opus / aac / flac encoding (formats other than pcm, wav, f32)  ~36 MB
 #   stretch     pedalboard: `speed` other than 1                                          ~5 MB
+#   test        pytest and its plugins, and what the GPU tests' ZeroGPU child reads clips with ~6 MB
 # Without av the server still starts and streams f32, pcm and wav; without stretch `speed` is refused.
 #
 # On the device, before the command that needs them (carry: [".whl"]):
@@ -28,6 +29,7 @@ SERVER="fastapi starlette pydantic pydantic-core annotated-types typing-inspecti
 UI="gradio gradio-client hf-gradio brotli groovy orjson pydub safehttpx semantic-version tomlkit pytz"
 AV="av"
 STRETCH="pedalboard"
+TEST="pytest pluggy iniconfig pytest-timeout packaging pygments soundfile cffi pycparser soxr"
 
 sets=("$@")
 [ ${#sets[@]} -gt 0 ] || sets=(server ui)
@@ -38,7 +40,8 @@ for set in "${sets[@]}"; do
     ui) names+=" $UI" ;;
     av) names+=" $AV" ;;
     stretch) names+=" $STRETCH" ;;
-    *) echo "unknown set '$set': use server, ui, av, stretch" >&2; exit 2 ;;
+    test) names+=" $TEST" ;;
+    *) echo "unknown set '$set': use server, ui, av, stretch, test" >&2; exit 2 ;;
   esac
 done
 

@@ -45,20 +45,30 @@ def render_cold_start(records: list[tuple[str, dict]]) -> str:
     return "\n\n".join(blocks)
 
 
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f} s"
+
+
 def render_aoti(records: list[tuple[str, dict]]) -> str:
-    """Per AoTI record: per dtype, the frame time eager vs compiled and whether the codes agree."""
+    """Per AoTI record: per dtype, the frame time eager vs compiled and whether the codes agree. A
+    run where no package loaded timed the eager step twice: it shows no AoTI time and no speed-up."""
     chosen = sorted(((s, r) for s, r in records if r.get("kind") == "aoti_step"), key=lambda sr: sr[1]["date"])
     if not chosen:
         return f"Not measured yet (no GPU here): `{AOTI_COMMAND}` on a CUDA machine."
     blocks = []
     for source, record in chosen:
         lines = [_caption("AOTInductor step vs eager, one stream", record, source), "",
-                 "| dtype | architecture | frame, eager | frame, AoTI | speed-up | greedy codes equal | units |",
-                 "|---|---|---|---|---|---|---|"]
+                 "| dtype | architecture | frame, eager | frame, AoTI | speed-up | greedy codes equal | units "
+                 "| units ready in |",
+                 "|---|---|---|---|---|---|---|---|"]
         for run in record["runs"]:
-            units = ", ".join(f"{k}: {v}" for k, v in run["units"].items())
-            lines.append(f"| {run['dtype']} | {run['arch']} | {run['frame_ms']['eager']:.2f} ms | "
-                         f"{run['frame_ms']['aoti']:.2f} ms | {run['speedup']:.2f}× | "
-                         f"{100 * run['codes_equal_share']:.1f} % | {units} |")
+            outcomes = set(run["units"].values())
+            units = (f"all {len(run['units'])}: {outcomes.pop()}" if len(outcomes) == 1
+                     else ", ".join(f"{k}: {v}" for k, v in run["units"].items()))
+            served = any(not outcome.startswith("eager") for outcome in run["units"].values())
+            aoti = f"{run['frame_ms']['aoti']:.2f} ms" if served else "– (no unit loaded)"
+            speedup = f"{run['speedup']:.2f}×" if served else "–"
+            lines.append(f"| {run['dtype']} | {run['arch']} | {run['frame_ms']['eager']:.2f} ms | {aoti} | {speedup} | "
+                         f"{100 * run['codes_equal_share']:.1f} % | {units} | {_seconds(run.get('build_s'))} |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

@@ -15,7 +15,7 @@ import torch
 from support.runner_helpers import drive
 
 from tts_core.config import EngineConfig, SamplingParams
-from tts_core.engine.buckets import bucket_sizes, length_buckets, padded_step_input, pick_bucket
+from tts_core.engine.buckets import bucket_sizes, kv_columns, length_buckets, padded_step_input, pick_bucket
 from tts_core.engine.codec_passes import split_passes
 from tts_core.engine.eager_runner import EagerRunner
 from tts_core.engine.engine import Engine
@@ -115,6 +115,11 @@ def test_static_sampled_equals_plain_eager_path(models, vectors):
         np.testing.assert_array_equal(got, want)
     for want, got in zip(want_pcm, got_pcm):
         np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_kv_columns_hold_every_row_and_a_scratch_column_rounded_to_16():
+    assert kv_columns(240) == 256 and kv_columns(255) == 256 and kv_columns(256) == 272
+    assert kv_columns(1) == 16
 
 
 def test_length_buckets_are_powers_of_two_then_the_cache_length():

@@ -6,6 +6,12 @@ folder's cost, so runners are built once per session and shared (`runners`): a t
 slot released (`drive` and a finished engine do), so the next one starts from clean slots. Shapes
 are the smallest that still test each property: 240 KV rows (two attention-length buckets) and 4
 or 8 slots.
+
+Compiling the step's units is the largest cost of all, and one unit after another in one process.
+So right after collection a process per unit compiles it into torch.compile's on-disk caches
+(`support/compile_warmup.py`), while the tests that compile nothing run; the tests marked
+`compiles` run after them, once those processes are done, and build their runner from the caches.
+The ZeroGPU tests run last: their child (`start_zerogpu_flow`) also starts after collection.
 """
 
 from __future__ import annotations
@@ -17,29 +23,52 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import compile_warmup
 from support.folders import mark_folder, parity_root
-from support.gpu_runners import CUDA, build_runner
+from support.gpu_runners import CUDA, MAX_ROWS, build_runner
 
 HERE = Path(__file__).resolve().parent
 ZEROGPU_CHILD = HERE.parent / "support" / "zerogpu_child.py"
 
 
+def _run_order(item: pytest.Item) -> int:
+    """This folder's tests in three groups: those that compile nothing, then `compiles`, then ZeroGPU."""
+    if item.path.name == "test_zerogpu_gpu.py":
+        return 2
+    return 1 if item.get_closest_marker("compiles") else 0
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     mark_folder(items, HERE, pytest.mark.gpu)
+    mine = [index for index, item in enumerate(items) if HERE in Path(item.path).parents]
+    for index, item in zip(mine, sorted((items[i] for i in mine), key=_run_order)):  # stable within a group
+        items[index] = item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the ZeroGPU flow's child now when its tests will run: it compiles on its own cores
-    while the tests before it compile theirs (its fixture waits for it)."""
-    if not torch.cuda.is_available() or not any(item.path.name == "test_zerogpu_gpu.py" for item in session.items):
+    """Start the compile warm-up and the ZeroGPU flow's child now, when tests that wait for them
+    will run: they work on the machine's other cores while the first tests run."""
+    if not torch.cuda.is_available() or not (parity_root() / "hf_checkpoint_meta").is_dir():
         return
     import tempfile
 
-    if (parity_root() / "parity").is_dir():
+    if any(item.get_closest_marker("compiles") for item in session.items):
+        lm_config = parity_root() / "hf_checkpoint_meta" / "config.json"
+        session.config.compile_warmup = compile_warmup.start(lm_config, num_slots=8, max_rows=MAX_ROWS)
+    if any(item.path.name == "test_zerogpu_gpu.py" for item in session.items) and (parity_root() / "parity").is_dir():
         session.config.zerogpu_child = start_zerogpu_flow(parity_root(), Path(tempfile.mkdtemp(prefix="zerogpu-aoti-")))
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    warmup = getattr(item.config, "compile_warmup", None)
+    if warmup is not None and item.get_closest_marker("compiles"):
+        warmup.wait()  # at once after the first time
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    warmup = getattr(config, "compile_warmup", None)
+    if warmup is not None:
+        warmup.kill()
     child = getattr(config, "zerogpu_child", None)
     if child is not None and child.poll() is None:  # the session ended before its tests waited for it
         child.kill()
@@ -103,13 +132,18 @@ def runners(full_models):
     return get
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """Where this folder's time went: torch.compile's own per-function times (most of the suite)."""
-    import sys
-
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """Where this folder's time went: the compile warm-up's processes, and torch.compile's own
+    per-function times in this process with its cache hits (most of the suite's cost)."""
+    warmup = getattr(config, "compile_warmup", None)
+    if warmup is not None:
+        terminalreporter.write_sep("-", "compile warm-up processes (seconds after collection)")
+        for line in warmup.report():
+            terminalreporter.write_line(line)
     if "torch._dynamo" not in sys.modules:
         return
-    from torch._dynamo.utils import compile_times
+    from torch._dynamo.utils import compile_times, counters
 
-    terminalreporter.write_sep("-", "torch.compile time per function (s)")
+    terminalreporter.write_sep("-", "torch.compile in this process: time per function (s), cache counters")
     terminalreporter.write_line(str(compile_times(repr="str", aggregate=True)))
+    terminalreporter.write_line(f"inductor {dict(counters['inductor'])}; aot_autograd {dict(counters['aot_autograd'])}")

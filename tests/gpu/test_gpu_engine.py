@@ -54,6 +54,7 @@ def test_graphed_equals_eager_bf16(runners, prompts):
     assert worst <= 1e-5, f"graphed vs eager PCM max |diff| = {worst:.3g}"
 
 
+@pytest.mark.compiles
 def test_compile_on_by_default_and_off_when_asked(runners):
     assert runners(torch.float32, 8).stepper.compile_mode == "inductor"
     assert runners(torch.float32, 8).stepper.units is not lm_step.EAGER  # compiled and warmed without falling back
@@ -90,6 +91,7 @@ def test_ring_kernel_codec_equals_sdpa_codec_on_this_gpu(full_models):
     assert int(states[1].stages[-1].offsets.min()) > states[1].stages[-1].capacity
 
 
+@pytest.mark.compiles
 def test_compiled_step_equals_per_op_step_fp32(runners, prompts):
     """Compiled fused units vs the per-op step, both graphed, greedy, fp32: identical codes and PCM.
     (In bf16 the fused kernels round differently, so codes may differ: `bench/gpu_checks.py`
@@ -105,6 +107,7 @@ def test_compiled_step_equals_per_op_step_fp32(runners, prompts):
 
 
 
+@pytest.mark.compiles
 @torch.inference_mode()
 def test_burst_after_a_cached_prefix_compiled_equals_per_op_fp32(full_models, runners, prompts):
     """A burst of one voice's prompts (a shared 150-row prefix, texts of several lengths) takes the
@@ -139,7 +142,8 @@ def test_tiny_checkpoint_greedy_matches_reference_graphed_fp32(parity_dir):
         np.testing.assert_array_equal(got, vectors[f"{case}.greedy.audio_token_ids"].numpy())
 
 
-@pytest.mark.parametrize(("dtype", "batch_invariant"), [(torch.float32, False), (torch.bfloat16, True)])
+@pytest.mark.parametrize(("dtype", "batch_invariant"), [pytest.param(torch.float32, False, marks=pytest.mark.compiles),
+                                                         (torch.bfloat16, True)])
 def test_batch_equals_solo(runners, prompts, dtype, batch_invariant):
     """fp32 with batch-size buckets, and bf16 in the batch-invariant mode: exactly equal codes."""
     options = {"batch_invariant": True, "compile": "off"} if batch_invariant else {}
@@ -216,6 +220,7 @@ def _engine_run(runners, dtype, jobs, audio: list | None = None, **config) -> li
         engine.close()
 
 
+@pytest.mark.compiles
 def test_lm_and_codec_graphs_are_captured_on_streams_of_their_own(runners):
     """Codec replays run on their own stream while LM replays run: the two kinds of graph must not
     share the cuBLAS workspace torch keys by capture stream (with one capture stream, 64 streams
@@ -275,6 +280,7 @@ def test_capture_survives_dead_graphs_in_reference_cycles(full_models, monkeypat
     assert collected_inside == []
 
 
+@pytest.mark.compiles
 @pytest.mark.timeout(900)
 def test_64_callers_on_the_servers_gpu_path_all_finish(full_models, prompts):
     """What the bench's 64-stream level does, as the server runs it: compiled step, CUDA graphs,
@@ -343,6 +349,7 @@ def test_step_ahead_changes_no_codes_under_graphs(runners, prompts):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.compiles
 def test_deferred_compile_switches_to_graphs_without_changing_codes(full_models, prompts):
     models = full_models(torch.float32)
     runner = _runner(models, 4, defer=True)

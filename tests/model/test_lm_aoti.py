@@ -69,18 +69,36 @@ def test_packages_are_reloaded_from_the_cache_and_other_batches_run_eagerly(lm, 
     assert torch.equal(units.norm(lm.transformer.ln_f, x), lm_step.final_norm(lm.transformer.ln_f, x))
 
 
-def test_a_unit_that_fails_to_export_stays_eager(lm, tmp_path, monkeypatch):
+def test_a_unit_that_fails_to_compile_stays_eager(lm, tmp_path, monkeypatch):
+    """A unit is compiled in a process of its own: one that fails there leaves no package and the
+    unit eager here, with the failure's last line as the reason."""
     from tts_core.zerogpu import aoti as lm_aoti
 
-    def refuse(*args, **kwargs):
-        raise RuntimeError("export refused (test)")
-
-    monkeypatch.setattr(lm_aoti, "compile_package", refuse)
+    monkeypatch.setattr(lm_aoti, "_BUILD", ("-c", "raise RuntimeError('export refused (test)')"))
     units, report = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=tmp_path, units=("norm",))
-    assert report.outcome == {"norm": "eager: RuntimeError: export refused (test)"}
+    assert report.outcome == {"norm": "eager: compiling it failed (exit 1) RuntimeError: export refused (test)"}
     x = torch.randn(1, 1, lm.config.hidden_size)
     assert torch.equal(units.norm(lm.transformer.ln_f, x), lm_step.final_norm(lm.transformer.ln_f, x))
-    assert not list(tmp_path.rglob("*.pt2"))
+    assert not list(tmp_path.rglob("*.pt2")) and not list(tmp_path.rglob("*.job"))  # nor a job file left
+
+
+def test_a_compile_job_carries_the_unit_to_its_process(lm, tmp_path, monkeypatch):
+    """What a build process receives: the unit's module and example arguments, restored from the
+    job file (its compile replaced by a recorder: the real compile is the slow test above)."""
+    from tts_core.zerogpu import aoti as lm_aoti
+
+    module, args = lm_aoti._examples(lm, 1, torch.device("cpu"), torch.float32)["local"]
+    job = tmp_path / "local.job"
+    torch.save({"unit": "local", "module": module, "args": list(args), "path": str(tmp_path / "x.pt2"),
+                "device": "cpu"}, job)
+    seen = {}
+    monkeypatch.setattr(lm_aoti, "compile_package", lambda *a: seen.setdefault("call", a))
+    lm_aoti.compile_from_job(str(job))
+    unit, got_module, got_args, path = seen["call"]
+    assert unit == "local" and path == tmp_path / "x.pt2"
+    assert lm_aoti.module_tensors(got_module).keys() == lm_aoti.module_tensors(module).keys()
+    assert len(got_args) == len(args) and isinstance(got_args[4], list)  # the per-layer keys stay a list
+    assert all(torch.equal(a, b) for a, b in zip(got_args[4], args[4]))
 
 
 def _fields(units: lm_step.StepUnits) -> dict:
@@ -110,6 +128,11 @@ def test_a_package_that_crashes_its_loader_stays_eager(lm, tmp_path, monkeypatch
                                      units=("norm",), compile_missing=False)
     assert report.outcome["norm"].startswith("eager: a separate process that loaded it exited with -6")
     assert units.norm.package is None and not path.with_suffix(".ok").exists()
+    # Checked once: the reason is kept beside the package, and a later start gives it without a process.
+    monkeypatch.setattr(lm_aoti, "_LOAD_CHECK", ("-c", "pass"))
+    _, again = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=tmp_path,
+                                units=("norm",), compile_missing=False)
+    assert again.outcome == report.outcome and path.with_suffix(".failed").is_file()
 
 
 def test_a_package_that_loaded_once_is_trusted_without_another_process(tmp_path, monkeypatch):

@@ -54,6 +54,10 @@ def main(data: Path, aoti_dir: Path) -> dict:
             "packages": sorted(p.name.split("-")[0] for p in aoti_dir.rglob("*.pt2")),
             # A package that loaded in its check process gets an `.ok` marker; one that did not stays eager.
             "loaded": sorted(p.name.split("-")[0] for p in aoti_dir.rglob("*.ok")),
+            # Why each of the others did not load: its check's reason, kept beside it (no new check).
+            "load_problems": {p.name.split("-")[0]: (p.with_suffix(".failed").read_text().strip()
+                                                     if p.with_suffix(".failed").is_file() else "not checked")
+                              for p in sorted(aoti_dir.rglob("*.pt2")) if not p.with_suffix(".ok").is_file()},
             "parent_cuda_initialized": parent_cuda_initialized()}
 
 

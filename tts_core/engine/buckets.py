@@ -35,6 +35,12 @@ def padded_step_input(slots: list[int], uniforms: np.ndarray, has_room: np.ndarr
     return rows
 
 
+def kv_columns(max_context_rows: int) -> int:
+    """KV-cache columns of a static runner: every row a stream may hold, one scratch column that
+    rows not advancing in a step write to, rounded up to 16 for aligned attention masks."""
+    return -(-(max_context_rows + 1) // 16) * 16
+
+
 def length_buckets(max_len: int, smallest: int = 128) -> list[int]:
     """Attention lengths captured per batch bucket: powers of two from `smallest`, then `max_len`."""
     sizes = []

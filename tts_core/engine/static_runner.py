@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..config import SamplingParams
-from .buckets import bucket_sizes, padded_step_input, pick_bucket
+from .buckets import bucket_sizes, kv_columns, padded_step_input, pick_bucket
 from .graphs import StaticStepper
 from .host_copy import PendingPcm, ReadyPcm
 from .prefill import BatchPrefiller
@@ -75,7 +75,7 @@ class StaticRunner(SlotRunner):
             self.buckets = [rows]
         spare_row = rows
         super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
-                         state_rows=rows + 1, cache_len=-(-(max_context_rows + 1) // 16) * 16,
+                         state_rows=rows + 1, cache_len=kv_columns(max_context_rows),
                          # batch_invariant keeps prefills whole, one per stream
                          prefix_cache_size=0 if batch_invariant else prefix_cache_size)
         self.batch_invariant = batch_invariant

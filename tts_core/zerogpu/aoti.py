@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -164,28 +165,108 @@ def compile_package(unit: str, module: nn.Module, args: tuple, path: Path) -> Pa
     return path
 
 
+def _to(value, device: torch.device):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list):
+        return [_to(item, device) for item in value]
+    return value
+
+
+def compile_from_job(job_file: str) -> None:
+    """A build process's work: the unit, module and example arguments that `_compile_elsewhere`
+    saved, compiled into the package named there."""
+    job = torch.load(job_file, map_location="cpu", weights_only=False)
+    device = torch.device(job["device"])
+    with torch.inference_mode(False), torch.no_grad():
+        compile_package(job["unit"], job["module"].to(device), tuple(_to(a, device) for a in job["args"]),
+                        Path(job["path"]))
+
+
+# Each package is compiled in a process of its own, all units at once: export and inductor's
+# lowering are single-threaded Python, so a unit's compile does not speed up another's, and a
+# worker's first call waits for the slowest unit instead of their sum.
+_ROOT = Path(__file__).resolve().parents[2]
+_BUILD = ("-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                "from tts_core.zerogpu.aoti import compile_from_job; compile_from_job(sys.argv[2])")
+BUILD_TIMEOUT_S = 1800
+
 # A package is loaded in a separate process before this one trusts it: a loader that crashes (seen
 # on an H200 with torch 2.11: a segfault inside `aoti_load_package`) then costs that process, not
-# the GPU worker; the unit stays eager. A package that loaded cleanly gets a marker beside it.
+# the GPU worker; the unit stays eager. The outcome is kept beside the package, so each package is
+# checked once: an `.ok` marker, or a `.failed` file with the reason (delete it to check again).
 _LOAD_CHECK = ("-c", "import sys, torch; torch._inductor.aoti_load_package(sys.argv[1])")
-LOAD_CHECK_TIMEOUT_S = 300
+LOAD_CHECK_TIMEOUT_S = 120
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1][:200]
+
+
+def _compile_elsewhere(unit: str, module: nn.Module, args: tuple, path: Path, device: torch.device) -> str | None:
+    """Compile `unit` into `path` in a separate process; None when the package was written, else why not."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    job = path.with_suffix(".job")
+    torch.save({"unit": unit, "module": module, "args": list(args), "path": str(path), "device": str(device)}, job)
+    try:
+        done = subprocess.run([sys.executable, *_BUILD, str(_ROOT), str(job)], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"compiling it took over {BUILD_TIMEOUT_S} s"
+    finally:
+        job.unlink(missing_ok=True)
+    if done.returncode != 0 or not path.is_file():
+        return f"compiling it failed (exit {done.returncode}) {_last_line(done.stderr)}".rstrip()
+    return None
 
 
 def loads_cleanly(path: Path) -> str | None:
-    """None when `path` loads in a fresh process (or did before: its `.ok` marker), else why not."""
-    marker = path.with_suffix(".ok")
+    """None when `path` loads in a fresh process, else why not; the first check's outcome is kept
+    (an `.ok` marker or a `.failed` file) and given again without another process."""
+    marker, failed = path.with_suffix(".ok"), path.with_suffix(".failed")
     if marker.is_file():
         return None
+    if failed.is_file():
+        return failed.read_text(encoding="utf-8").strip() or "it failed its load check before"
     try:
         done = subprocess.run([sys.executable, *_LOAD_CHECK, str(path)], capture_output=True, text=True,
                               timeout=LOAD_CHECK_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired:  # maybe a busy machine: not kept, checked again next time
         return f"loading it took over {LOAD_CHECK_TIMEOUT_S} s in a separate process"
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or [""])[-1][:200]
-        return f"a separate process that loaded it exited with {done.returncode} {last}".rstrip()
+        reason = f"a separate process that loaded it exited with {done.returncode} {_last_line(done.stderr)}".rstrip()
+        failed.write_text(reason + "\n", encoding="utf-8")
+        return reason
     marker.touch()
     return None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    outcome: str  # "loaded", "compiled", or "eager: why"
+    seconds: float
+
+    @property
+    def usable(self) -> bool:
+        return not self.outcome.startswith("eager")
+
+
+def _prepare(unit: str, module: nn.Module, args: tuple, path: Path, device: torch.device,
+             compile_missing: bool) -> _Prepared:
+    """The package at `path` made ready to load here: compiled if missing (and allowed), then
+    checked in a separate process. Runs in a thread of its own; the work is in child processes."""
+    started = time.perf_counter()
+    if path.is_file():
+        outcome = "loaded"
+    elif not compile_missing:
+        return _Prepared("eager: no package in the cache", 0.0)
+    else:
+        problem = _compile_elsewhere(unit, module, args, path, device)
+        outcome = f"eager: {problem}" if problem else "compiled"
+    if not outcome.startswith("eager"):
+        problem = loads_cleanly(path)
+        outcome = f"eager: {problem}" if problem else outcome
+    return _Prepared(outcome, time.perf_counter() - started)
 
 
 def build_aoti_units(lm, *, batch: int, device: torch.device, cache_dir: str | Path,
@@ -194,41 +275,33 @@ def build_aoti_units(lm, *, batch: int, device: torch.device, cache_dir: str | P
     """`base` with the transformer units replaced by AOTInductor packages for `batch` streams.
 
     Packages come from `cache_dir/<arch>/` when there, else are exported and compiled (unless
-    `compile_missing` is False) and stored there for the next start. Returns the units and a report.
+    `compile_missing` is False), every missing unit at once in processes of their own, and stored
+    there for the next start. Returns the units and a report (a unit's seconds: its compile, its
+    load check and its load here).
     """
     dtype = next(lm.parameters()).dtype
     arch = device_arch(device)
     folder = Path(cache_dir) / arch
-    outcome: dict[str, str] = {}
-    seconds: dict[str, float] = {}
-    replaced = {}
     with torch.inference_mode(False), torch.no_grad():
         examples = _examples(lm, batch, device, dtype)
-        for unit in units:
-            module, args = examples[unit]
-            path = folder / package_name(unit, module, args, arch)
-            started = time.perf_counter()
-            package = None
+    paths = {unit: folder / package_name(unit, *examples[unit], arch) for unit in units}
+    with ThreadPoolExecutor(max_workers=max(1, len(units)), thread_name_prefix="aoti") as pool:
+        futures = {unit: pool.submit(_prepare, unit, *examples[unit], paths[unit], device, compile_missing)
+                   for unit in units}
+        prepared = {unit: future.result() for unit, future in futures.items()}
+    outcome, seconds, replaced = {}, {}, {}
+    for unit in units:
+        started, package = time.perf_counter(), None
+        outcome[unit] = prepared[unit].outcome
+        if prepared[unit].usable:
             try:
-                if path.is_file():
-                    outcome[unit] = "loaded"
-                elif compile_missing:
-                    compile_package(unit, module, args, path)
-                    outcome[unit] = "compiled"
-                else:
-                    outcome[unit] = "eager: no package in the cache"
-                problem = loads_cleanly(path) if path.is_file() else None
-                if problem:
-                    outcome[unit] = f"eager: {problem}"
-                    logger.warning("AOTInductor: the %s unit stays eager (%s)", unit, problem)
-                elif path.is_file():
-                    package = torch._inductor.aoti_load_package(str(path))
-            except Exception as exc:  # export or compile failed: this unit stays eager
-                outcome[unit] = f"eager: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                logger.warning("AOTInductor: the %s unit stays eager (%s)", unit, outcome[unit])
-            seconds[unit] = round(time.perf_counter() - started, 3)
-            batch_arg = 0
-            replaced[unit] = AotUnit(unit, _PLAIN[unit], batch=batch, batch_arg=batch_arg, package=package)
+                package = torch._inductor.aoti_load_package(str(paths[unit]))
+            except Exception as exc:  # checked in a separate process, yet refused here: stays eager
+                outcome[unit] = f"eager: {type(exc).__name__}: {_last_line(str(exc))}"
+        if package is None and outcome[unit] != "eager: no package in the cache":
+            logger.warning("AOTInductor: the %s unit stays eager (%s)", unit, outcome[unit])
+        seconds[unit] = round(prepared[unit].seconds + time.perf_counter() - started, 3)
+        replaced[unit] = AotUnit(unit, _PLAIN[unit], batch=batch, batch_arg=0, package=package)
     report = AotReport(outcome=outcome, seconds=seconds, arch=arch, folder=str(folder))
     logger.info("AOTInductor units for B=%d on %s: %s", batch, arch, outcome)
     return replace(base, **replaced), report

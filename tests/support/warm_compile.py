@@ -1,0 +1,46 @@
+"""Fills torch.compile's on-disk caches with some of the LM step's compiled units, in a process of
+its own, so that the GPU tests' first compiled runner finds them there instead of compiling each
+unit in turn (tests/gpu/conftest.py starts one of these per unit right after collection).
+
+It compiles exactly what that runner's start-up compiles (`static_step.compile_on_scratch` over the
+runner's batch buckets and KV columns, the fp32 LM of the real config) but only for the named units;
+the others run plain. The compiled graphs do not depend on the weights' values (they are inputs),
+so the LM keeps its initial weights.
+
+usage: python tests/support/warm_compile.py LM_CONFIG NUM_SLOTS MAX_ROWS UNIT[,UNIT...] [DEVICE]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from tts_core.engine.buckets import bucket_sizes, kv_columns  # noqa: E402
+from tts_core.engine.static_step import compile_on_scratch  # noqa: E402
+from tts_core.model import lm_step  # noqa: E402
+from tts_core.model.lm import MossTTSNanoLM  # noqa: E402
+from tts_core.model.lm_config import LMConfig  # noqa: E402
+
+
+def units_with_compiled(names: list[str]) -> lm_step.StepUnits:
+    compiled = lm_step.StepUnits.compiled("inductor")
+    unknown = set(names) - set(lm_step.StepUnits.__dataclass_fields__)
+    if unknown:
+        raise SystemExit(f"unknown step units: {', '.join(sorted(unknown))}")
+    return lm_step.StepUnits(**{name: getattr(compiled, name) for name in names})
+
+
+def main(lm_config: str, num_slots: int, max_rows: int, names: list[str], device: torch.device) -> None:
+    lm = MossTTSNanoLM(LMConfig.from_json(lm_config)).to(device=device, dtype=torch.float32)
+    lm = lm.eval().requires_grad_(False)
+    compile_on_scratch(lm, units_with_compiled(names), bucket_sizes(num_slots), kv_columns(max_rows), device)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(","),
+         torch.device(sys.argv[5] if len(sys.argv) > 5 else "cuda"))
