@@ -122,6 +122,23 @@ def test_kv_columns_hold_every_row_and_a_scratch_column_rounded_to_16():
     assert kv_columns(1) == 16
 
 
+def test_the_gpu_suites_compile_warmup_compiles_over_a_runners_shapes(models, monkeypatch):
+    """tests/support/warm_compile.py fills the compile caches for the GPU tests' first compiled
+    runner (8 slots): only if it compiles over the batch buckets and KV columns that runner's
+    start-up passes do its graphs match (the compile itself is recorded here, not run)."""
+    from support.gpu_runners import MAX_ROWS
+    from support.warm_compile import scratch_shapes
+
+    from tts_core.engine import graphs
+
+    seen = []
+    monkeypatch.setattr(graphs, "compile_on_scratch", lambda lm, units, buckets, rope_len, *rest: seen.append(
+        (list(buckets), rope_len)))
+    lm, codec = models
+    StaticRunner(lm, codec, num_slots=8, max_context_rows=MAX_ROWS, device=CPU, compile="aot_eager")
+    assert seen == [scratch_shapes(8, MAX_ROWS)]
+
+
 def test_length_buckets_are_powers_of_two_then_the_cache_length():
     assert length_buckets(608) == [128, 256, 512, 608]
     assert length_buckets(2064) == [128, 256, 512, 1024, 2048, 2064]

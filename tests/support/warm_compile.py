@@ -35,10 +35,16 @@ def units_with_compiled(names: list[str]) -> lm_step.StepUnits:
     return lm_step.StepUnits(**{name: getattr(compiled, name) for name in names})
 
 
+def scratch_shapes(num_slots: int, max_rows: int) -> tuple[list[int], int]:
+    """The batch buckets and KV columns a static runner of that size compiles its units over
+    (tests/engine/test_static_engine.py checks them against a runner's start-up)."""
+    return bucket_sizes(num_slots), kv_columns(max_rows)
+
+
 def main(lm_config: str, num_slots: int, max_rows: int, names: list[str], device: torch.device) -> None:
     lm = MossTTSNanoLM(LMConfig.from_json(lm_config)).to(device=device, dtype=torch.float32)
     lm = lm.eval().requires_grad_(False)
-    compile_on_scratch(lm, units_with_compiled(names), bucket_sizes(num_slots), kv_columns(max_rows), device)
+    compile_on_scratch(lm, units_with_compiled(names), *scratch_shapes(num_slots, max_rows), device)
 
 
 if __name__ == "__main__":
