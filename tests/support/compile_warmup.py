@@ -11,13 +11,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from tts_core.model.lm_step import StepUnits
+
 WARM_COMPILE = Path(__file__).resolve().parent / "warm_compile.py"
-# Every unit of `lm_step.StepUnits`, one process each (named here, so that importing this module
-# does not import torch).
-UNITS = ("local", "decide", "pick", "embed", "qkv", "finish", "norm", "prefill", "prefill_after")
+UNITS = tuple(unit.name for unit in fields(StepUnits))  # every unit of the step, one process each
 # Inductor's compile workers per warm-up process (its default is one per core, in each process).
 COMPILE_THREADS = "4"
 WAIT_S = 900

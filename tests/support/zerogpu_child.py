@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 
 from tts_core import SynthesisRequest, Synthesizer  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
+from tts_core.zerogpu.aoti import failed_reason  # noqa: E402
 from tts_core.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
 from tts_core.zerogpu.worker import load_gpu_weights, make_gpu_stream, place_weights  # noqa: E402
 
@@ -55,8 +56,7 @@ def main(data: Path, aoti_dir: Path) -> dict:
             # A package that loaded in its check process gets an `.ok` marker; one that did not stays eager.
             "loaded": sorted(p.name.split("-")[0] for p in aoti_dir.rglob("*.ok")),
             # Why each of the others did not load: its check's reason, kept beside it (no new check).
-            "load_problems": {p.name.split("-")[0]: (p.with_suffix(".failed").read_text().strip()
-                                                     if p.with_suffix(".failed").is_file() else "not checked")
+            "load_problems": {p.name.split("-")[0]: failed_reason(p) or "not checked"
                               for p in sorted(aoti_dir.rglob("*.pt2")) if not p.with_suffix(".ok").is_file()},
             "parent_cuda_initialized": parent_cuda_initialized()}
 

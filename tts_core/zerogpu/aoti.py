@@ -220,14 +220,23 @@ def _compile_elsewhere(unit: str, module: nn.Module, args: tuple, path: Path, de
     return None
 
 
+def failed_reason(path: Path) -> str | None:
+    """Why `path` failed its load check, as kept beside it; None when it has not failed one."""
+    failed = path.with_suffix(".failed")
+    if not failed.is_file():
+        return None
+    return failed.read_text(encoding="utf-8").strip() or "it failed its load check before"
+
+
 def loads_cleanly(path: Path) -> str | None:
     """None when `path` loads in a fresh process, else why not; the first check's outcome is kept
     (an `.ok` marker or a `.failed` file) and given again without another process."""
-    marker, failed = path.with_suffix(".ok"), path.with_suffix(".failed")
+    marker = path.with_suffix(".ok")
     if marker.is_file():
         return None
-    if failed.is_file():
-        return failed.read_text(encoding="utf-8").strip() or "it failed its load check before"
+    kept = failed_reason(path)
+    if kept is not None:
+        return kept
     try:
         done = subprocess.run([sys.executable, *_LOAD_CHECK, str(path)], capture_output=True, text=True,
                               timeout=LOAD_CHECK_TIMEOUT_S)
@@ -235,7 +244,7 @@ def loads_cleanly(path: Path) -> str | None:
         return f"loading it took over {LOAD_CHECK_TIMEOUT_S} s in a separate process"
     if done.returncode != 0:
         reason = f"a separate process that loaded it exited with {done.returncode} {_last_line(done.stderr)}".rstrip()
-        failed.write_text(reason + "\n", encoding="utf-8")
+        path.with_suffix(".failed").write_text(reason + "\n", encoding="utf-8")
         return reason
     marker.touch()
     return None
