@@ -1,7 +1,7 @@
 """MOSS-TTS-Nano Studio: `python app.py` serves the Gradio page, the streaming route and the OpenAI API.
 
-Thin wiring: the flags, the service and the app live in `tts_core/web/` (`python app.py --help`
-lists every flag; `python -m tts_core serve` is the same server).
+Thin wiring: the flags, the service and the app live in `studio/` (`python app.py --help`
+lists every flag).
 """
 
 import os
@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # Must be set before torch is imported.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from tts_core.web.main import main
+from studio.main import main
 
 if __name__ == "__main__":
     main()

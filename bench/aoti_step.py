@@ -31,8 +31,8 @@ from bench.lib.aoti import greedy_run  # noqa: E402
 from bench.lib.machine import machine_info  # noqa: E402
 from bench.lib.models import build_random_models  # noqa: E402
 from bench.lib.record import command_line, new_record, write_record  # noqa: E402
+from studio.zerogpu.aoti import build_aoti_units  # noqa: E402
 from tts_core.model import lm_step  # noqa: E402
-from tts_core.zerogpu.aoti import build_aoti_units  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -45,7 +45,7 @@ from bench.lib.record import new_record, write_record
 from bench.lib.run import BENCH_TEXT, bench_synthesizer
 from bench.lib.streams import run_streams, spread
 from tts_core.config import EngineConfig, SamplingParams
-from tts_core.engine.eager_runner import EagerRunner
+from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.host_copy import ReadyPcm
 from tts_core.engine.sampler import batch_for_frame

@@ -30,7 +30,7 @@ from bench.lib import build_random_models, default_config_path, make_prompt  # n
 from bench.lib.machine import machine_info  # noqa: E402
 from bench.lib.record import new_record, write_record  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
-from tts_core.engine.static_runner import StaticRunner  # noqa: E402
+from tts_core.engine.cuda.static_runner import StaticRunner  # noqa: E402
 from tts_core.model.lm_config import LMConfig  # noqa: E402
 
 

@@ -9,7 +9,7 @@ counters of `/metrics`, and the process's CPU time split by thread from `/proc` 
   through it: when it nears one CPU second per second, the loop is the bottleneck);
 - `ended_threads_s` (reported as the pumps'): the stream pump threads, which read the engine's
   chunks and encode them: threads the operating system knows as "stream-pump" (the server's pool,
-  `tts_core/web/pump_threads.py`), and threads that ended during the run (a server that starts one
+  `studio/pump_threads.py`), and threads that ended during the run (a server that starts one
   thread per stream);
 - `other_threads_s`: the rest: the engine, its codec thread, torch's workers;
 - `children_s`: the server's child processes (the encoder workers of `--encoder-processes`),

@@ -109,11 +109,11 @@ def measure_stretch(data: Path) -> list[dict]:
 def _serve(data: Path):
     import uvicorn
 
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
     from tts_core.config import EngineConfig
     from tts_core.synthesizer import Synthesizer
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
 
     parity = data / "parity"
 

@@ -37,9 +37,9 @@ from support.server_helpers import wait_until_ready  # noqa: E402
 from bench.lib.args import default_config_path  # noqa: E402
 from bench.lib.machine import machine_info  # noqa: E402
 from bench.lib.record import new_record, write_record  # noqa: E402
+from studio.delivery.transports import OPUS_BIT_RATE  # noqa: E402
 from tts_core.audio.encoders import StreamEncoder  # noqa: E402
 from tts_core.audio.io import load_audio  # noqa: E402
-from tts_core.web.delivery.transports import OPUS_BIT_RATE  # noqa: E402
 
 THREADS = "1"
 CHROMIUM = "/usr/bin/chromium"

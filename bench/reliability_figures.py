@@ -39,7 +39,7 @@ from support.server_helpers import wait_until_ready  # noqa: E402
 from bench.lib.args import default_config_path  # noqa: E402
 from bench.lib.machine import machine_info  # noqa: E402
 from bench.lib.record import new_record, write_record  # noqa: E402
-from tts_core.web.limits.connections import raise_open_files_limit  # noqa: E402
+from studio.limits.connections import raise_open_files_limit  # noqa: E402
 
 THREADS = "1"  # torch threads of the app, as in the tests
 SOAK_WARMUP, SOAK_REQUESTS = 30, 300

@@ -140,9 +140,9 @@ def measure_decode(url: str, ps) -> dict:
     default settings accept (59 s, 192 kHz stereo), decoded whole as before and the way the server
     does now (tracemalloc, in this process); then 16 clone requests of the worst clip at once
     against the app (its resident memory, sampled)."""
+    from studio.limits.clip_decode import decode_clip
+    from studio.settings import ServerSettings
     from tts_core.audio.io import load_audio, to_codec_input
-    from tts_core.web.limits.clip_decode import decode_clip
-    from tts_core.web.settings import ServerSettings
 
     settings = ServerSettings()
     finding, worst = _flac(384_000, 59.0, 0.0), _flac(192_000, 59.0, 3e-4)

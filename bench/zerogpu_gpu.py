@@ -41,10 +41,10 @@ import torch  # noqa: E402
 from bench.lib.machine import machine_info_without_cuda  # noqa: E402
 from bench.lib.models import build_random_models, make_prompt  # noqa: E402
 from bench.lib.record import new_record, write_record  # noqa: E402
+from studio.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
+from studio.zerogpu.worker import GPUWeights, make_gpu_stream, place_weights  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
 from tts_core.engine.types import Segment, StreamJob  # noqa: E402
-from tts_core.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
-from tts_core.zerogpu.worker import GPUWeights, make_gpu_stream, place_weights  # noqa: E402
 
 
 def default_data_dir() -> Path:

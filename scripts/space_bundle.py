@@ -14,7 +14,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # What the running Space needs; tests, benches and their records stay in this repository.
-APP_PARTS = ("app.py", "README.md", "pyproject.toml", "tts_core/", "static/")
+APP_PARTS = ("app.py", "README.md", "pyproject.toml", "tts_core/", "studio/", "static/")
 SPACE_REQUIREMENTS = "requirements-spaces.txt"
 
 

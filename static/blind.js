@@ -1,5 +1,5 @@
 // Blind audition: the board's cards arrive shuffled and named A, B, C... (the page's "Blind" switch,
-// tts_core/web/ui/handlers.blind_items); the listener ranks them, then reveals the voices. With two
+// studio/ui/handlers.blind_items); the listener ranks them, then reveals the voices. With two
 // voices also A/B/X: X is one of the two, drawn here, and the listener says which. Each revealed
 // session is kept in localStorage with its ranking (the "Blind results" list).
 

@@ -1,5 +1,5 @@
 // ZeroGPU mode only (loaded beside bridge.js): the page's audio arrives as Gradio updates of a hidden
-// component, one relay message each (tts_core/web/zerogpu.py documents them); this forwards them to
+// component, one relay message each (studio/zerogpu/relay.py documents them); this forwards them to
 // the player iframe as docs/PROTOCOL.md §3.2 push messages (tts:start / tts:pcm / tts:end / tts:error).
 // A message number that skips one means Gradio dropped an update: the run is failed loudly rather
 // than played with a hole in it.

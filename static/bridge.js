@@ -4,7 +4,7 @@
 // stops. The ui/ event listeners call window.mossTTS.arm() on click (inside the user gesture), then
 // .play(payloadJson) once Python has validated the inputs. Messages: docs/PROTOCOL.md §3. The
 // visitor's favourite voices and notes (voicemarks.js) are read and written here for the page's
-// events (tts_core/web/ui/marks.py); when the player's cards change them, the pickers are relabelled.
+// events (studio/ui/marks.py); when the player's cards change them, the pickers are relabelled.
 'use strict';
 
 (() => {

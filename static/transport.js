@@ -1,4 +1,4 @@
-// The stream route's wire formats (`"transport"`, tts_core/web/delivery/transports.py) -> interleaved float32.
+// The stream route's wire formats (`"transport"`, studio/delivery/transports.py) -> interleaved float32.
 //
 //   f32  (X-Sample-Format f32le)  4 bytes a sample, 384 kB per audio second: today's stream
 //   s16  (s16le)                  2 bytes a sample, lossless for what downloads keep (16-bit)

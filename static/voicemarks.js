@@ -4,7 +4,7 @@
 // Stored as {v: 1, marks: {voice: {star, note, at}}} under a versioned key: at most MAX_MARKS voices
 // (the least recently changed go first), notes cut to NOTE_MAX characters, a voice with neither a
 // star nor a note is dropped. Storage that is corrupt, full or off reads as no marks and is never
-// fatal. The Gradio page reads the same key (bridge.js, then tts_core/web/ui/marks.py labels the
+// fatal. The Gradio page reads the same key (bridge.js, then studio/ui/marks.py labels the
 // voice pickers); the player's audition cards edit it (marks-ui.js). Either side hears the other's
 // changes through the `storage` event.
 

@@ -1,8 +1,5 @@
-"""Command line: `python -m tts_core {say, serve, make-tiny-checkpoint, bench, export-onnx, export-web}`.
-
-`python -m tts_core serve` runs the web server with the flags of app.py; `tts_core/__main__.py`
-dispatches it, so this module (part of the engine side) never imports the web wing.
-"""
+"""Command line of the library: `python -m tts_core {say, make-tiny-checkpoint, make-random-checkpoint,
+export-onnx, export-web}`. The web server is `python app.py`; the benchmarks are `python -m bench`."""
 
 from __future__ import annotations
 
@@ -17,8 +14,7 @@ from .errors import TTSError
 
 logger = logging.getLogger("tts_core.cli")
 
-SERVE_HELP = ("also: python -m tts_core serve [flags] runs the web studio and HTTP API, the same server as "
-              "app.py (serve --help lists its flags)")
+SERVE_HELP = "the web studio and HTTP API: python app.py (--help lists its flags)"
 
 
 def _cmd_say(args: argparse.Namespace) -> int:

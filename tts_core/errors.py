@@ -2,7 +2,7 @@
 
 Every error carries the request field it is about (`param`) and a message that says how to fix
 the input. They know nothing of HTTP: the web wing maps each class to a status
-(`tts_core.web.errors.http_status`).
+(`studio.errors.http_status`).
 """
 
 from __future__ import annotations

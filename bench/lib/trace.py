@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from tts_core.engine.static_runner import StaticRunner
+from tts_core.engine.cuda.static_runner import StaticRunner
 
 
 @dataclass(slots=True)

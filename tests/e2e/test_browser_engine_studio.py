@@ -10,12 +10,12 @@ from support.browser_engine_helpers import tiny_build
 from support.e2e_helpers import playwright_sync_api
 from support.server_helpers import ServerThread, tiny_synthesizer_factory
 
+from studio.api.browser_build import check_build
+from studio.app import create_app
+from studio.service import SynthesizerService
+from studio.settings import ServerSettings
 from tts_core.config import EngineConfig
 from tts_core.export.web import CROSS_ORIGIN_HEADERS
-from tts_core.web.api.browser_build import check_build
-from tts_core.web.app import create_app
-from tts_core.web.service import SynthesizerService
-from tts_core.web.settings import ServerSettings
 
 playwright_sync_api()
 

@@ -299,10 +299,10 @@ def loading_app():
     import uvicorn
     from support.e2e_helpers import free_port
 
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
     from tts_core.errors import ModelLoadError
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
 
     gate = threading.Event()
 

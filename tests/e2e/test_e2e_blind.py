@@ -16,7 +16,7 @@ import pytest
 pytest.register_assert_rewrite("support.studio_helpers")
 from support.studio_helpers import axe_serious, open_page, set_max_seconds, stream_requests, wait_done  # noqa: E402
 
-from tts_core.web.ui.handlers import blind_items  # noqa: E402
+from studio.ui.handlers import blind_items  # noqa: E402
 
 # Everything a document holds as text: its text nodes (hidden or not), every attribute's value and
 # every field's value; outside `skip` (the page's form, where the listener picked the voices).

@@ -17,10 +17,10 @@ import soundfile as sf
 pytest.register_assert_rewrite("support.studio_helpers")
 from support.studio_helpers import AXE, open_page, set_max_seconds, settle, shot  # noqa: E402
 
+from studio.api.requests import PageForm, UploadStore, form_body  # noqa: E402
+from studio.settings import ServerSettings  # noqa: E402
+from studio.ui.clip_check import analyse_upload, chosen_window  # noqa: E402
 from tts_core.audio.io import load_audio  # noqa: E402
-from tts_core.web.api.requests import PageForm, UploadStore, form_body  # noqa: E402
-from tts_core.web.settings import ServerSettings  # noqa: E402
-from tts_core.web.ui.clip_check import analyse_upload, chosen_window  # noqa: E402
 
 PAD_S = 6.0
 # What this slice adds to the clone tab. The whole page's axe bar is held by test_e2e_studio.py;

@@ -213,7 +213,7 @@ def test_fast_generation_keeps_the_short_start(browser_context, studio):
 
 
 def test_speed_slider_is_offered_exactly_when_the_stream_route_takes_speed(browser_context, studio):
-    from tts_core.web.ui.handlers import speed_supported
+    from studio.ui.handlers import speed_supported
 
     page, frame = open_page(browser_context, studio.url)
     slider = page.locator("#speed input[type=number]")

@@ -14,7 +14,7 @@ import soundfile
 pytest.register_assert_rewrite("support.studio_helpers")
 from support.studio_helpers import fix_seed, open_page, set_max_seconds, settle, stream_requests, wait_done  # noqa: E402
 
-from tts_core.web.ui.handlers import take_seeds  # noqa: E402
+from studio.ui.handlers import take_seeds  # noqa: E402
 
 
 def test_take_seeds_follow_the_chosen_seed() -> None:

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from support.e2e_helpers import STATIC_DIR
 
+from studio.delivery.transports import OPUS_BIT_RATE
 from tts_core.audio.encoders import StreamEncoder
-from tts_core.web.delivery.transports import OPUS_BIT_RATE
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ page's lists show them is tested in tests/web/test_ui_marks.py."""
 
 from __future__ import annotations
 
-from tts_core.web.ui.marks import MAX_MARKS, NOTE_MAX
+from studio.ui.marks import MAX_MARKS, NOTE_MAX
 
 STORE = """async () => {
   const m = await import('/voicemarks.js');

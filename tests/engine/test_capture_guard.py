@@ -10,7 +10,7 @@ import weakref
 
 import pytest
 
-from tts_core.engine.capture_guard import no_gc_during_capture
+from tts_core.engine.cuda.capture_guard import no_gc_during_capture
 
 
 class _Cycle:

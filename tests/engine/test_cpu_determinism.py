@@ -21,9 +21,9 @@ import torch
 from safetensors.torch import load_file
 
 from tts_core import EngineConfig, SamplingParams, SynthesisRequest, Synthesizer
-from tts_core.engine import eager_runner
+from tts_core.engine import cpu as eager_runner
 from tts_core.engine import engine as engine_module
-from tts_core.engine.eager_runner import EagerRunner
+from tts_core.engine.cpu import EagerRunner
 from tts_core.model import lm_step
 from tts_core.model.quant import quantize_codec, quantize_lm
 from tts_core.model.row_linear import rows_independent

@@ -184,7 +184,7 @@ def test_the_engine_switches_weights_between_requests(data_dir, tmp_path):
 
 def test_the_runner_refuses_to_swap_weights_under_a_running_stream(data_dir):
     from tts_core.config import SamplingParams
-    from tts_core.engine.eager_runner import EagerRunner
+    from tts_core.engine.cpu import EagerRunner
 
     parity = data_dir / "parity"
     lm, codec = load_lm(parity / "tiny_lm"), load_codec(parity / "tiny_codec")

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from support.runner_helpers import drive
 
 from tts_core.config import SamplingParams
-from tts_core.engine.codec_passes import codec_attention
+from tts_core.engine.cuda.codec_passes import codec_attention
+from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.sampler import param_row
-from tts_core.engine.static_runner import StaticRunner
 from tts_core.model import lm_step
 from tts_core.model.codec_layers import ring_attention
 from tts_core.model.sampling import FilterParams

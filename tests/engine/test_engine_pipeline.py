@@ -15,7 +15,7 @@ import pytest
 from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
-from tts_core.engine.eager_runner import EagerRunner
+from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.pipeline import CodecPipeline
 from tts_core.engine.types import Segment, StreamJob, StreamStatus

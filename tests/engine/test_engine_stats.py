@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tts_core.config import EngineConfig, SamplingParams
-from tts_core.engine.eager_runner import EagerRunner
+from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.pool import EnginePool
 from tts_core.engine.types import EngineStats, PoolStats, Segment, StreamJob

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from studio.errors import http_status
 from tts_core.engine.pacing import decode_count, default_max_frames, frame_budget, playback_lead_s
 from tts_core.engine.scheduler import Scheduler
 from tts_core.errors import QueueFullError
-from tts_core.web.errors import http_status
 
 
 def test_admits_fifo_into_lowest_free_slots() -> None:

@@ -15,14 +15,20 @@ import torch
 from support.runner_helpers import drive
 
 from tts_core.config import EngineConfig, SamplingParams
-from tts_core.engine.buckets import bucket_sizes, kv_columns, length_buckets, padded_step_input, pick_bucket
-from tts_core.engine.codec_passes import split_passes
-from tts_core.engine.eager_runner import EagerRunner
+from tts_core.engine.cpu import EagerRunner
+from tts_core.engine.cuda.buckets import (
+    bucket_sizes,
+    kv_columns,
+    length_buckets,
+    padded_step_input,
+    pick_bucket,
+)
+from tts_core.engine.cuda.codec_passes import split_passes
+from tts_core.engine.cuda.static_runner import StaticRunner
+from tts_core.engine.cuda.static_step import graphs_enabled
 from tts_core.engine.engine import Engine
 from tts_core.engine.pool import EnginePool, route_order
 from tts_core.engine.runners import build_runner
-from tts_core.engine.static_runner import StaticRunner
-from tts_core.engine.static_step import graphs_enabled
 from tts_core.engine.types import EngineStats, Segment, StreamJob
 from tts_core.errors import EngineStalledError, QueueFullError
 from tts_core.loader import resolve_devices
@@ -129,7 +135,7 @@ def test_the_gpu_suites_compile_warmup_compiles_over_a_runners_shapes(models, mo
     from support.gpu_runners import MAX_ROWS
     from support.warm_compile import scratch_shapes
 
-    from tts_core.engine import graphs
+    from tts_core.engine.cuda import graphs
 
     seen = []
     monkeypatch.setattr(graphs, "compile_on_scratch", lambda lm, units, buckets, rope_len, *rest: seen.append(

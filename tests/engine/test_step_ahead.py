@@ -15,10 +15,10 @@ import pytest
 from safetensors.torch import load_file
 
 from tts_core.config import EngineConfig, SamplingParams
-from tts_core.engine.eager_runner import EagerRunner
+from tts_core.engine.cpu import EagerRunner
+from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.live import LiveStream
-from tts_core.engine.static_runner import StaticRunner
 from tts_core.engine.stepping import StepDriver
 from tts_core.engine.types import Segment, StreamHandle, StreamJob, StreamStatus
 

@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file
 from support.server_helpers import wait_for_idle
 
+from studio.errors import http_status
 from tts_core import (
     EngineConfig,
     InvalidRequestError,
@@ -26,7 +27,6 @@ from tts_core import (
     VoiceNotFoundError,
 )
 from tts_core.types import SAMPLES_PER_FRAME
-from tts_core.web.errors import http_status
 
 CASE_TEXT = {
     "A_voice_clone_en": "Hello world, this is a parity test for MOSS TTS Nano.",

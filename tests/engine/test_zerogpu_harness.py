@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tts_core.zerogpu import harness
-from tts_core.zerogpu.harness import GPU, GPUTaskError, parent_cuda_initialized
+from studio.zerogpu import harness
+from studio.zerogpu.harness import GPU, GPUTaskError, parent_cuda_initialized
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,7 +181,7 @@ def test_workers_end_with_the_process_that_forked_them(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(REPO_ROOT)!r})
-        from tts_core.zerogpu.harness import GPU
+        from studio.zerogpu.harness import GPU
 
         @GPU
         def pid():

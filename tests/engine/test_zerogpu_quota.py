@@ -10,9 +10,9 @@ import os
 import pytest
 import torch
 
-from tts_core.zerogpu import harness
-from tts_core.zerogpu.harness import GPU, place_on_cuda, set_quota
-from tts_core.zerogpu.quota import (
+from studio.zerogpu import harness
+from studio.zerogpu.harness import GPU, place_on_cuda, set_quota
+from studio.zerogpu.quota import (
     DOCUMENTED_DAILY_S,
     QUOTA_TITLE,
     QuotaExceeded,

@@ -21,8 +21,8 @@ from support.runner_helpers import drive
 
 from bench.lib import make_prompt
 from tts_core.config import EngineConfig, SamplingParams
+from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
-from tts_core.engine.static_runner import StaticRunner
 from tts_core.engine.types import Segment, StreamJob, StreamStatus
 from tts_core.model import fused_ops, lm_step
 from tts_core.model.codec_loading import load_codec

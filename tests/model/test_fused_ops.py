@@ -139,7 +139,7 @@ def test_local_attention_equals_the_plain_attention(dtype, monkeypatch):
 def test_decode_attention_equals_the_plain_attender(dtype, monkeypatch):
     """The global decode as the static step runs it: rows of different lengths, one row that does not
     advance (it writes to the scratch column), attention over a length bucket past every row's end."""
-    from tts_core.engine.static_step import _book
+    from tts_core.engine.cuda.static_step import _book
 
     generator = torch.Generator().manual_seed(4)
     rows, heads, dim, max_len, length = 4, 2, 16, 300, 256  # 4 chunks of 64 keys, the last ones hidden
@@ -177,7 +177,7 @@ def test_cpu_steps_keep_the_plain_path(monkeypatch):
 
 
 def _static_runner(models, num_slots=2):
-    from tts_core.engine.static_runner import StaticRunner
+    from tts_core.engine.cuda.static_runner import StaticRunner
 
     lm, codec = models
     return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"))
@@ -237,7 +237,7 @@ def test_kernels_that_fail_to_build_are_turned_off_at_start_up(tiny_models, tiny
 def test_a_ring_kernel_that_fails_at_start_up_turns_the_kernels_off(tiny_models, monkeypatch):
     """The warm-up runs a codec pass of each size too: a codec ring kernel that cannot be built is
     found there, before any listener's chunk, and the plain attention serves instead."""
-    from tts_core.engine import graphs
+    from tts_core.engine.cuda import graphs
 
     def broken(*_args):
         raise RuntimeError("simulated ring kernel failure")

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from bench.lib.aoti import greedy_run
+from studio.zerogpu.aoti import AOT_UNITS, AotUnit, build_aoti_units, device_arch
 from tts_core.model import lm_step
 from tts_core.model.lm_loading import load_lm
-from tts_core.zerogpu.aoti import AOT_UNITS, AotUnit, build_aoti_units, device_arch
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="AOTInductor needs a C++ compiler")
@@ -72,7 +72,7 @@ def test_packages_are_reloaded_from_the_cache_and_other_batches_run_eagerly(lm, 
 def test_a_unit_that_fails_to_compile_stays_eager(lm, tmp_path, monkeypatch):
     """A unit is compiled in a process of its own: one that fails there leaves no package and the
     unit eager here, with the failure's last line as the reason."""
-    from tts_core.zerogpu import aoti as lm_aoti
+    from studio.zerogpu import aoti as lm_aoti
 
     monkeypatch.setattr(lm_aoti, "_BUILD", ("-c", "raise RuntimeError('export refused (test)')"))
     units, report = build_aoti_units(lm, batch=1, device=torch.device("cpu"), cache_dir=tmp_path, units=("norm",))
@@ -85,7 +85,7 @@ def test_a_unit_that_fails_to_compile_stays_eager(lm, tmp_path, monkeypatch):
 def test_a_compile_job_carries_the_unit_to_its_process(lm, tmp_path, monkeypatch):
     """What a build process receives: the unit's module and example arguments, restored from the
     job file (its compile replaced by a recorder: the real compile is the slow test above)."""
-    from tts_core.zerogpu import aoti as lm_aoti
+    from studio.zerogpu import aoti as lm_aoti
 
     module, args = lm_aoti._examples(lm, 1, torch.device("cpu"), torch.float32)["local"]
     job = tmp_path / "local.job"
@@ -116,7 +116,7 @@ def _counting(unit, calls: list, name: str):
 def test_a_package_that_crashes_its_loader_stays_eager(lm, tmp_path, monkeypatch):
     """A package is loaded in a separate process first: a loader that crashes (a segfault seen on an
     H200) costs that process, and the unit stays eager here."""
-    from tts_core.zerogpu import aoti as lm_aoti
+    from studio.zerogpu import aoti as lm_aoti
 
     monkeypatch.setattr(lm_aoti, "_LOAD_CHECK", ("-c", "import os; os.abort()"))
     module, args = lm_aoti._examples(lm, 1, torch.device("cpu"), torch.float32)["norm"]
@@ -136,7 +136,7 @@ def test_a_package_that_crashes_its_loader_stays_eager(lm, tmp_path, monkeypatch
 
 
 def test_a_package_that_loaded_once_is_trusted_without_another_process(tmp_path, monkeypatch):
-    from tts_core.zerogpu import aoti as lm_aoti
+    from studio.zerogpu import aoti as lm_aoti
 
     path = tmp_path / "unit.pt2"
     path.write_bytes(b"x")

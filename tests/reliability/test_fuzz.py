@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from support.reliability_common import REPO_ROOT, run_coro, wav_bytes
 
+from studio.errors import http_status
+from studio.limits.ref_audio import ClipInfo, check_clip, read_ref_audio
+from studio.settings import ServerSettings
 from tts_core.audio.io import load_audio
 from tts_core.errors import InvalidRequestError, TTSError
 from tts_core.model.lm_config import LMConfig
 from tts_core.types import SynthesisRequest, Voice
-from tts_core.web.errors import http_status
-from tts_core.web.limits.ref_audio import ClipInfo, check_clip, read_ref_audio
-from tts_core.web.settings import ServerSettings
 
 pytestmark = pytest.mark.slow
 

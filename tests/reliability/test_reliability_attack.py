@@ -21,7 +21,7 @@ from support.reliability_common import ARTIFACTS, port_of
 from support.reliability_servers import AppProc, launch_app
 from support.server_helpers import wait_until_ready
 
-from tts_core.web.limits.connections import raise_open_files_limit
+from studio.limits.connections import raise_open_files_limit
 
 pytestmark = pytest.mark.slow
 

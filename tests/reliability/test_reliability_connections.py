@@ -18,8 +18,8 @@ from support.reliability_attacks import HeldSockets, stalled_upload_head
 from support.reliability_clients import listen, raw_http, read_reply
 from support.reliability_common import INPROC_MAX_UPLOAD, port_of
 
-from tts_core.web.limits.guards import BodyDeadlines
-from tts_core.web.limits.logstorm import LogStormFilter
+from studio.limits.guards import BodyDeadlines
+from studio.limits.logstorm import LogStormFilter
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +31,9 @@ WAIT_S = 30.0  # longest any step may take before the test fails (the limits are
 def guarded(data_dir, tmp_path_factory, gradio_dir) -> Iterator:
     from support.reliability_servers import GuardedServer, tiny_service
 
-    from tts_core.web.app import create_app
-    from tts_core.web.limits.connections import ConnectionLimits
-    from tts_core.web.settings import ServerSettings
+    from studio.app import create_app
+    from studio.limits.connections import ConnectionLimits
+    from studio.settings import ServerSettings
 
     service = tiny_service(data_dir, tmp_path_factory.mktemp("guarded_cache"))
     settings = ServerSettings(max_upload_bytes=INPROC_MAX_UPLOAD, max_text_chars=500,
@@ -46,7 +46,7 @@ def guarded(data_dir, tmp_path_factory, gradio_dir) -> Iterator:
 
 
 def _body_guard(app):
-    from tts_core.web.limits.guards import BodyLimitMiddleware
+    from studio.limits.guards import BodyLimitMiddleware
 
     layer = app.middleware_stack
     while layer is not None and not isinstance(layer, BodyLimitMiddleware):
@@ -166,8 +166,8 @@ def capped() -> Iterator:
     from fastapi import FastAPI
     from support.reliability_servers import GuardedServer
 
-    from tts_core.web.limits.connections import ConnectionLimits
-    from tts_core.web.limits.guards import GuardCounters
+    from studio.limits.connections import ConnectionLimits
+    from studio.limits.guards import GuardCounters
 
     app = FastAPI()
     app.state.guard_counters = GuardCounters()
@@ -193,7 +193,7 @@ def test_connections_beyond_the_cap_get_503_at_once(capped) -> None:
     handler = logging.Handler()
     handler.emit = lines.append  # type: ignore[method-assign]
     handler.addFilter(storm)
-    logging.getLogger("tts_core.web.limits.connections").addHandler(handler)
+    logging.getLogger("studio.limits.connections").addHandler(handler)
     try:
         with HeldSockets(port_of(guarded), CAP, opening=b"GET /health HTTP/1.1\r\nHost: x\r\n", reopen=False):
             _wait_for(lambda: guarded.counters.connections_open >= CAP, "the holders to connect")
@@ -205,7 +205,7 @@ def test_connections_beyond_the_cap_get_503_at_once(capped) -> None:
                 _wait_for(lambda: flood.closed_by_server >= 300, "the flood to be answered")
             assert flood.refused_503 == 300 and flood.failures == 0
     finally:
-        logging.getLogger("tts_core.web.limits.connections").removeHandler(handler)
+        logging.getLogger("studio.limits.connections").removeHandler(handler)
     assert guarded.counters.connections_refused - refused == 301
     refusals = [r for r in lines if "connection cap" in r.getMessage()]
     assert 1 <= len(refusals) <= storm.burst, len(refusals)

@@ -16,10 +16,10 @@ import pytest
 import soundfile as sf
 from support.reliability_common import b64, error_of, run_coro
 
+from studio.limits.clip_decode import ClipDecoder, check_clip, decode_clip
+from studio.settings import ServerSettings
 from tts_core.engine.types import EngineStats
 from tts_core.errors import InvalidRequestError, QueueFullError
-from tts_core.web.limits.clip_decode import ClipDecoder, check_clip, decode_clip
-from tts_core.web.settings import ServerSettings
 
 pytestmark = pytest.mark.slow
 

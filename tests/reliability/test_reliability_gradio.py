@@ -140,10 +140,10 @@ def test_page_status_shows_no_checkpoint_path_while_loading_or_failed(data_dir, 
     /srv/...") and load errors verbatim. The page, /health and errors now get them path-free."""
     from support.reliability_servers import GuardedServer
 
-    from tts_core.web.app import create_app
-    from tts_core.web.limits.connections import ConnectionLimits
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
+    from studio.app import create_app
+    from studio.limits.connections import ConnectionLimits
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
 
     secret = str(tmp_path / "private" / "checkpoints" / "lm")
     release = threading.Event()

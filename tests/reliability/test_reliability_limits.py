@@ -20,7 +20,7 @@ from support.reliability_common import (
     wav_bytes,
 )
 
-from tts_core.web.settings import ServerSettings
+from studio.settings import ServerSettings
 
 pytestmark = pytest.mark.slow
 

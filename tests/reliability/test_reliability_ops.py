@@ -29,10 +29,10 @@ def _value(samples: dict, name: str, **labels) -> float:
 
 
 def test_health_is_503_until_the_model_serves(data_dir) -> None:
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
     from tts_core.errors import ModelLoadError
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
 
     release = threading.Event()
 
@@ -130,12 +130,12 @@ def test_a_stuck_device_turns_health_and_new_requests_into_503(data_dir, tmp_pat
     gets 503 `engine_stalled` at once instead of waiting for ever."""
     from support.server_helpers import tiny_synthesizer_factory
 
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
     from tts_core.config import EngineConfig
     from tts_core.errors import EngineStalledError
     from tts_core.types import SynthesisRequest
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
 
     service = SynthesizerService(tiny_synthesizer_factory(data_dir, tmp_path, EngineConfig(stall_timeout_s=0.5)))
     service.start(background=False)

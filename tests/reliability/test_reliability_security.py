@@ -10,11 +10,11 @@ from fastapi import FastAPI
 from support.reliability_clients import raw_http
 from support.reliability_common import REPO_ROOT, assert_clean, error_of, port_of, run_coro
 
+from studio.errors import install_error_handlers, sanitize_health, scrub_paths
+from studio.limits import netguard
+from studio.limits.guards import install_http_guards
+from studio.settings import ServerSettings
 from tts_core.errors import InvalidRequestError, ModelLoadError
-from tts_core.web.errors import install_error_handlers, sanitize_health, scrub_paths
-from tts_core.web.limits import netguard
-from tts_core.web.limits.guards import install_http_guards
-from tts_core.web.settings import ServerSettings
 
 pytestmark = pytest.mark.slow
 
@@ -100,8 +100,8 @@ def test_public_address_rules() -> None:
 
 
 def test_voice_names_and_paths_never_escape(inproc, inproc_client, data_dir, tmp_path) -> None:
+    from studio.api.requests import UploadStore
     from tts_core.voices import VoiceBank, load_catalog
-    from tts_core.web.api.requests import UploadStore
 
     for name in ("../../../../etc/passwd", "Cedar/../../app", "..", "%2e%2e%2fapp.py", "C:\\x", "\x00"):
         for route, body in (("/v1/audio/speech", {"input": "Hi.", "voice": name}),
@@ -153,8 +153,8 @@ def test_no_paths_or_traces_in_responses(app_proc, inproc_client, data_dir) -> N
 
 def test_model_load_failure_reveals_no_path(data_dir) -> None:
     """A failed load's message names the path in the log, never in a response."""
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
+    from studio.app import create_app
+    from studio.service import SynthesizerService
 
     secret = str(data_dir / "private" / "models")
 

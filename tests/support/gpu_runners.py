@@ -9,7 +9,7 @@ MAX_ROWS = 240  # the longest test stream: a 178-row prompt and 60 frames
 
 
 def build_runner(models, num_slots: int, **kwargs):
-    from tts_core.engine.static_runner import StaticRunner
+    from tts_core.engine.cuda.static_runner import StaticRunner
 
     lm, codec = models
     return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)

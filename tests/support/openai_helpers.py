@@ -19,11 +19,11 @@ import openai
 import pytest
 import soundfile as sf
 
+from studio.app import create_app
+from studio.service import SynthesizerService
+from studio.settings import ServerSettings
 from support.server_helpers import ServerThread, tiny_synthesizer_factory
 from tts_core.config import EngineConfig
-from tts_core.web.app import create_app
-from tts_core.web.service import SynthesizerService
-from tts_core.web.settings import ServerSettings
 
 SR = 48_000
 TEXT = "Hello there."

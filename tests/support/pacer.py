@@ -13,8 +13,8 @@ import asyncio
 import struct
 import time
 
+from studio.delivery.speech_output import FRAME_AUDIO
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ
-from tts_core.web.delivery.speech_output import FRAME_AUDIO
 
 STREAM_PATH = "/api/tts/stream"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from tts_core.web.settings import ServerSettings
+from studio.settings import ServerSettings
 
 # Just under the default body cap: four of these used to reserve the whole in-flight budget.
 STALLED_BYTES = ServerSettings().body_limit_bytes - 1

@@ -162,7 +162,7 @@ class InProc:
 
 
 def inproc_settings(data_dir: Path, file_port: int):
-    from tts_core.web.settings import ServerSettings
+    from studio.settings import ServerSettings
 
     return ServerSettings(
         max_text_chars=INPROC_MAX_TEXT, max_upload_bytes=INPROC_MAX_UPLOAD, max_ref_audio_s=INPROC_MAX_REF_S,
@@ -174,7 +174,7 @@ def inproc_settings(data_dir: Path, file_port: int):
 
 def ensure_guards(app, settings) -> None:
     """The body-limit and CORS middlewares, unless create_app already installed them."""
-    from tts_core.web.limits.guards import BodyLimitMiddleware, install_http_guards
+    from studio.limits.guards import BodyLimitMiddleware, install_http_guards
 
     if not any(m.cls is BodyLimitMiddleware for m in app.user_middleware):
         install_http_guards(app, settings)
@@ -192,8 +192,8 @@ def gradio_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def inproc(data_dir: Path, tmp_path_factory, file_server: FileServer, gradio_dir: Path) -> Iterator[InProc]:
+    from studio.app import create_app
     from support.reliability_servers import tiny_service
-    from tts_core.web.app import create_app
 
     service = tiny_service(data_dir, tmp_path_factory.mktemp("inproc_voice_cache"))
     settings = inproc_settings(data_dir, file_server.port)

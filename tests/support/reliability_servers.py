@@ -19,15 +19,15 @@ import httpx
 import psutil
 import uvicorn
 
+from studio.limits.connections import ConnectionLimits, uvicorn_config
 from support.reliability_common import INPROC_MAX_TEXT, PROC_MAX_ACTIVE, PROC_MAX_QUEUE, REPO_ROOT
 from support.server_helpers import ServerThread, app_process, tiny_synthesizer_factory, wait_for_idle
-from tts_core.web.limits.connections import ConnectionLimits, uvicorn_config
 
 
 def tiny_service(data_dir: Path, cache_dir: Path, *, max_active: int = 2, max_queue: int = 4):
     """A loaded SynthesizerService over the tiny parity checkpoints (loaded in this thread)."""
+    from studio.service import SynthesizerService
     from tts_core.config import EngineConfig
-    from tts_core.web.service import SynthesizerService
 
     factory = tiny_synthesizer_factory(data_dir, cache_dir, EngineConfig(
         max_active_streams=max_active, max_queue=max_queue, max_text_chars=INPROC_MAX_TEXT))

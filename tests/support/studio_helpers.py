@@ -28,9 +28,9 @@ class Studio:
 
 @pytest.fixture(scope="session")
 def studio(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Studio]:
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
 
     factory = tiny_synthesizer_factory(data_dir, tmp_path_factory.mktemp("voice_cache"), warmup=True)
 

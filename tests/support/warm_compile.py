@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from tts_core.engine.buckets import bucket_sizes, kv_columns  # noqa: E402
-from tts_core.engine.static_step import compile_on_scratch  # noqa: E402
+from tts_core.engine.cuda.buckets import bucket_sizes, kv_columns  # noqa: E402
+from tts_core.engine.cuda.static_step import compile_on_scratch  # noqa: E402
 from tts_core.model import lm_step  # noqa: E402
 from tts_core.model.lm import MossTTSNanoLM  # noqa: E402
 from tts_core.model.lm_config import LMConfig  # noqa: E402

@@ -17,11 +17,11 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from studio.zerogpu.aoti import failed_reason  # noqa: E402
+from studio.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
+from studio.zerogpu.worker import load_gpu_weights, make_gpu_stream, place_weights  # noqa: E402
 from tts_core import SynthesisRequest, Synthesizer  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
-from tts_core.zerogpu.aoti import failed_reason  # noqa: E402
-from tts_core.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
-from tts_core.zerogpu.worker import load_gpu_weights, make_gpu_stream, place_weights  # noqa: E402
 
 
 def codes_of(chunks) -> list:

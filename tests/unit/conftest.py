@@ -1,4 +1,2 @@
-"""Pure functions and the repository's own rules: text, tokenizer, prompt rows, audio helpers,
-voices' catalog and sources, the import layering, file sizes, citations, environment reads,
-the generated figures. No model runs here and no server starts.
-"""
+"""Pure functions: text, tokenizer, prompt rows, audio helpers, voices' catalog and sources.
+No model runs here and no server starts."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from studio.capacity import GPU_ACTIVE_STREAMS, default_active_streams
 from tts_core.devices import available_cpus
-from tts_core.web.capacity import GPU_ACTIVE_STREAMS, default_active_streams
 
 
 def test_a_gpu_gets_the_measured_capacity():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tts_core.web.ui.text_limits import split_at_boundary
+from studio.ui.text_limits import split_at_boundary
 
 
 def test_text_within_the_limit_is_kept_whole():

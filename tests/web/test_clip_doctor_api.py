@@ -23,9 +23,9 @@ from tts_core.audio.io import load_audio
 
 @pytest.fixture(scope="module")
 def server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    from tts_core.web.app import create_app
-    from tts_core.web.service import SynthesizerService
-    from tts_core.web.settings import ServerSettings
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
 
     cache = tmp_path_factory.mktemp("clip_doctor_cache")
     service = SynthesizerService(tiny_synthesizer_factory(data_dir, cache))

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from support.stream_decoding import decode_progressively
 
+from studio.delivery.speech_output import OutputSpec, RawWriter, SpeechRender
+from studio.flags import encoder_processes, parse_args
 from tts_core.audio.encoder_pool import (
     EncoderPool,
     EncoderWorkerError,
@@ -24,8 +26,6 @@ from tts_core.audio.encoder_pool import (
 )
 from tts_core.audio.encoders import StreamEncoder
 from tts_core.types import AudioChunk, Timings
-from tts_core.web.delivery.speech_output import OutputSpec, RawWriter, SpeechRender
-from tts_core.web.flags import encoder_processes, parse_args
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 3840  # one engine frame at 48 kHz

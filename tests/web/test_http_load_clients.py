@@ -21,10 +21,10 @@ from http_clients import ClientPool, RequestSpec  # noqa: E402
 from http_runs import Target, median_run  # noqa: E402
 from http_server import cpu_snapshot, cpu_split  # noqa: E402
 
+from studio.app import create_app  # noqa: E402
+from studio.service import SynthesizerService  # noqa: E402
+from studio.settings import ServerSettings  # noqa: E402
 from tts_core.config import EngineConfig  # noqa: E402
-from tts_core.web.app import create_app  # noqa: E402
-from tts_core.web.service import SynthesizerService  # noqa: E402
-from tts_core.web.settings import ServerSettings  # noqa: E402
 
 FRAMES = 6
 TEXT = "Every listener gets the whole answer."
@@ -103,7 +103,7 @@ def test_profile_summary_shares_samples_by_thread_role(tmp_path) -> None:
     raw = tmp_path / "server.pyspy"  # py-spy's raw format: collapsed stacks, then a sample count
     raw.write_text(
         "thread (1): MainThread;run_forever (asyncio/base_events.py:607);write (asyncio/selector_events.py:1057) 6\n"
-        "thread (7): stream-pump-3;StreamPump._run (tts_core/web/stream_pump.py:95);encode (tts_core/encoders.py:189) 3\n"
+        "thread (7): stream-pump-3;StreamPump._run (studio/stream_pump.py:95);encode (tts_core/encoders.py:189) 3\n"
         "thread (9): tts-engine;Engine._run (tts_core/engine/engine.py:178);launch (tts_core/engine/runner.py:281) 1\n")
     summary = summarize(raw)
     assert summary["samples"] == 10

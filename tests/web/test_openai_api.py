@@ -35,9 +35,9 @@ from support.openai_helpers import (
 from support.server_helpers import ServerThread
 from support.stream_decoding import decode_progressively
 
-from tts_core.web.api.openai_api import build_openai_router
-from tts_core.web.errors import install_error_handlers
-from tts_core.web.service import SynthesizerService
+from studio.api.openai_api import build_openai_router
+from studio.errors import install_error_handlers
+from studio.service import SynthesizerService
 
 pytestmark = pytest.mark.slow  # one real server for the module
 

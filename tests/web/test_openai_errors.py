@@ -21,7 +21,7 @@ from support.openai_helpers import (
     speech,
 )
 
-from tts_core.web.service import SynthesizerService
+from studio.service import SynthesizerService
 
 pytestmark = pytest.mark.slow  # one real server for the module
 

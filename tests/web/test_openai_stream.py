@@ -20,10 +20,10 @@ import soxr
 from support.server_helpers import ServerThread, tiny_synthesizer_factory
 from support.stream_decoding import StreamingDecoder, decode_progressively, parse_sse, sse_audio
 
+from studio.app import create_app
+from studio.service import SynthesizerService
+from studio.settings import ServerSettings
 from tts_core.config import EngineConfig
-from tts_core.web.app import create_app
-from tts_core.web.service import SynthesizerService
-from tts_core.web.settings import ServerSettings
 
 pytestmark = pytest.mark.slow
 

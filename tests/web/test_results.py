@@ -12,15 +12,15 @@ import soundfile
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tts_core.types import AudioChunk, Timings
-from tts_core.web.delivery.results import (
+from studio.delivery.results import (
     RecordingWriter,
     ResultStore,
     build_results_router,
     download_name,
     record_result,
 )
-from tts_core.web.delivery.streaming import f32_bytes
+from studio.delivery.streaming import f32_bytes
+from tts_core.types import AudioChunk, Timings
 
 
 class FakeClock:

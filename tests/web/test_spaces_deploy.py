@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from studio.flags import engine_config, parse_args, zerogpu_enabled
 from tts_core.config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
 from tts_core.loader import COMPILE_CACHE_ENV, persist_compile_cache
-from tts_core.web.flags import engine_config, parse_args, zerogpu_enabled
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "figures"
@@ -115,7 +115,7 @@ def test_run_sh_installs_the_cpu_build_of_torch_without_a_gpu(tmp_path):
 def test_run_sh_offline_help_names_the_tiny_checkpoint_route():
     text = (REPO_ROOT / "scripts" / "run.sh").read_text()
     assert "make-tiny-checkpoint" in text and "--lm /tmp/tiny/lm --codec /tmp/tiny/codec" in text
-    from tts_core.web.main import TRY_WITHOUT_DOWNLOAD, _load_hint
+    from studio.main import TRY_WITHOUT_DOWNLOAD, _load_hint
 
     hint = _load_hint(parse_args(["--lm", "a/b"]), OSError("offline"))
     assert hint.endswith(TRY_WITHOUT_DOWNLOAD) and "make-tiny-checkpoint" in hint

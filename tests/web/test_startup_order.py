@@ -14,12 +14,12 @@ from fastapi import FastAPI
 from starlette.responses import PlainTextResponse
 from support.server_helpers import ServerThread, tiny_synthesizer_factory
 
+from studio.app import create_app
+from studio.page_slot import PageApp, PageMode, PageRunner, PageSlot
+from studio.service import VOICES_WAIT_S, ServiceState, SynthesizerService
+from studio.settings import ServerSettings
 from tts_core.errors import ModelLoadError
 from tts_core.types import AudioChunk, Timings
-from tts_core.web.app import create_app
-from tts_core.web.page_slot import PageApp, PageMode, PageRunner, PageSlot
-from tts_core.web.service import VOICES_WAIT_S, ServiceState, SynthesizerService
-from tts_core.web.settings import ServerSettings
 
 STREAM = {"text": "Hello there.", "mode": "continuation", "seed": 1, "max_frames": 6}
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from support.reliability_common import run_coro
 
+from studio.delivery.stream_pump import MAX_PENDING, StreamPump
 from tts_core.audio.encoders import StreamEncoder
 from tts_core.types import AudioChunk, Timings
-from tts_core.web.delivery.stream_pump import MAX_PENDING, StreamPump
 
 
 def _chunk(seq: int, last: bool, samples: int = 3840) -> AudioChunk:
@@ -198,7 +198,7 @@ def test_many_streams_do_not_need_the_shared_worker_pool():
 def test_pump_threads_are_reused_and_grow_only_to_the_most_tasks_at_once():
     from pathlib import Path
 
-    from tts_core.web.delivery.pump_threads import PumpThreads
+    from studio.delivery.pump_threads import PumpThreads
 
     pool = PumpThreads("pool-test")
     release, ran = threading.Event(), []

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bench.lib.playback import audio_timeline
+from studio.delivery.speech_output import OutputSpec, RawWriter, SpeechRender
 from tts_core.types import AudioChunk, Timings
-from tts_core.web.delivery.speech_output import OutputSpec, RawWriter, SpeechRender
 
 SR = 48_000
 CHUNK = 3840  # one codec frame, the engine's first chunk

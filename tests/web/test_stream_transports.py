@@ -17,11 +17,11 @@ import torch
 from support.stream_decoding import parse_frames
 
 from bench.lib.fidelity import snr_db as _snr_db
+from studio.delivery.speech_output import OutputSpec, SpeechRender
+from studio.delivery.transports import OPUS_BIT_RATE
 from tts_core.audio.encoders import StreamEncoder
 from tts_core.audio.io import load_audio
 from tts_core.types import AudioChunk, Timings
-from tts_core.web.delivery.speech_output import OutputSpec, SpeechRender
-from tts_core.web.delivery.transports import OPUS_BIT_RATE
 
 pytestmark = pytest.mark.e2e
 

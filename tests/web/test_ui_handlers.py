@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tts_core.web.api.requests import StreamBody
-from tts_core.web.ui.examples import DEFAULT_TEXT, EXAMPLES
-from tts_core.web.ui.handlers import page_default_voice, saved_choices, speed_supported
+from studio.api.requests import StreamBody
+from studio.ui.examples import DEFAULT_TEXT, EXAMPLES
+from studio.ui.handlers import page_default_voice, saved_choices, speed_supported
 
 
 def preset(name: str, language: str):
@@ -31,7 +31,7 @@ def test_speed_is_offered_exactly_when_the_stream_body_takes_it():
 
 
 def test_the_header_says_which_cpu_precision_runs_and_why():
-    from tts_core.web.ui.handlers import engine_summary
+    from studio.ui.handlers import engine_summary
 
     reason = "auto: fp16, the most faithful mode that runs in real time here (RTF 0.45)"
     assert engine_summary({"device": "cpu", "dtype": "float32", "precision": reason}) == f"cpu · {reason}"

@@ -1,4 +1,4 @@
-"""How the page's voice lists show the visitor's favourites and notes (tts_core/web/ui/marks.py,
+"""How the page's voice lists show the visitor's favourites and notes (studio/ui/marks.py,
 handlers.voice_choices / saved_choices); the store itself is tested in tests/e2e/test_voice_marks.py."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from tts_core.web.ui.handlers import saved_choices, voice_choices
-from tts_core.web.ui.marks import MAX_MARKS, NOTE_MAX, VoiceMark, marked_choices, parse_marks
+from studio.ui.handlers import saved_choices, voice_choices
+from studio.ui.marks import MAX_MARKS, NOTE_MAX, VoiceMark, marked_choices, parse_marks
 
 
 def preset(name: str, language: str, gender: str = "female"):

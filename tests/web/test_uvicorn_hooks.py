@@ -8,7 +8,7 @@ import inspect
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from tts_core.web.limits.connections import GuardedH11Protocol
+from studio.limits.connections import GuardedH11Protocol
 
 # The methods GuardedH11Protocol overrides and calls through super(), with the parameters it passes.
 HOOKS = {"connection_made": ["self", "transport"], "data_received": ["self", "data"], "eof_received": ["self"],

@@ -1,4 +1,4 @@
-"""`tts_core.web.api.requests`: the one mapping of request bodies to SynthesisRequest, per API dialect.
+"""`studio.api.requests`: the one mapping of request bodies to SynthesisRequest, per API dialect.
 
 Only the checks that come before a voice is resolved are driven here (no model needed); the HTTP
 suites (test_openai_api, test_stream_route, test_reliability) drive the rest through the routes.
@@ -11,17 +11,8 @@ from pydantic import ValidationError
 from support.reliability_common import run_coro
 from support.voice_helpers import forbid_encoding, make_bank
 
-from tts_core.errors import (
-    InvalidRequestError,
-    ModelLoadError,
-    PayloadTooLargeError,
-    QueueFullError,
-    TTSError,
-    VoiceNotFoundError,
-    VoiceUnavailableError,
-)
-from tts_core.web.api.openai_schemas import SpeechRequest
-from tts_core.web.api.requests import (
+from studio.api.openai_schemas import SpeechRequest
+from studio.api.requests import (
     OPENAI,
     STREAM,
     PageForm,
@@ -33,8 +24,17 @@ from tts_core.web.api.requests import (
     resolve_preset,
     stream_fields,
 )
-from tts_core.web.errors import ModelNotFoundError, ModelNotReadyError, http_status
-from tts_core.web.settings import ServerSettings
+from studio.errors import ModelNotFoundError, ModelNotReadyError, http_status
+from studio.settings import ServerSettings
+from tts_core.errors import (
+    InvalidRequestError,
+    ModelLoadError,
+    PayloadTooLargeError,
+    QueueFullError,
+    TTSError,
+    VoiceNotFoundError,
+    VoiceUnavailableError,
+)
 
 SETTINGS = ServerSettings(max_text_chars=20)
 

@@ -14,16 +14,14 @@ import numpy as np
 import pytest
 import torch
 
-from tts_core import SynthesisRequest, Synthesizer
-from tts_core.config import EngineConfig
-from tts_core.web.api.requests import UploadStore
-from tts_core.web.service import SynthesizerService
-from tts_core.web.settings import ServerSettings
-from tts_core.web.zerogpu import PageRelay
-from tts_core.zerogpu import worker as zerogpu
-from tts_core.zerogpu.harness import GPU, parent_cuda_initialized, set_quota
-from tts_core.zerogpu.quota import QuotaLedger, QuotaPolicy, Visitor
-from tts_core.zerogpu.worker import (
+from studio.api.requests import UploadStore
+from studio.service import SynthesizerService
+from studio.settings import ServerSettings
+from studio.zerogpu import worker as zerogpu
+from studio.zerogpu.harness import GPU, parent_cuda_initialized, set_quota
+from studio.zerogpu.quota import QuotaLedger, QuotaPolicy, Visitor
+from studio.zerogpu.relay import PageRelay
+from studio.zerogpu.worker import (
     GPU_MAX_S,
     GPU_MIN_S,
     gpu_decorator,
@@ -32,6 +30,8 @@ from tts_core.zerogpu.worker import (
     make_gpu_stream,
     place_weights,
 )
+from tts_core import SynthesisRequest, Synthesizer
+from tts_core.config import EngineConfig
 
 REQUEST = dict(text="Hello there, this is a test of the worker.", seed=3, max_frames=12)
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from test_zerogpu_engine import REQUEST, _Mode, _pcm, tiny  # noqa: F401  (tiny: the module's fixture)
 
+from studio.api.requests import UploadStore
+from studio.delivery.transports import OPUS_BIT_RATE
+from studio.service import SynthesizerService
+from studio.settings import ServerSettings
+from studio.zerogpu.relay import PageRelay
 from tts_core import SynthesisRequest
-from tts_core.web.api.requests import UploadStore
-from tts_core.web.delivery.transports import OPUS_BIT_RATE
-from tts_core.web.service import SynthesizerService
-from tts_core.web.settings import ServerSettings
-from tts_core.web.zerogpu import PageRelay
 
 
 def test_page_relay_carries_one_opus_stream_per_item(tiny):  # noqa: F811

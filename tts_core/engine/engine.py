@@ -23,6 +23,7 @@ from ..config import EngineConfig
 from ..devices import available_cpus
 from ..errors import EngineStalledError, TTSError
 from ..types import NUM_CHANNELS, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
+from .cuda.static_step import CompileCancelled
 from .features import EngineFeatures, resolve_features
 from .intake import Buildable, Intake
 from .live import LiveStream
@@ -31,7 +32,6 @@ from .pipeline import CodecPipeline
 from .runner_types import Runner
 from .scheduler import Scheduler
 from .stall import StallWatch
-from .static_step import CompileCancelled
 from .stepping import StepDriver
 from .types import EngineStats, StreamHandle, StreamJob, StreamStatus
 

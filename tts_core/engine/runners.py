@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from .eager_runner import EagerRunner
+from .cpu import EagerRunner
+from .cuda.static_runner import StaticRunner
 from .runner_types import Runner
-from .static_runner import StaticRunner
 
 
 def build_runner(lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,

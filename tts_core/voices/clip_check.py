@@ -1,7 +1,7 @@
 """The clip doctor: how fit a reference clip is for cloning, and its best clean 3-10 s window.
 
 Pure functions on a clip `[C, n]` float32 at any rate; nothing is refused here (the hard limits stay
-in `tts_core/web/limits/clip_decode.py`). The method, all on 16 kHz mono, 32 ms frames every 10 ms:
+in `studio/limits/clip_decode.py`). The method, all on 16 kHz mono, 32 ms frames every 10 ms:
 
 - **Level**: each frame's energy in dB. Frames within 45 dB of the loudest are *sounding*
   (the rest is silence). The noise floor is the 10th percentile of the frames' energies (every

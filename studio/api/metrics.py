@@ -1,0 +1,187 @@
+"""`/metrics` in the Prometheus text format, through `prometheus-client`.
+
+One registry per app (never the process-wide default, so several apps in one process, as in the
+tests, do not collide). What it holds:
+
+- gauges read when scraped: model state, active streams, queued requests (the engine's queue plus
+  reference clips waiting for the decode pool), stream slots and queue limit, open connections,
+  Gradio's upload folder (files, bytes), encoder worker processes running and the streams they
+  encode (`audio/encoder_pool.py`);
+- counters read when scraped: connections refused at the cap, read timeouts (request head / body),
+  bodies refused (too large / server busy), uploads evicted by the disk bound, encoder workers
+  restarted after dying;
+- `tts_time_to_first_audio_seconds` and `tts_real_time_factor` histograms and
+  `tts_streams_total{outcome}`, observed on every synthesis stream (`observe_stream`);
+- `tts_http_requests_total{route,outcome}`, counted by `RequestMetricsMiddleware` for every request;
+- what an operator scales on, per response format (`observe_delivery`, every speech response):
+  `tts_encode_seconds_total` (CPU seconds making the bytes: encoding, resampling, stretch, framing)
+  over `tts_audio_out_seconds_total` (audio sent) is the encoder's cost per audio second;
+  `tts_response_bytes_total`; `tts_delivered_real_time_factor` (request reaching the engine to the
+  last byte, over the audio's length: above 1, listeners of that format fall behind).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tts_core.errors import InvalidRequestError, QueueFullError
+from tts_core.types import AudioChunk
+
+TTFP_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+# Route groups (a fixed set, so labels stay few); anything else is "page" (Gradio and static files).
+_ROUTES = (("/v1/audio/speech", "speech"), ("/api/tts/stream", "stream"), ("/health", "health"),
+           ("/metrics", "metrics"), ("/v1/", "api"), ("/api/", "api"), ("/gradio_api/upload", "upload"),
+           ("/gradio_api/", "page_events"), ("/player/", "player"))
+
+
+def route_group(path: str) -> str:
+    return next((name for prefix, name in _ROUTES if path.startswith(prefix)), "page")
+
+
+def outcome_of(status: int | None) -> str:
+    """A request's outcome from its status (None: the client left before any answer)."""
+    if status is None:
+        return "disconnected"
+    if status < 400:
+        return "ok"
+    return {408: "timeout", 413: "too_large", 503: "busy"}.get(status, "client_error" if status < 500
+                                                                 else "server_error")
+
+
+class _Live(Collector):
+    """Values read from the running server at scrape time."""
+
+    def __init__(self, read: Callable[[], dict]):
+        self.read = read
+
+    def collect(self):
+        values = self.read()
+        gauges = {
+            "tts_model_ready": "1 when the model is loaded and serving, else 0",
+            "tts_engine_stalled": "1 when the device stopped responding (a restart is needed), else 0",
+            "tts_active_streams": "streams being generated now",
+            "tts_queued_requests": "requests waiting: the engine's queue plus clips waiting to be decoded",
+            "tts_stream_slots": "streams generated together at most",
+            "tts_queue_limit": "requests that may wait before new ones get 503",
+            "tts_http_connections_open": "HTTP connections open now",
+            "tts_http_connections_peak": "most HTTP connections open at once since start",
+            "tts_http_connection_cap": "connections allowed open at once (the next get 503 at once); 0: not set",
+            "tts_gradio_upload_files": "files in Gradio's upload folder after the last sweep",
+            "tts_gradio_upload_bytes": "bytes in Gradio's upload folder after the last sweep",
+            "tts_encoder_processes": "encoder worker processes running (0: formats encode in the server's process)",
+            "tts_encoder_streams": "streams whose encoder runs in a worker process now",
+        }
+        for name, doc in gauges.items():
+            if name in values:
+                yield GaugeMetricFamily(name, doc, value=values[name])
+        counters = {
+            "tts_http_connections_refused": "connections answered 503 at once because the cap was reached",
+            "tts_http_head_timeouts": "connections closed for not sending a request head in time (idle or slow)",
+            "tts_http_body_timeouts": "requests refused with 408 for sending their body too slowly",
+            "tts_http_bodies_too_large": "requests refused with 413 for their body size",
+            "tts_http_bodies_busy": "requests refused with 503 because too many bodies were in flight",
+            "tts_gradio_upload_evicted_files": "uploads deleted by the folder's size/count bound",
+            "tts_encoder_worker_restarts": "encoder worker processes started again after one died",
+        }
+        for name, doc in counters.items():
+            if name in values:
+                yield CounterMetricFamily(name, doc, value=values[name])
+
+
+class AppMetrics:
+    """The app's registry; `read_live` returns the scrape-time values (see `_Live`)."""
+
+    def __init__(self, read_live: Callable[[], dict]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.ttfp = Histogram("tts_time_to_first_audio_seconds",
+                              "from the request reaching the engine to its first audio", buckets=TTFP_BUCKETS,
+                              registry=self.registry)
+        self.rtf = Histogram("tts_real_time_factor", "generation time / audio length, per finished stream",
+                             buckets=RTF_BUCKETS, registry=self.registry)
+        self.streams = Counter("tts_streams", "synthesis streams by outcome (done, cancelled, refused, rejected, "
+                               "failed)", ["outcome"], registry=self.registry)
+        self.requests = Counter("tts_http_requests", "HTTP requests by route group and outcome",
+                                ["route", "outcome"], registry=self.registry)
+        self.encode_seconds = Counter("tts_encode_seconds", "CPU seconds spent making audio responses' bytes "
+                                      "(encoding, resampling, stretch, framing), by format", ["format"],
+                                      registry=self.registry)
+        self.audio_out = Counter("tts_audio_out_seconds", "audio seconds sent in responses, by format", ["format"],
+                                 registry=self.registry)
+        self.bytes_out = Counter("tts_response_bytes", "bytes of audio responses sent, by format", ["format"],
+                                 registry=self.registry)
+        self.delivered_rtf = Histogram("tts_delivered_real_time_factor", "request reaching the engine to its last "
+                                       "byte / audio length, per finished response, by format", ["format"],
+                                       buckets=RTF_BUCKETS, registry=self.registry)
+        self.registry.register(_Live(read_live))
+
+    def observe_delivery(self, fmt: str, *, audio_s: float, bytes_out: int, encode_s: float, elapsed_s: float,
+                         finished: bool) -> None:
+        """One speech response sent (or cut short: then its bytes count, not its delivered RTF)."""
+        self.encode_seconds.labels(fmt).inc(max(encode_s, 0.0))
+        self.audio_out.labels(fmt).inc(max(audio_s, 0.0))
+        self.bytes_out.labels(fmt).inc(bytes_out)
+        if finished and audio_s > 0:
+            self.delivered_rtf.labels(fmt).observe(elapsed_s / audio_s)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def observe_stream(self, chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
+        """`chunks` unchanged, observed: TTFP on the first audio, RTF and outcome at the end.
+        Closing the returned iterator closes `chunks` (which cancels the stream in the engine)."""
+        outcome, first = "cancelled", True
+        try:
+            for chunk in chunks:
+                if first and chunk.pcm.shape[1] and chunk.timings.first_audio_s is not None:
+                    self.ttfp.observe(chunk.timings.first_audio_s)
+                    first = False
+                if chunk.is_last:
+                    outcome = "done"
+                    if chunk.timings.rtf is not None:
+                        self.rtf.observe(chunk.timings.rtf)
+                yield chunk
+        except QueueFullError:
+            outcome = "refused"
+            raise
+        except InvalidRequestError:
+            outcome = "rejected"
+            raise
+        except Exception:
+            outcome = "failed"
+            raise
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+            self.streams.labels(outcome).inc()
+
+
+class RequestMetricsMiddleware:
+    """Counts every HTTP request by route group and outcome (outermost, so refusals count too)."""
+
+    def __init__(self, app: ASGIApp, *, metrics: AppMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status: int | None = None
+
+        async def counting_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting_send)
+        finally:
+            self.metrics.requests.labels(route_group(scope.get("path", "")), outcome_of(status)).inc()

@@ -1,0 +1,135 @@
+"""The player's routes: `POST /api/tts/stream` (float32, 16-bit or Opus, raw or in event frames), `GET /api/voices`
+(presets and saved voices) and each preset's reference clip. (`GET /health` lives in `ops.py`, with `/metrics`.)"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, StreamingResponse
+
+from tts_core.audio.stretch import check_speed
+from tts_core.errors import VoiceNotFoundError, VoiceUnavailableError
+from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ
+
+from ..delivery.speech_output import OutputSpec
+from ..delivery.streaming import ClosingStreamingResponse, Delivery, close_stream, open_stream
+from ..delivery.transports import DEFAULT_TRANSPORT, TRANSPORTS, player_writer, transport_headers
+from ..errors import scrub_paths
+from ..service import SynthesizerService
+from ..settings import ServerSettings
+from .requests import STREAM, StreamBody, UploadStore, prepare, stream_fields
+from .voices_api import SavedVoices
+
+logger = logging.getLogger(__name__)
+
+
+def sniff_audio_type(path: Path) -> str:
+    """Preset clips are named .wav but some hold FLAC or MP3 data (see the data MANIFEST)."""
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if head[:4] == b"RIFF":
+        return "audio/wav"
+    if head[:4] == b"fLaC":
+        return "audio/flac"
+    if head[:4] == b"OggS":
+        return "audio/ogg"
+    if head[:3] == b"ID3" or head[:2] in (b"\xff\xfb", b"\xff\xf3", b"\xff\xf2"):
+        return "audio/mpeg"
+    return "application/octet-stream"
+
+
+def build_player_router(service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
+                        saved: SavedVoices | None = None) -> APIRouter:
+    router = APIRouter()
+    saved = saved or SavedVoices(service, settings)
+
+    @router.post("/api/tts/stream")
+    async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
+        """48 kHz stereo streamed as it is generated, as `transport` says (f32: little-endian float32
+        interleaved, the default; s16: 16-bit; opus: one Ogg/Opus stream; see transports.py): raw, or with
+        `"framing": "events"` in [u32 length][u8 kind][payload] frames (kind 0 audio, kind 1 JSON event)."""
+        synth = service.get()
+        speed = 1.0 if body.speed is None else check_speed(body.speed)
+        prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads,
+                                 saved=saved.voice)
+        started = time.monotonic()
+        gen, first = await open_stream(synth, prepared.request, http_request)
+        try:  # until the response owns the pump, an error here must close it (it holds a slot)
+            request_id = uuid.uuid4().hex[:16]
+            name = body.transport or DEFAULT_TRANSPORT
+            logger.info("stream %s: %d chars, voice %s, mode %s, speed %g, %s%s", request_id, len(body.text),
+                        prepared.voice_label, prepared.request.mode, speed, name,
+                        ", event frames" if body.framing else "")
+            transport = TRANSPORTS[name]
+            framed = body.framing == "events"
+            headers = {
+                "X-Sample-Rate": str(SAMPLE_RATE_HZ),
+                "X-Channels": str(NUM_CHANNELS),
+                **transport_headers(transport),
+                "X-Request-Id": request_id,
+                "Cache-Control": "no-store",
+                "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
+                "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
+            }
+            if first is not None and first.estimated_audio_s is not None:
+                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
+            if framed:
+                headers["X-Framing"] = "events"
+            # Kept for GET /api/tts/result/{id}.mp3 (lossless, after any stretch). A client that names a
+            # transport reads kind-2 progress frames (a newer client: see transports.py).
+            writer = player_writer(transport, OutputSpec("float32", speed=speed, captions=framed), framed=framed,
+                                   request_id=request_id, http_request=http_request,
+                                   progress=body.transport is not None)
+            media_type = "application/octet-stream" if framed else transport.media_type
+            metrics = getattr(http_request.app.state, "metrics", None)
+            label = f"player-{name}" + ("-events" if framed else "")
+
+            def delivered(sent: Delivery) -> None:
+                if metrics is not None:
+                    metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
+                                             encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                             finished=sent.outcome == "done")
+
+            return ClosingStreamingResponse(gen, first, writer, request_id=request_id, media_type=media_type,
+                                            headers=headers, delivered=delivered, started=started)
+        except BaseException:
+            await close_stream(gen)
+            raise
+
+    @router.get("/api/voices")
+    def voices() -> dict:
+        synth = service.get()
+        return {
+            "default": synth.default_voice,
+            "voices": [
+                {
+                    "name": p.name,
+                    "language": p.language,
+                    "gender": p.gender,
+                    "description": p.description,
+                    "available": p.available,
+                    "unavailable_reason": scrub_paths(p.unavailable_reason),
+                    "clip_url": f"/api/voices/{quote(p.name, safe='')}/clip" if p.has_clip else None,
+                }
+                for p in synth.list_voices()
+            ],
+            "saved": saved.listing(),  # "My voices": ids usable as `voice`
+        }
+
+    @router.get("/api/voices/{name}/clip")
+    def voice_clip(name: str) -> FileResponse:
+        """A preset's reference clip, for audition. `name` is only ever matched against the catalog."""
+        synth = service.get()
+        if name not in {p.name for p in synth.list_voices()}:
+            raise VoiceNotFoundError(f"no preset voice named {name!r}; GET /api/voices lists them", param="name")
+        path = synth.voice_clip_path(name)
+        if path is None or not Path(path).is_file():
+            raise VoiceUnavailableError(f"the reference clip of {name!r} is not available on this server", param="name")
+        return FileResponse(path, media_type=sniff_audio_type(Path(path)), headers={"Cache-Control": "max-age=3600"})
+
+    return router

@@ -1,0 +1,169 @@
+"""Synthesis streams in HTTP responses: start one cancellably, turn its chunks into bytes, close it.
+
+Each stream is read and written by a thread of its own (`web/delivery/stream_pump.py`), never by a shared
+worker pool. A request may sit in the engine's queue before its first chunk; `open_stream` gives
+the stream a cancel event and a watcher sets it as soon as the client disconnects, so a client that
+gives up while queued frees its place at once instead of when its turn comes.
+
+Once the first chunk is there, `ClosingStreamingResponse` sends the rest through `chunk_bytes`,
+the one generator both streaming routes use (raw float32 for the player, or a writer of
+`web/delivery/speech_output.py`: speed, formats, SSE, event frames). Whatever ends the response (last chunk,
+error, client gone, even before the body was iterated), the synthesis stream is closed, which
+cancels it in the engine and frees its slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import anyio
+import numpy as np
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+
+from tts_core.cancel import CancelToken
+from tts_core.errors import TTSError
+from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
+
+from .stream_pump import StreamPump
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.1
+# A chunk's bytes, made in the stream's pump thread. A writer object may also have `finish() ->
+# bytes` (the tail, after the last chunk) and `close()` (release it when the stream is cut short).
+Encoder = Callable[[AudioChunk], bytes]
+
+
+async def open_stream(synth, request: SynthesisRequest, http_request: Request | None) -> tuple[StreamPump, AudioChunk | None]:
+    """Start `request` and wait for its first chunk (errors surface here, before any byte is sent).
+
+    Returns the stream's pump (`web/delivery/stream_pump.py`) and the first chunk (None when the client left
+    before it came). The caller must `start` the pump with a writer, or `close` it.
+    """
+    cancel = CancelToken()  # wakes the pump's wait for the next chunk when set (no polling)
+    pump = StreamPump(synth.stream(request, cancel=cancel), cancel)
+
+    async def watch() -> None:
+        while not cancel.is_set():
+            if http_request is not None and await http_request.is_disconnected():
+                cancel.set()
+                return
+            await anyio.sleep(_POLL_S)
+
+    outcome: dict = {}
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            outcome["first"] = await pump.first()
+        except BaseException as exc:  # re-raised below, outside the task group (no ExceptionGroup)
+            outcome["error"] = exc
+        finally:
+            group.cancel_scope.cancel()
+    if "error" in outcome:
+        await pump.close()
+        raise outcome["error"]
+    return pump, outcome["first"]
+
+
+async def close_stream(pump: StreamPump) -> None:
+    """Close the synthesis stream (cancels it in the engine), even while our task is being cancelled."""
+    await pump.close()
+
+
+def f32_bytes(chunk: AudioChunk) -> bytes:
+    """[2, n] float32 → interleaved little-endian float32 bytes (L0 R0 L1 R1 …)."""
+    return np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes()  # [n, 2]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """What one streamed response sent, for `/metrics` (`AppMetrics.observe_delivery`)."""
+
+    outcome: str  # done, cancelled, failed
+    audio_s: float  # engine audio read (48 kHz seconds)
+    bytes_out: int
+    writer_s: float  # thread CPU seconds spent writing it (stretch, encoding, framing)
+    elapsed_s: float  # from the stream's start to the last byte
+
+
+async def chunk_bytes(pump: StreamPump, first: AudioChunk | None, encode: Encoder, *, request_id: str,
+                      header: bytes = b"", delivered: Callable[[Delivery], None] | None = None,
+                      started: float | None = None) -> AsyncIterator[bytes]:
+    """`header`, then every chunk through `encode` (in the pump's thread); on the way out (end,
+    error, or client disconnect) close the synthesis stream and log the outcome.
+
+    Starlette cancels this iterator when the client disconnects; closing the pump stops its thread
+    within one chunk and cancels the stream in the engine.
+    """
+    started = time.monotonic() if started is None else started
+    outcome, bytes_out = "cancelled", 0
+    try:
+        if header:
+            bytes_out += len(header)
+            yield header
+        if first is not None:
+            pump.start(encode)
+            async for data in pump.output():
+                bytes_out += len(data)
+                yield data
+        outcome = "done"
+    except Exception as exc:  # headers are gone: abort the connection so the client sees a broken stream
+        outcome = "failed"
+        logger.error("stream %s failed mid-way: %s", request_id, exc, exc_info=not isinstance(exc, TTSError))
+        raise
+    finally:
+        await close_stream(pump)
+        elapsed = time.monotonic() - started
+        if delivered is not None:
+            delivered(Delivery(outcome, pump.samples / SAMPLE_RATE_HZ, bytes_out, pump.writer_s, elapsed))
+        logger.info("stream %s %s: %.2f s of audio in %.2f s", request_id, outcome, pump.samples / SAMPLE_RATE_HZ,
+                    elapsed)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """Streams a synthesis through `chunk_bytes` and always closes it.
+
+    Starlette cancels the sending task on disconnect; if that happens outside the body iterator (in
+    `send`), or before the body was ever iterated, the stream would otherwise stay open until
+    garbage collection, holding its engine slot.
+    """
+
+    def __init__(self, pump: StreamPump, first: AudioChunk | None, encode: Encoder, *, request_id: str,
+                 media_type: str, headers: dict[str, str], header: bytes = b"",
+                 delivered: Callable[[Delivery], None] | None = None, started: float | None = None):
+        super().__init__(chunk_bytes(pump, first, encode, request_id=request_id, header=header, delivered=delivered,
+                                     started=started),
+                         media_type=media_type, headers=headers)
+        self._pump = pump
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            await close_stream(self._pump)  # a no-op when the body iterator already closed it
+
+
+async def collect(pump: StreamPump, first: AudioChunk | None, request: Request) -> np.ndarray | None:
+    """All audio as float32 [2, n]; None when the client disconnected (the synthesis is cancelled)."""
+    if first is None:  # the client left before the first chunk (open_stream cancelled it)
+        await close_stream(pump)
+        return None
+    parts: list[np.ndarray] = []
+    pump.start(_pcm_of)
+    try:
+        async for pcm in pump.output():
+            parts.append(pcm)
+            if await request.is_disconnected():
+                return None
+    finally:
+        await close_stream(pump)
+    return np.concatenate(parts, axis=1) if parts else np.zeros((NUM_CHANNELS, 0), np.float32)
+
+
+def _pcm_of(chunk: AudioChunk) -> np.ndarray:
+    return chunk.pcm

@@ -1,0 +1,115 @@
+"""Builds the Gradio page's ASGI app the way Gradio's own `launch()` would have set it up.
+
+`build_page_app` runs `gr.mount_gradio_app` on a holder app (the live server is never changed
+while it serves) and returns the Gradio app with the start-up `mount_gradio_app` would have put
+in the server's lifespan; `page_slot.PageSlot` serves it at "/" once started. Gradio is imported
+only here, on first use, so the API's start-up never waits for it.
+
+`gr.mount_gradio_app` leaves `Blocks.has_launched` False, and Gradio's file guard
+(`processing_utils._check_allowed`) does nothing until it is True: any server path a client named
+in a file input was then hashed and copied into the cache (/dev/zero: forever, on the event loop).
+`launch()` sets it when the server starts, and Gradio's reloader sets it on the blocks it swaps into
+a running server; the page's start-up here does the same. Besides:
+
+- `blocked_paths`: the repository, the checkpoints, the voice cache and the system folders, so
+  that not even a bug elsewhere lets Gradio serve them (the upload folder itself stays allowed);
+- `allowed_paths` stays empty: the page serves no files of its own through Gradio;
+- `show_error=False`: Gradio's own error texts (which quote values and object reprs) never reach
+  the page; our handlers write their own messages;
+- `delete_cache`: Gradio deletes what it cached after an hour (and everything at shutdown);
+  `UploadDiskBound` keeps the folder within a size and a file count meanwhile;
+- `GradioFileGuard` (gradio_files.py) in front: path-free upload handles, no URLs, no paths.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+
+from tts_core.env import env_str
+
+from ..page_slot import PageApp
+from .gradio_files import GradioFileGuard, UploadPaths
+from .upload_disk import UploadDiskBound
+
+if TYPE_CHECKING:
+    import gradio as gr
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_SYSTEM_DIRS = ("/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/var", "/usr", "/home")
+
+
+@dataclass(frozen=True, slots=True)
+class PageFiles:
+    """Bounds of Gradio's upload folder.
+
+    Args:
+        max_bytes / max_files: the folder's files are kept within both (least recently used go first).
+        max_age_s: Gradio's `delete_cache` deletes cached files older than this, checked every
+            `max_age_s / 4` seconds.
+    """
+
+    max_bytes: int = 256 * 1024 * 1024
+    max_files: int = 512
+    max_age_s: int = 3600
+
+
+def upload_folder() -> Path:
+    """Gradio's upload (and cache) folder: GRADIO_TEMP_DIR, else <temp dir>/gradio."""
+    return Path(os.path.realpath(env_str("GRADIO_TEMP_DIR") or Path(tempfile.gettempdir()) / "gradio"))
+
+
+def blocked_paths(private: list[str | os.PathLike], folder: Path) -> list[str]:
+    """Folders Gradio must never serve or copy from, minus any that hold its own upload folder."""
+    candidates = [REPO_ROOT, *private, *_SYSTEM_DIRS, Path.home()]
+    out = []
+    for path in candidates:
+        real = Path(os.path.realpath(path))
+        if str(real) != "/" and not folder.is_relative_to(real) and str(real) not in out:
+            out.append(str(real))
+    return out
+
+
+def upload_disk_bound(files: PageFiles = PageFiles()) -> UploadDiskBound:
+    return UploadDiskBound(upload_folder(), max_bytes=files.max_bytes, max_files=files.max_files)
+
+
+def install_file_guard(app: FastAPI, disk: UploadDiskBound) -> None:
+    """The Gradio file guard, innermost of the app's middlewares (gradio_files.py). Installed when
+    the app is created: middlewares cannot be added once the server runs, the page may come later."""
+    app.add_middleware(GradioFileGuard, paths=UploadPaths(disk.folder), disk=disk)
+
+
+def build_page_app(server: FastAPI, demo: gr.Blocks, *, disk: UploadDiskBound,
+                   private_paths: list[str | os.PathLike], max_file_size: int,
+                   max_age_s: int = PageFiles.max_age_s, **mount_kwargs: Any) -> PageApp:
+    """`demo` as an ASGI app for "/" of `server`, with the guards above, and its start-up."""
+    import gradio as gr
+
+    folder = disk.folder
+    demo.delete_cache = (max(1, max_age_s // 4), max_age_s)  # read when the Gradio app is created
+    holder = FastAPI()
+    # Gradio adds its own CORS answers unless the app it is mounted in configures CORS; the server
+    # does (guards.py), so the holder shows Gradio the server's middleware list.
+    holder.user_middleware = server.user_middleware
+    gr.mount_gradio_app(holder, demo, path="/", allowed_paths=[],
+                        blocked_paths=blocked_paths(private_paths, folder), show_error=False,
+                        max_file_size=max_file_size, **mount_kwargs)
+    page = holder.routes[-1].app  # the Gradio app mount_gradio_app mounted at "/"
+
+    @asynccontextmanager
+    async def lifespan():
+        # What mount_gradio_app puts in the holder's lifespan, then what launch() does once serving.
+        async with page.router.lifespan_context(page):
+            page.get_blocks().run_startup_events()
+            await page.get_blocks().run_extra_startup_events()
+            demo.has_launched = True  # from now on Gradio checks every file input
+            yield
+
+    return PageApp(app=page, blocks=demo, lifespan=lifespan)

@@ -1,0 +1,172 @@
+"""`main(argv)`: flags → logging → SynthesizerService → create_app → uvicorn.
+
+Run by `python app.py` and `python -m tts_core serve`. The server is up at once; the model loads
+in the service's background thread, so torch is imported off the start-up path, and the Gradio page
+is built once the model is ready and no stream is in progress (`page_slot.py`): importing Gradio
+beside the engine's load would slow both, and the API's first audio needs neither. ZeroGPU mode
+builds its page before serving (it wires the GPU calls).
+
+The uvicorn side of the hardening lives here: the log-storm filter on the log handlers, the
+open-file limit raised to its maximum, and uvicorn built by `connections.uvicorn_config` (the
+connection cap with a fast 503, request-head deadlines, idle keep-alive; `ConnectionLimits`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from tts_core.env import env_flag, env_str
+from tts_core.errors import ModelLoadError, TTSError
+
+from .flags import engine_config, parse_args, server_settings, zerogpu_enabled
+from .limits.logstorm import install_log_storm_filter
+
+if TYPE_CHECKING:
+    from .zerogpu.relay import ZeroGPUMode
+
+logger = logging.getLogger("moss_tts_app")
+
+
+TRY_WITHOUT_DOWNLOAD = ("To try the app without any download: python -m tts_core make-tiny-checkpoint /tmp/tiny "
+                        "--tokenizer /path/to/tokenizer.model writes a small random model (it babbles, but every "
+                        "part of the app runs), then python app.py --lm /tmp/tiny/lm --codec /tmp/tiny/codec.")
+
+
+def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
+    """What failed and what to do. Names local paths: the server log gets it whole, clients scrubbed."""
+    hf_home = env_str("HF_HOME", "~/.cache/huggingface")
+    try:
+        offline = " HF_HUB_OFFLINE=1 is set, so nothing is downloaded." if env_flag("HF_HUB_OFFLINE") else ""
+    except ValueError:  # a malformed value must not hide the load error itself
+        offline = ""
+    return (f"could not load the model from --lm {args.lm} / --codec {args.codec} "
+            f"({type(exc).__name__}: {exc}). Check the network connection to huggingface.co, or that "
+            f"HF_HOME ({hf_home}) holds the weights, or pass local directories with --lm and --codec.{offline} "
+            f"{TRY_WITHOUT_DOWNLOAD}")
+
+
+def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
+    """Builds the Synthesizer in the service's loader thread; every failure becomes one clear line.
+
+    ZeroGPU mode: the Synthesizer (API, /api/tts/stream, the page's checks) runs on this process's
+    CPU; the GPU workers' copy is read in the main thread before serving (`load_zerogpu_weights`)."""
+    device, devices = ("cpu", None) if zerogpu is not None else (args.device, args.devices)
+
+    def factory(report):
+        report(f"importing the engine (device {device})")
+        try:
+            from tts_core import Synthesizer  # torch is imported here, off the server's start-up path
+
+            config = engine_config(args)
+            if args.max_active_streams is None:  # follow the device (web/capacity.py)
+                from dataclasses import replace
+
+                from tts_core.devices import resolve_device
+
+                from .capacity import default_active_streams
+
+                config = replace(config, max_active_streams=default_active_streams(resolve_device(device).type))
+            synth = Synthesizer.from_pretrained(
+                lm=args.lm, codec=args.codec, device=device, dtype=args.dtype, tokenizer=args.tokenizer,
+                voices_dir=args.voices_dir, engine_config=config, report=report,
+                devices=devices, quantize=args.quantize,
+            )
+            if zerogpu is not None:  # its GPU copy was placed before serving (`load_zerogpu_weights`)
+                synth.info["mode"] = zerogpu.describe()
+            return synth
+        except TTSError:
+            raise
+        except ImportError as exc:
+            raise ModelLoadError(f"a runtime dependency is missing ({exc}); run pip install -r requirements.txt") from None
+        except Exception as exc:  # network, cache, file or format problem: one line, details at debug level
+            from .errors import scrub_paths
+
+            hint = _load_hint(args, exc)
+            logger.error("%s", hint)
+            logger.debug("model load failed", exc_info=True)
+            raise ModelLoadError(scrub_paths(hint)) from None
+
+    return factory
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    args = parse_args(argv, prog)
+    if not zerogpu_enabled(args):  # (ZeroGPU: `spaces` is imported before torch, in `_zerogpu_mode`)
+        # Importing torch and the engine is the longest step before the weights can be read: it
+        # starts now, beside the web stack's own imports (the loader thread finds it done or waits).
+        threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    install_log_storm_filter()
+
+    zerogpu = _zerogpu_mode(args)
+    from .service import SynthesizerService
+
+    service = SynthesizerService(make_factory(args, zerogpu))
+    # The model starts loading now, in its thread, while the server's routes are built; the page
+    # follows the model (ZeroGPU: before serving). The lifespan's start is then a no-op.
+    service.start()
+    import uvicorn
+
+    from .app import create_app
+    from .limits.connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
+    from .page_slot import PageMode
+
+    raise_open_files_limit()
+    page = PageMode.NOW if zerogpu is not None else PageMode.DEFERRED if args.ui else PageMode.OFF
+    settings = server_settings(args)
+    logger.info("encoder processes: %d%s", settings.encoder_processes,
+                " (mp3/opus/aac/flac encode in worker processes)" if settings.encoder_processes
+                else " (every format encodes in the server's process)")
+    app = create_app(service, settings, zerogpu, page=page)
+    if zerogpu is not None:
+        load_zerogpu_weights(args, zerogpu)
+        zerogpu.before_serving()
+    config = uvicorn_config(app, host=args.host, port=args.port, limits=ConnectionLimits(),
+                            counters=app.state.guard_counters, log_config=None, access_log=False)
+    logger.info("serving on http://%s:%d (model loads in the background%s)", args.host, args.port,
+                {PageMode.DEFERRED: ", then the page", PageMode.OFF: "; API only, no page"}.get(page, ""))
+    uvicorn.Server(config).run()
+
+
+def _import_engine() -> None:
+    try:
+        importlib.import_module("tts_core.synthesizer")
+    except Exception:
+        logger.debug("early engine import failed", exc_info=True)
+
+
+def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:
+    """ZeroGPU mode's GPU function, made before the page (which wires it) and before serving."""
+    if not zerogpu_enabled(args):
+        return None
+    if args.device not in ("auto", "cpu") or args.devices:
+        logger.warning("ZeroGPU mode: --device/--devices are ignored; this process stays on the CPU and "
+                       "each page generation gets its GPU from a ZeroGPU call")
+    from .zerogpu.relay import ZeroGPUMode, disable_spaces_auto_wrap
+
+    disable_spaces_auto_wrap()  # before any Gradio event exists (see the function)
+    zerogpu = ZeroGPUMode(concurrency=engine_config(args).max_active_streams)
+    logger.info("ZeroGPU mode (%s): page generations run in GPU worker processes", zerogpu.backend)
+    return zerogpu
+
+
+def load_zerogpu_weights(args: argparse.Namespace, zerogpu: ZeroGPUMode) -> None:
+    """ZeroGPU's documented placement: the GPU workers' copy of the model read and put "on cuda"
+    here, in the main thread, before serving (see `studio.zerogpu.worker`). A failure is logged
+    with its hint and leaves the page offering the CPU engine (its relay reports the GPU as
+    unavailable) rather than stopping the server."""
+    started = time.perf_counter()
+    try:
+        zerogpu.load_weights(args.lm, args.codec, dtype=args.dtype,
+                             max_context_rows=engine_config(args).max_context_rows)
+    except Exception as exc:  # the CPU engine's load reports the same problem to clients
+        logger.error("ZeroGPU: %s", _load_hint(args, exc))
+        logger.debug("ZeroGPU weights failed to load", exc_info=True)
+        return
+    logger.info("ZeroGPU: the model is placed for the GPU workers (%.2f s, main thread, before serving)",
+                time.perf_counter() - started)

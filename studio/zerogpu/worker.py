@@ -1,0 +1,195 @@
+"""ZeroGPU mode, engine side: one request per GPU call, run eagerly in a forked worker process.
+
+On a ZeroGPU Space a GPU exists only inside a call of a `@spaces.GPU`-decorated function, and that
+call runs in a worker process forked from the server: arguments and results cross a pipe (pickled),
+a generator's yields are relayed one by one, and the server process itself must never initialise
+CUDA (the `spaces` package virtualises it there). `torch.compile` is not available.
+
+So the server process keeps a pristine fp32 copy of both models on its CPU (`GPUWeights`, loaded
+once at start-up; the server's own CPU engine has its own copy, which CPU precision modes may
+convert). The decorated generator (`make_gpu_stream`) receives a prepared `StreamJob` (prompt rows,
+sampling, seed: everything the worker needs, all picklable), and in the worker:
+
+1. the weights are on the worker's GPU when the call starts: the server process placed them "on
+   cuda" at start-up (`place_weights`, the documented module-level `model.to("cuda")`), and the
+   worker got them there (`spaces` unpacks them onto its GPU; the harness moves them before the
+   call); a worker kept idle for the next call keeps them there;
+2. the server's own runner + `Engine` run the job with one slot, eagerly: no compile, no CUDA
+   graphs (the plain static step on CUDA, the usual eager path on a CPU);
+3. the engine's `AudioChunk`s are yielded as they are made; closing the generator cancels the job.
+
+The placement needs, with the real `spaces`: the `.to("cuda")` made in the thread that imported
+`spaces` (its CUDA emulation is a torch mode entered in that thread only) and `spaces.zero.startup()`
+(which packs the placed tensors) before serving; Gradio's `launch()` runs it, and this server,
+which mounts Gradio in FastAPI, runs it itself (`studio.zerogpu.relay.ZeroGPUMode.before_serving`).
+So the web server reads this copy in its main thread before it serves (see docs/DEPLOY.md for what
+that costs at start-up against moving the weights inside the call).
+
+`gpu_decorator()` picks `spaces.GPU` on a ZeroGPU Space and `harness.GPU` (the same
+contract, without Spaces) elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tts_core.config import EngineConfig
+from tts_core.devices import resolve_lm_dtype
+from tts_core.engine.cuda.static_runner import StaticRunner
+from tts_core.engine.engine import Engine
+from tts_core.engine.outbox import handle_chunks
+from tts_core.engine.runners import build_runner
+from tts_core.engine.types import StreamJob
+from tts_core.types import AudioChunk
+
+from .env import ZEROGPU_ENV, on_zerogpu_space
+
+logger = logging.getLogger(__name__)
+
+# GPU seconds asked for per call: worker start (fork, CUDA init, weights to the GPU) plus the
+# generation at a pessimistic eager RTF of 1, within what ZeroGPU grants. Shorter asks are
+# scheduled sooner; a call that runs past its duration may be stopped.
+GPU_OVERHEAD_S = 10.0
+GPU_SECONDS_PER_AUDIO_S = 1.0
+GPU_MIN_S, GPU_MAX_S = 20, 240
+_CONTEXT_ROWS = EngineConfig().max_context_rows
+
+
+@dataclass(frozen=True, slots=True)
+class GPUWeights:
+    """Both models in fp32 on the server's CPU, for the workers to move to their GPU.
+
+    Args:
+        lm, codec: the models (eval mode, CPU, fp32), never used by the server process itself.
+        dtype: the LM precision flag (`--dtype`); "auto" is resolved in the worker, by its GPU.
+        max_context_rows: the KV length per stream (as the server's engine).
+        aoti_dir: where AOTInductor packages of the LM's step units are cached (per GPU
+            architecture); None runs the plain eager step. Used on CUDA only (`aoti.py`).
+    """
+
+    lm: torch.nn.Module
+    codec: torch.nn.Module
+    dtype: str = "auto"
+    max_context_rows: int = _CONTEXT_ROWS
+    aoti_dir: str | None = None
+
+
+def load_gpu_weights(lm_dir: str | Path, codec_dir: str | Path, *, dtype: str = "auto",
+                     max_context_rows: int = _CONTEXT_ROWS, aoti_dir: str | None = None) -> GPUWeights:
+    """Read both checkpoints onto the CPU (fp32). Call it in the server process, before any GPU call."""
+    from tts_core.model.codec_loading import load_codec
+    from tts_core.model.lm_loading import load_lm
+
+    return GPUWeights(lm=load_lm(lm_dir, device="cpu", dtype=torch.float32),
+                      codec=load_codec(codec_dir, device="cpu", dtype=torch.float32),
+                      dtype=dtype, max_context_rows=max_context_rows, aoti_dir=aoti_dir)
+
+
+def place_weights(weights: GPUWeights, backend: str) -> GPUWeights:
+    """The documented module-level placement: both models "on cuda" in the server process.
+
+    With `spaces` (backend "spaces") that is `.to("cuda")`, which its CUDA emulation records without
+    touching a GPU (call it in the main thread, before serving); with the harness it is
+    `harness.place_on_cuda`, which moves them in each worker before its calls."""
+    if backend == "spaces":
+        weights.lm.to("cuda")
+        weights.codec.to("cuda")
+    else:
+        from .harness import place_on_cuda
+
+        place_on_cuda(weights.lm)
+        place_on_cuda(weights.codec)
+    return weights
+
+
+def gpu_seconds(job: StreamJob) -> int:
+    """The `duration` of a GPU call for `job`: overhead + generation time, bounded."""
+    wanted = GPU_OVERHEAD_S + GPU_SECONDS_PER_AUDIO_S * job.estimated_audio_s
+    return int(min(GPU_MAX_S, max(GPU_MIN_S, math.ceil(wanted))))
+
+
+def worker_device() -> torch.device:
+    """The worker's device: its GPU (ZeroGPU, or the harness on a GPU machine), else the CPU."""
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+class WorkerEngine:
+    """The server's engine with one slot, eager, on the worker's device (built once per worker)."""
+
+    def __init__(self, weights: GPUWeights):
+        self.weights = weights
+        self.device = device = worker_device()
+        lm_dtype = resolve_lm_dtype(weights.dtype, device)
+        # Placed modules are on `device` already (a no-op move then); unplaced ones (a caller that
+        # skipped `place_weights`) are moved here. Either way the worker's copy: the server
+        # process's modules do not change.
+        lm = weights.lm.to(device=device, dtype=lm_dtype)
+        codec = weights.codec.to(device)
+        runner = build_runner(lm, codec, num_slots=1, max_context_rows=weights.max_context_rows, device=device,
+                              enforce_eager=True, compile="off")
+        self.aoti = None
+        if weights.aoti_dir and isinstance(runner, StaticRunner) and device.type == "cuda":
+            # torch.compile is unavailable on ZeroGPU; AOTInductor packages are not (one stream: B = 1).
+            from .aoti import build_aoti_units
+
+            runner.stepper.units, self.aoti = build_aoti_units(lm, batch=1, device=device, cache_dir=weights.aoti_dir)
+        self.engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0,
+                                                  max_context_rows=weights.max_context_rows))
+        logger.info("ZeroGPU worker %d: engine on %s (LM %s, %s step)", os.getpid(), device,
+                    str(lm_dtype).removeprefix("torch."), runner.step_kind)
+
+    def stream(self, job: StreamJob) -> Iterator[AudioChunk]:
+        """The job's chunks as the engine makes them; closing the iterator cancels the job."""
+        yield from handle_chunks(self.engine, self.engine.submit(job))
+
+
+_worker_engine: WorkerEngine | None = None  # per process: set in a worker at its first call
+
+
+def worker_engine(weights: GPUWeights) -> WorkerEngine:
+    global _worker_engine
+    if _worker_engine is None or _worker_engine.weights is not weights:
+        # A forked child must not enter the OpenMP thread team its parent started (GNU OpenMP hangs
+        # there, e.g. after the server's CPU engine ran): one CPU thread, as DataLoader workers do.
+        # The worker's heavy work is on its GPU.
+        torch.set_num_threads(1)
+        _worker_engine = WorkerEngine(weights)
+    return _worker_engine
+
+
+GPUDecorator = Callable[..., Callable]
+
+
+def make_gpu_stream(weights: Callable[[], GPUWeights], gpu: GPUDecorator) -> Callable[[StreamJob], Iterator[AudioChunk]]:
+    """The decorated generator: `stream(job)` yields the job's chunks, generated in a GPU worker.
+
+    `weights()` gives the loaded `GPUWeights`; the worker reads it through the fork (never pickled).
+    `gpu` is `spaces.GPU` or `harness.GPU`; the call's duration comes from `gpu_seconds`.
+    """
+
+    def stream_on_gpu(job: StreamJob) -> Iterator[AudioChunk]:
+        yield from worker_engine(weights()).stream(job)
+
+    return gpu(duration=gpu_seconds)(stream_on_gpu)
+
+
+def gpu_decorator() -> tuple[GPUDecorator, str]:
+    """(`spaces.GPU`, "spaces") on a ZeroGPU Space with the package, else (the harness's GPU, "harness")."""
+    if on_zerogpu_space():
+        try:
+            import spaces
+
+            return spaces.GPU, "spaces"
+        except ImportError:
+            logger.warning("%s is set but the spaces package is missing: using the local ZeroGPU harness",
+                           ZEROGPU_ENV)
+    from .harness import GPU
+
+    return GPU, "harness"

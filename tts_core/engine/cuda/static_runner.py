@@ -1,0 +1,272 @@
+"""The GPU's runner: static shapes, so every step and decode can be a CUDA graph replay.
+
+A batch is padded to the smallest batch bucket holding its highest slot (`buckets.py`) and the
+step attends over the smallest length bucket holding its rows (`graphs.StaticStepper`, which
+captures and replays them). Work is queued without reading a host value back: prompts admitted
+between two steps are prefilled together before the next one (`prefill.BatchPrefiller`); what
+admitting a stream writes on the device (sampling row, length, codec ring reset) is staged and
+written for all of them at once; a step is launched and collected later (`launch` / `collect`, so
+the engine can launch the next one meanwhile), and codec work runs on a CUDA stream of its own.
+On a CPU (tests) the same functions run eagerly and synchronously.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...config import SamplingParams
+from ..host_copy import PendingPcm, ReadyPcm
+from ..runner_base import SlotRunner
+from ..sampler import StreamSampler
+from .buckets import bucket_sizes, kv_columns, padded_step_input, pick_bucket
+from .graphs import StaticStepper
+from .prefill import BatchPrefiller
+from .static_step import StepLaunch, graphs_enabled
+
+
+@dataclass(slots=True)
+class StepTicket:
+    """One launched LM step (`StaticRunner.launch`), until `StaticRunner.collect` reads it."""
+
+    slots: list[int]
+    samplers: list[StreamSampler]
+    uniforms: np.ndarray  # [B, 1 + K] drawn for it
+    has_room: np.ndarray  # [B] whether each row may add a KV row
+    launch: StepLaunch  # the queued step
+
+
+class StaticRunner(SlotRunner):
+    """Static-shape LM steps and codec decodes over `num_slots` stream slots.
+
+    Args:
+        lm: `MossTTSNanoLM` (eval mode, on `device`).
+        codec: `MossAudioCodec` (eval mode, on `device`).
+        num_slots: streams that can run at once.
+        max_context_rows: KV length per slot (prompt + generated rows).
+        enforce_eager: never capture CUDA graphs.
+        buckets: batch-size buckets (default 1, 2, 4, ... >= num_slots).
+        batch_invariant: a single bucket (every step runs all rows) and one prefill per stream: a
+            stream's codes are then bit-identical whatever else runs beside it, in bf16 too, at the
+            cost of full-size steps for small batches.
+        compile: how the LM step's units run (`static_step.compile_mode`): torch.compile'd on CUDA by
+            default, plain functions on CPU.
+        prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
+        defer: serve at once on the plain step while the compiled units build in a background
+            thread; the engine calls `upgrade` when they are ready (then captures graphs).
+    """
+
+    can_step_ahead = True
+
+    def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,
+                 enforce_eager: bool = False, buckets: list[int] | None = None, batch_invariant: bool = False,
+                 compile: str | None = None, prefix_cache_size: int = 8, defer: bool = False):
+        self.buckets = sorted(buckets) if buckets else bucket_sizes(num_slots)
+        # Spare rows so every bucket fits, plus one no stream uses (graphed prefills are captured
+        # there); one more column, rounded up for aligned attention masks, that rows not advancing
+        # in a step write to.
+        rows = max(num_slots, pick_bucket(num_slots, self.buckets))
+        if batch_invariant:
+            self.buckets = [rows]
+        spare_row = rows
+        super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
+                         state_rows=rows + 1, cache_len=kv_columns(max_context_rows),
+                         # batch_invariant keeps prefills whole, one per stream
+                         prefix_cache_size=0 if batch_invariant else prefix_cache_size)
+        self.batch_invariant = batch_invariant
+        device = self.device
+        # Codec work runs on its own CUDA stream, so a pipelined decode overlaps the next LM step;
+        # the event orders it after this thread's last change to codec state (reset, priming).
+        # High priority: its work is what a listener waits for (first chunks above all), and it is
+        # short beside the LM steps it overlaps.
+        self._codec_stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
+        self._codec_state_event: torch.cuda.Event | None = None
+        self._codec_resets: set[int] = set()  # rows to clear in one batch before the next step
+        self._launched: deque[StepTicket] = deque()  # launched steps not yet collected
+        with torch.inference_mode():
+            self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
+                                         buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
+                                         compile=compile, defer=defer, spare_row=spare_row)
+        # Prompts prefilled together before the next step (whole, one by one, when batch-invariant).
+        self.prefills = None if batch_invariant else BatchPrefiller(lm, self.cache, self.hidden, self.stepper,
+                                                                     self.prefix_cache, spare_row=spare_row)
+
+    @property
+    def uses_graphs(self) -> bool:
+        return self.stepper.use_graphs
+
+    @property
+    def compile_mode(self) -> str:
+        return self.stepper.compile_mode
+
+    @property
+    def step_kind(self) -> str:
+        """What the LM step runs as: "plain", "compiled", "plain+graphs" or "compiled+graphs"."""
+        kind = "plain" if self.stepper.compile_mode == "off" else "compiled"
+        return f"{kind}+graphs" if self.stepper.use_graphs else kind
+
+    def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
+        """Deferred start: build the compiled step in a background thread (see graphs.py)."""
+        self.stepper.compile_in_background(before_each)
+
+    def upgrade_ready(self) -> bool:
+        """The deferred compiled units are ready to switch to."""
+        return self.stepper.upgrade_ready()
+
+    def upgrade(self) -> None:
+        self.stepper.upgrade()
+
+    # ---- stream lifecycle ----------------------------------------------------------------------
+
+    def begin_stream(self, slot: int, sampling: SamplingParams, seed: int) -> None:
+        super().begin_stream(slot, sampling, seed)
+        self.stepper.set_sampling(slot, sampling)  # staged until the next step
+
+    @torch.inference_mode()
+    def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None,
+                      prefix_rows: int = 0) -> None:
+        """Queue a prompt's prefill for the next step and stage the reset (or prime) of the slot's
+        codec stream. `prefix_rows` leading rows are the voice's, whose KV is reused when it was
+        computed before (see `prefill.BatchPrefiller`)."""
+        self._new_segment(slot)
+        if rows.shape[0] > self.max_context_rows:
+            raise ValueError(f"a prompt of {rows.shape[0]} rows exceeds max_context_rows={self.max_context_rows}")
+        self.cache.reset(slot)
+        if self.prefills is not None:
+            self.prefills.add(slot, rows, prefix_rows)
+        else:
+            self._prefill_slot(slot, rows, prefix_rows)
+        self.lengths[slot] = int(rows.shape[0])
+        self.stepper.reset_slot(slot, int(rows.shape[0]))
+        self._codec_resets.add(slot)  # with the other admitted slots', before the next step
+        if prime_codes is not None and len(prime_codes):
+            self._apply_slot_resets()
+            # Continuation: the decoder must continue the reference audio; its output is dropped.
+            # (Many frames at once: the plain eager pass, not the graphs.)
+            self._decode_band([slot], prime_codes[None])
+        self._mark_codec_state()
+
+    def _mark_codec_state(self) -> None:
+        if self._codec_stream is not None:
+            event = torch.cuda.Event()
+            event.record()
+            self._codec_state_event = event
+
+    def _apply_slot_resets(self) -> None:
+        """Write what admitting streams staged (sampling rows, lengths, codec rows)."""
+        self.stepper.apply_staged()
+        if self._codec_resets:
+            rows = torch.tensor(sorted(self._codec_resets)).to(self.device, non_blocking=True)
+            self._codec_resets.clear()
+            self.codec_state.reset_rows(rows)
+            self._mark_codec_state()
+
+    def _codec_context(self):
+        """Run codec work on the codec stream (CUDA), after the last codec-state change."""
+        if self._codec_stream is None:
+            return contextlib.nullcontext()
+        if self._codec_state_event is not None:
+            self._codec_stream.wait_event(self._codec_state_event)
+        return torch.cuda.stream(self._codec_stream)
+
+    def flush_prefills(self) -> None:
+        """Prefill the prompts admitted since the last step (`prefill.BatchPrefiller`)."""
+        if self.prefills is not None:
+            self.prefills.flush()
+
+    @torch.inference_mode()
+    def warm_prefix(self, rows: np.ndarray) -> bool:
+        """Compute and keep the KV of a prompt prefix (all of `rows`) in the spare row; False when
+        prefixes are not reused (batch-invariant) or it is kept already."""
+        return self.prefills.warm(rows) if self.prefills is not None else False
+
+    @torch.inference_mode()  # the caches are made of inference tensors
+    def release(self, slot: int) -> None:
+        if self.prefills is not None:
+            self.prefills.discard(slot)
+        self.samplers[slot] = None
+        self.lengths[slot] = 0
+        self.cache.reset(slot)
+        self._codec_resets.discard(slot)
+        self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
+        self._mark_codec_state()
+        self.stepper.reset_slot(slot, 0)
+
+    # ---- the LM step ---------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def step(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """One frame for each slot, waited for: `collect(launch(slots))`.
+
+        Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
+        """
+        ticket = self.launch(slots)
+        try:
+            return self.collect(ticket)
+        except BaseException:
+            self.drop_launched()
+            raise
+
+    @torch.inference_mode()
+    def launch(self, slots: Sequence[int]) -> StepTicket:
+        """Queue one frame for each slot on the device; `collect` waits for it. One more launch may
+        follow before this one is collected: it counts this one's frames as made (room and
+        attention length)."""
+        slots = list(slots)
+        samplers = [self.samplers[s] for s in slots]
+        self._apply_slot_resets()
+        self.flush_prefills()
+        bucket = pick_bucket(max(slots) + 1, self.buckets)
+        uniforms = np.stack([sampler.draw_uniforms() for sampler in samplers])  # [B, 1 + K]
+        # The stepper's host buffers alternate: at most two launches may be uncollected at once.
+        assert len(self._launched) < 2, "collect a launched step before launching a third"
+        ahead: dict[int, int] = {}
+        for ticket in self._launched:  # a launched step not yet collected may add a row to these slots
+            for slot, room in zip(ticket.slots, ticket.has_room):
+                ahead[slot] = ahead.get(slot, 0) + int(room)
+        has_room = np.array([self.context_left(s) - ahead.get(s, 0) > 0 for s in slots], np.float32)
+        needed = max(self.lengths[s] + ahead.get(s, 0) for s in slots) + 1  # columns the global decode must see
+        launch = self.stepper.launch(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)
+        ticket = StepTicket(slots, samplers, uniforms, has_room, launch)
+        self._launched.append(ticket)
+        return ticket
+
+    def collect(self, ticket: StepTicket, keep: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The results of a launched step (launches are collected in order): is_continue bool [B] and
+        codes int64 [B, 16]. `keep[i]` False drops row i's frame: nothing of it is booked, and its
+        uniforms go back to its stream, whose next launched step draws them again (the engine drops
+        the step a stream was launched into after its segment had ended, see `stepping.py`)."""
+        assert self._launched and self._launched[0] is ticket, "launched steps are collected in order"
+        out = self.stepper.collect(ticket.launch)[ticket.slots]
+        self._launched.popleft()
+        is_continue = out[:, 0].astype(bool)
+        for i, slot in enumerate(ticket.slots):
+            if keep is not None and not keep[i]:
+                ticket.samplers[i].put_back(ticket.uniforms[i])
+            elif is_continue[i] and ticket.has_room[i]:
+                self.lengths[slot] += 1
+                self.cache.advance([slot], 1)
+                ticket.samplers[i].num_frames += 1  # its repetition history lives on the device
+        return is_continue, out[:, 1:].astype(np.int64)
+
+    def drop_launched(self) -> None:
+        """Forget launched steps after a failure (their results will never be read)."""
+        self._launched.clear()
+
+    # ---- the codec -----------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def decode_async(self, slots: Sequence[int], codes: np.ndarray) -> PendingPcm | ReadyPcm:
+        """Queue the streaming decode of codes [B, n, 16]: passes of 4/2/1 frames over the bucket's
+        rows (one graph replay each), slots not decoding masked. `.result()` waits for the audio,
+        one pcm float32 array [2, 3840 n] per slot (each its own memory, see `host_copy.py`). The
+        next decode may be queued first; results are read in launch order, each exactly once."""
+        with self._codec_context():
+            slots = list(slots)
+            bucket = pick_bucket(max(slots) + 1, self.buckets)
+            return self.stepper.decode_async(bucket, slots, np.asarray(codes, dtype=np.int64))
