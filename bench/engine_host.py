@@ -19,7 +19,7 @@ import argparse
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +34,7 @@ from bench.lib.streams import run_streams, spread, summarize_run  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402
 from tts_core.engine.host_copy import ReadyPcm  # noqa: E402
-from tts_core.engine.outbox import handle_chunks  # noqa: E402
-from tts_core.engine.types import Segment, StreamJob  # noqa: E402
+from tts_core.engine.stream import Segment, Stream  # noqa: E402
 from tts_core.types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME  # noqa: E402
 
 N_VQ = 16
@@ -66,7 +65,7 @@ class NullRunner:
         self._launched: deque[_Ticket] = deque()
         self._audio = np.ones((2, 8 * SAMPLES_PER_FRAME), np.float32)  # source of the per-stream copies
 
-    def start_background_compile(self, before_each=None) -> None:
+    def start_background_compile(self, before_each=None, on_ready=None) -> None:
         return None
 
     def upgrade_ready(self) -> bool:
@@ -119,14 +118,14 @@ class NullRunner:
 
 
 class _Submitter:
-    """What `run_streams` calls: `stream(job)` submits the job to the engine and yields its chunks."""
+    """What `run_streams` calls: `stream(seed)` submits a stream to the engine and yields its chunks."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, segments: tuple[Segment, ...]):
         self.engine = engine
+        self.segments = segments
 
-    def stream(self, job: StreamJob):
-        job = replace(job, submitted_at=time.monotonic())
-        return handle_chunks(self.engine, self.engine.submit(job))
+    def stream(self, seed: int):
+        return self.engine.submit(Stream(segments=self.segments, sampling=SamplingParams(), seed=seed))
 
 
 def run_level(streams: int, frames: int) -> dict:
@@ -134,11 +133,10 @@ def run_level(streams: int, frames: int) -> dict:
     its callers (`bench.lib.streams`); plus the host CPU time of the whole process."""
     engine = Engine(NullRunner(streams), EngineConfig(max_active_streams=streams, max_queue=0, pipeline_codec=True))
     rows = np.zeros((PROMPT_ROWS, 1 + N_VQ), np.int64)
-    jobs = [StreamJob(request_id=f"host-{i}", segments=(Segment(rows=rows, max_frames=frames),),
-                      sampling=SamplingParams(), seed=i, submitted_at=0.0) for i in range(streams)]
+    segments = (Segment(rows=rows, max_frames=frames),)
     cpu = time.process_time()
     try:
-        timings, wall = run_streams(_Submitter(engine), jobs)
+        timings, wall = run_streams(_Submitter(engine, segments), list(range(streams)))
     finally:
         engine.close()
     cpu = time.process_time() - cpu

@@ -28,7 +28,6 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 # Nothing here may initialise CUDA; this keeps even torch.cuda.is_available() off the driver.
@@ -44,14 +43,14 @@ from bench.lib.record import new_record, write_record  # noqa: E402
 from studio.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
 from studio.zerogpu.worker import GPUWeights, make_gpu_stream, place_weights  # noqa: E402
 from tts_core.config import SamplingParams  # noqa: E402
-from tts_core.engine.types import Segment, StreamJob  # noqa: E402
+from tts_core.engine.stream import Segment, Stream  # noqa: E402
 
 
 def default_data_dir() -> Path:
     return Path(os.environ.get("MOSS_TTS_PARITY_DIR") or ROOT.parent / "shared" / "moss_tts_nano_data")
 
 
-def one_call(stream, job: StreamJob) -> dict:
+def one_call(stream, job: Stream) -> dict:
     started = time.monotonic()
     first, samples, chunks = None, 0, 0
     for chunk in stream(job):
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for index in range(1 + args.repeats):
         segment = Segment(rows=prompt, max_frames=args.frames, estimated_frames=args.frames)
-        job = StreamJob(request_id=uuid.uuid4().hex, segments=(segment,), sampling=SamplingParams(), seed=index,
+        job = Stream(segments=(segment,), sampling=SamplingParams(), seed=index,
                         submitted_at=time.monotonic())
         run = {"call": index, "worker": "cold" if index == 0 else "warm", **one_call(stream, job)}
         runs.append(run)

@@ -83,7 +83,6 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app.state.upload_disk = disk
     app.state.encoder_pool = pool
     metrics = AppMetrics(lambda: _live_values(service, counters, disk, pool))
-    service.observe_streams(metrics.observe_stream)
     app.state.metrics = metrics
 
     install_error_handlers(app)

@@ -63,7 +63,7 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
             from tts_core import Synthesizer  # torch is imported here, off the server's start-up path
 
             config = engine_config(args)
-            if args.max_active_streams is None:  # follow the device (web/capacity.py)
+            if args.max_active_streams is None:  # follow the device (studio/capacity.py)
                 from dataclasses import replace
 
                 from tts_core.devices import resolve_device

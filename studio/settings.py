@@ -1,6 +1,6 @@
 """Settings of the HTTP layer: request limits, network policy and what the OpenAI-compatible API reports.
 
-Built once by `web/flags.py` (from command-line flags / environment) and handed to `create_app` and
+Built once by `studio/flags.py` (from command-line flags / environment) and handed to `create_app` and
 to `build_openai_router`. Engine limits (concurrent streams, queue depth) live in
 `config.EngineConfig`, not here; docs/RELIABILITY.md lists every limit in one table.
 """

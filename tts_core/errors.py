@@ -1,7 +1,7 @@
 """Exceptions raised at public entry points.
 
 Every error carries the request field it is about (`param`) and a message that says how to fix
-the input. They know nothing of HTTP: the web wing maps each class to a status
+the input. They know nothing of HTTP: the web app maps each class to a status
 (`studio.errors.http_status`).
 """
 

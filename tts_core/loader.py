@@ -25,6 +25,7 @@ from .cpu_mode import FRAME_S, REALTIME_RTF, ModeChoice, measure_frame_s, realti
 from .cpu_mode_settle import PROVISIONAL, PendingMode
 from .devices import available_cpus, configure_cpu_threads, resolve_device, resolve_lm_dtype
 from .engine.engine import Engine
+from .engine.idle import IdleSignal
 from .engine.pool import EnginePool
 from .engine.runners import build_runner
 from .env import env_flag, env_str
@@ -279,7 +280,7 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
     lm_model, codec_model = precision.lm, precision.codec
     if any(d.type == "cuda" for d in engine_devices):
         logger.info("torch.compile cache: %s", persist_compile_cache(cache_root))
-    engines = []
+    engines, idle = [], IdleSignal()  # one signal: "no stream in progress" over every device
     for index, engine_device in enumerate(engine_devices):
         if index > 0:  # one engine per device, each with its own copy of both models
             report(f"loading LM and codec on {engine_device}…")
@@ -290,7 +291,7 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
                               enforce_eager=engine_config.enforce_eager, defer=engine_config.defer_compile,
                               # room for every preset's prefix (kept warm) plus recent cloned voices
                               prefix_cache_size=len(voices.list_presets()) + 8)
-        engines.append(Engine(runner, engine_config))
+        engines.append(Engine(runner, engine_config, idle=idle))
     engine = engines[0] if len(engines) == 1 else EnginePool(engines)
     info = {
         "lm": str(lm),

@@ -1,36 +1,37 @@
-"""The public streaming API: `Synthesizer.from_pretrained(...)`, `stream(request)`, `synthesize(request)`.
+"""The public API: `Synthesizer.from_pretrained(...)`, then `submit(request) -> Stream`,
+`stream(request)` (its chunks) or `synthesize(request)` (the whole result).
 
-Front half (caller's thread): validate and normalise text, resolve the voice to reference codes,
-split long text, build prompt rows. Back half: the engine thread generates frames and decodes
-them into 48 kHz stereo chunks. Closing the iterator returned by `stream` cancels the request.
+The caller's thread checks the request and resolves its voice (which may encode a clip); the
+engine thread builds the stream's segments (`segments.build_segments`), generates frames and
+decodes them into 48 kHz stereo chunks. Closing or cancelling a stream frees its slot at once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import queue
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from .cancel import CancelToken
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
 from .cpu_mode import ModeChoice
 from .cpu_mode_settle import PendingMode, settle_cpu_mode
 from .engine.features import EngineFeatures
-from .engine.outbox import handle_chunks
-from .engine.types import EngineLike, EngineStats, StreamJob
+from .engine.idle import QUIET_S
+from .engine.stream import Stream
+from .engine.types import EngineLike, EngineStats
 from .errors import InvalidRequestError, TTSError
-from .jobs import CheckedRequest, JobPlan, JobRequest, continuation_prefix_rows, voice_clone_prefix_rows
 from .loader import load_parts
 from .model.lm_config import LMConfig
 from .model.quant import QUANT_MODES
 from .prompt import PromptTemplate, build_prompt_rows
+from .segments import SegmentPlan, build_segments, continuation_prefix_rows, voice_clone_prefix_rows
 from .text import check_text
 from .tokenizer import TextTokenizer
 from .types import (
@@ -55,7 +56,7 @@ class Synthesizer:
     sample_rate = SAMPLE_RATE_HZ
 
     def __init__(self, *, tokenizer: TextTokenizer, engine: EngineLike, voices: VoiceBank,
-                 config: EngineConfig, info: dict, lm_config: LMConfig, prepare_on_engine: bool = True):
+                 config: EngineConfig, info: dict, lm_config: LMConfig):
         self.tokenizer = tokenizer
         self.template = PromptTemplate.from_tokenizer(tokenizer, lm_config)
         self.engine = engine
@@ -65,13 +66,9 @@ class Synthesizer:
         self.warm = False
         self._closing = threading.Event()
         # Set once the start-up's background voice warm-up is over (or there is none): work that must
-        # not overlap it (the web page's build, web/page_slot.py) waits for it.
+        # not overlap it (the web page's build, studio/page_slot.py) waits for it.
         self.voices_warmed = threading.Event()
-        self._quiet = (0.0, -1)  # (since when, `submitted` count then): the engine's last quiet stretch
-        self.plan = JobPlan(self.template, tokenizer, config, voices.catalog)
-        # Jobs are built on the engine's thread (`engine/intake.py`); in the caller's only for an
-        # engine without an intake, and with `prepare_on_engine=False` in tests comparing the two.
-        self._prepare_on_engine = prepare_on_engine and hasattr(engine, "enqueue")
+        self.plan = SegmentPlan(self.template, tokenizer, config, voices.catalog)
 
     @classmethod
     def from_pretrained(cls, lm: str = DEFAULT_LM_ID, codec: str = DEFAULT_CODEC_ID, *, device: str = "auto",
@@ -140,67 +137,47 @@ class Synthesizer:
 
     # ---- synthesis -----------------------------------------------------------------------------
 
-    def stream(self, request: SynthesisRequest, *, cancel: threading.Event | CancelToken | None = None
-               ) -> Iterator[AudioChunk]:
-        """Yield audio chunks as they are generated; the last one has `is_last=True`.
+    def submit(self, request: SynthesisRequest, *, stream_id: str | None = None) -> Stream:
+        """Start `request`: its `Stream`, an iterator of 48 kHz stereo `AudioChunk`s (the last has
+        `is_last=True`). Input errors raise here; a refusal (queue full) or a build error ends the
+        stream with that error, raised by its first `next()`. `close()` / `cancel()` (any thread)
+        ends it and frees its engine slot at once. Runs the voice's encoding in this thread."""
+        stream = self.build(request, stream_id=stream_id, now=False)
+        self.engine.submit(stream)
+        return stream
 
-        Input errors raise on the first `next()`, before any audio. Closing the iterator (or
-        dropping it) cancels the request and frees its engine slot at once. `cancel`, set from
-        another thread, does the same even while this iterator is blocked waiting for a chunk
-        (e.g. a request still queued when its HTTP client goes away); the iterator then ends. A
-        `CancelToken` does so without the reader polling the flag.
-        """
-        submitted_at = time.monotonic()
-        if self._prepare_on_engine:
-            handle = self.engine.enqueue(self._job_request(self._check(request, submitted_at)))
-        else:
-            handle = self.engine.submit(self.prepare(request, submitted_at=submitted_at))
-        if isinstance(cancel, CancelToken):  # it wakes the outbox itself: no polling (cancel.py)
-            cancel.wake_on_set(handle.outbox)
-        yield from handle_chunks(self.engine, handle, lambda: self._next_item(handle, cancel))
-
-    @staticmethod
-    def _next_item(handle, cancel: threading.Event | CancelToken | None):
-        if cancel is None or isinstance(cancel, CancelToken):
-            return None if cancel is not None and cancel.is_set() else handle.outbox.get()
-        while not cancel.is_set():
-            try:
-                return handle.outbox.get(timeout=0.05)
-            except queue.Empty:
-                continue
-        return None
+    def stream(self, request: SynthesisRequest) -> Iterator[AudioChunk]:
+        """`submit(request)`'s chunks; closing (or dropping) the iterator cancels the request."""
+        stream = self.submit(request)
+        try:
+            yield from stream
+        finally:
+            stream.close()
 
     def synthesize(self, request: SynthesisRequest) -> SynthesisResult:
         """The whole result at once (same audio as concatenating `stream` chunks)."""
-        request_id = ""
+        stream = self.submit(request)
         pcm_parts: list[np.ndarray] = []
         code_parts: list[np.ndarray] = []
         timings = Timings(first_audio_s=None, elapsed_s=0.0, audio_s=0.0)
-        notice = None
-        for chunk in self.stream(request):
-            request_id = chunk.request_id
-            notice = notice or chunk.notice
-            pcm_parts.append(chunk.pcm)
-            if len(chunk.codes):
-                code_parts.append(chunk.codes)
-            timings = chunk.timings
+        try:
+            for chunk in stream:
+                pcm_parts.append(chunk.pcm)
+                if len(chunk.codes):
+                    code_parts.append(chunk.codes)
+                timings = chunk.timings
+        finally:
+            stream.close()
         pcm = np.concatenate(pcm_parts, axis=1) if pcm_parts else np.zeros((2, 0), np.float32)
         codes = np.concatenate(code_parts) if code_parts else np.zeros((0, NUM_CODEBOOKS), np.int64)
         return SynthesisResult(pcm=pcm, sample_rate=SAMPLE_RATE_HZ, codes=codes, timings=timings,
-                               request_id=request_id, notice=notice)
+                               request_id=stream.id, notice=stream.notice)
 
-    def prepare(self, request: SynthesisRequest, *, submitted_at: float | None = None) -> StreamJob:
-        """Validate and turn a request into prompt segments (pure CPU work, no model calls
-        except encoding an uploaded reference clip once)."""
-        checked = self._check(request, submitted_at if submitted_at is not None else time.monotonic())
-        return self._job_request(checked).build(uuid.uuid4().hex)
-
-    def _job_request(self, checked: CheckedRequest) -> JobRequest:
-        return JobRequest(self.plan, checked)
-
-    def _check(self, request: SynthesisRequest, submitted_at: float) -> CheckedRequest:
-        """Prepare's first half, in the caller's thread: type and length checks, and the voice (which
-        may encode an uploaded clip, model work that mostly runs without the interpreter lock)."""
+    def build(self, request: SynthesisRequest, *, stream_id: str | None = None, now: bool = True) -> Stream:
+        """A checked request's `Stream`, not submitted: its text checked and its voice resolved here;
+        its segments built here too when `now` (ZeroGPU sends such a stream to a GPU worker),
+        else on the engine thread when submitted."""
+        submitted_at = time.monotonic()
         if not isinstance(request, SynthesisRequest):
             raise InvalidRequestError("expected a SynthesisRequest", param="request")
         text = check_text(request.text, self.config.max_text_chars)
@@ -208,7 +185,14 @@ class Synthesizer:
         resolved = None
         if request.mode == "voice_clone" or voice is not None:
             resolved = self.voices.resolve(voice)  # None -> the default preset
-        return CheckedRequest(request, text, voice, resolved, submitted_at)
+        seed = request.seed if request.seed is not None else secrets.randbits(63)
+        stream = Stream(sampling=request.sampling, seed=seed, build=partial(build_segments, self.plan, request, text,
+                                                                            resolved),
+                        notice=resolved.notice if resolved is not None else None, stream_id=stream_id,
+                        submitted_at=submitted_at)
+        if now:
+            stream.build()
+        return stream
 
     # ---- service -------------------------------------------------------------------------------
 
@@ -259,18 +243,10 @@ class Synthesizer:
         if pending is not None:
             settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
 
-    def _until_no_stream(self, quiet_s: float = 1.0) -> bool:
-        """Wait until the engine has generated nothing for `quiet_s` (a clip's encoding takes a
-        core, and a request often follows another); False once the synthesizer is closing."""
-        while not self._closing.is_set():
-            stats = self.engine.stats()
-            since, submitted = self._quiet
-            if stats.load or stats.submitted != submitted:
-                self._quiet = (time.monotonic(), stats.submitted)
-            elif time.monotonic() - since >= quiet_s:
-                return True
-            self._closing.wait(0.05)
-        return False
+    def _until_no_stream(self) -> bool:
+        """Wait until no stream has run for QUIET_S (a clip's encoding takes a core, and a request
+        often follows another); False once the engine is closing."""
+        return self.engine.idle.wait_quiet(QUIET_S)
 
     def _serve_settled(self, lm, codec, choice: ModeChoice) -> None:
         """The CPU precision settled after start. With models (another mode than the one served),

@@ -152,7 +152,8 @@ class Timings:
 
 @dataclass(frozen=True, slots=True)
 class AudioChunk:
-    """A piece of the output stream. `pcm` float32 [2, n] at 48 kHz; `codes` int [f, 16] (may be empty)."""
+    """A piece of a stream's audio. `pcm` float32 [2, n] at 48 kHz; `codes` int [f, 16] (may be empty).
+    What belongs to the whole stream (its id, notice, estimated length) is on its `Stream`."""
 
     seq: int
     pcm: np.ndarray
@@ -160,11 +161,8 @@ class AudioChunk:
     is_last: bool
     timings: Timings
     is_pause: bool = False
-    notice: str | None = None  # on the first chunk: something the user should know (e.g. clip trimmed)
-    request_id: str = ""
     segment: int = 0  # which text segment (sentence chunk) this audio speaks; a pause belongs to the one before
     segment_text: str = ""  # that segment's text
-    estimated_audio_s: float | None = None  # likely length of the whole output (for buffering plans)
 
 
 @dataclass(frozen=True, slots=True)

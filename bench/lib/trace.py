@@ -156,15 +156,17 @@ class EngineTrace:
         return traced
 
     def attach_synthesizer(self, synth) -> None:
-        """Also record request preparation: its checks (in the caller's thread) and the prompt
-        building (on the engine thread, or the caller's for an engine without intake)."""
-        synth._check = self._timed("check", synth._check)
-        make, timed = synth._job_request, self._timed
+        """Also record request preparation: its checks (in the caller's thread) and the building of
+        its segments (on the engine thread)."""
+        build, timed = synth.build, self._timed
 
-        def traced_request(checked):
-            return _TimedBuild(timed("prepare", make(checked).build))
+        def traced_build(request, **kwargs):
+            stream = timed("check", build)(request, **kwargs)
+            if stream._build is not None:  # built later, on the engine thread
+                stream._build = timed("prepare", stream._build)
+            return stream
 
-        synth._job_request = traced_request
+        synth.build = traced_build
 
     def attach(self, engine) -> EngineTrace:
         """Wrap `engine`'s methods (and its runner's, stepper's and scheduler's) for this trace."""
@@ -231,13 +233,6 @@ class EngineTrace:
         return [(d.kind, d.rows, self.host_time(d.start), self.host_time(d.end), d.launch) for d in self.device]
 
 
-class _TimedBuild:
-    """A `JobRequest` whose `build` is timed (the engine's intake calls it)."""
-
-    def __init__(self, build) -> None:
-        self.build = build
-
-
 class _CountedAdmissions:
     """The engine's scheduler, with each admission's size and time recorded (its class has slots,
     so its method cannot be wrapped in place)."""
@@ -246,8 +241,8 @@ class _CountedAdmissions:
         self._scheduler = scheduler
         self._trace = trace
 
-    def admit(self):
-        got = self._scheduler.admit()
+    def schedule(self):
+        got = self._scheduler.schedule()
         if got:
             with self._trace._lock:
                 self._trace.admissions.append((time.perf_counter(), len(got)))

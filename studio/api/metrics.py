@@ -11,7 +11,7 @@ tests, do not collide). What it holds:
   bodies refused (too large / server busy), uploads evicted by the disk bound, encoder workers
   restarted after dying;
 - `tts_time_to_first_audio_seconds` and `tts_real_time_factor` histograms and
-  `tts_streams_total{outcome}`, observed on every synthesis stream (`observe_stream`);
+  `tts_streams_total{outcome}`, observed when a synthesis stream ends (`watch`: its end hook);
 - `tts_http_requests_total{route,outcome}`, counted by `RequestMetricsMiddleware` for every request;
 - what an operator scales on, per response format (`observe_delivery`, every speech response):
   `tts_encode_seconds_total` (CPU seconds making the bytes: encoding, resampling, stretch, framing)
@@ -22,15 +22,16 @@ tests, do not collide). What it holds:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tts_core.engine.stream import Stream, StreamStatus
 from tts_core.errors import InvalidRequestError, QueueFullError
-from tts_core.types import AudioChunk
 
 TTFP_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
@@ -132,34 +133,30 @@ class AppMetrics:
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
-    def observe_stream(self, chunks: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
-        """`chunks` unchanged, observed: TTFP on the first audio, RTF and outcome at the end.
-        Closing the returned iterator closes `chunks` (which cancels the stream in the engine)."""
-        outcome, first = "cancelled", True
-        try:
-            for chunk in chunks:
-                if first and chunk.pcm.shape[1] and chunk.timings.first_audio_s is not None:
-                    self.ttfp.observe(chunk.timings.first_audio_s)
-                    first = False
-                if chunk.is_last:
-                    outcome = "done"
-                    if chunk.timings.rtf is not None:
-                        self.rtf.observe(chunk.timings.rtf)
-                yield chunk
-        except QueueFullError:
+    def watch(self, stream: Stream) -> None:
+        """Observe `stream` when it ends: TTFP, RTF (finished streams) and its outcome."""
+        stream.on_end(self._ended)
+
+    def rejected(self) -> None:
+        """A request refused by the checks before it became a stream."""
+        self.streams.labels("rejected").inc()
+
+    def _ended(self, stream: Stream) -> None:
+        if stream.first_audio_s is not None:
+            self.ttfp.observe(stream.first_audio_s)
+        if stream.status is StreamStatus.FINISHED:
+            outcome = "done"
+            if stream.audio_s > 0:
+                self.rtf.observe((time.monotonic() - stream.submitted_at) / stream.audio_s)
+        elif stream.status is StreamStatus.CANCELLED:
+            outcome = "cancelled"
+        elif isinstance(stream.error, QueueFullError):
             outcome = "refused"
-            raise
-        except InvalidRequestError:
+        elif isinstance(stream.error, InvalidRequestError):
             outcome = "rejected"
-            raise
-        except Exception:
+        else:
             outcome = "failed"
-            raise
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-            self.streams.labels(outcome).inc()
+        self.streams.labels(outcome).inc()
 
 
 class RequestMetricsMiddleware:

@@ -1,5 +1,5 @@
 """OpenAI-compatible speech API: `POST /v1/audio/speech`, `GET /v1/voices`, `GET /v1/models`, and the
-saved-voice routes of `web/api/voices_api.py` (`/v1/audio/voices`).
+saved-voice routes of `studio/api/voices_api.py` (`/v1/audio/voices`).
 
 Differences from OpenAI's API, all deliberate:
 - Audio is 48 kHz stereo, the model's own output, except `pcm` under OpenAI's model names (tts-1,
@@ -16,12 +16,12 @@ Differences from OpenAI's API, all deliberate:
   flac encoded progressively). `stream_format: "sse"` sends OpenAI's events (`speech.audio.delta`,
   `speech.audio.done`), plus `speech.segment` captions with `timestamps: true`.
 - Extensions: `ref_audio` (voice cloning from a base64 or data: URL clip, decoded and checked by
-  `web/limits/ref_audio.py`), `ref_text` (its transcript, switching to continuation mode), `seed`, sampling
+  `studio/limits/ref_audio.py`), `ref_text` (its transcript, switching to continuation mode), `seed`, sampling
   fields, `max_frames`, `sample_rate`, `timestamps`.
 
 Every error is raised before the first byte of audio, so it arrives as OpenAI's JSON error shape.
-Schemas live in `web/api/openai_schemas.py`; the body is checked and mapped by `web/api/requests.py`; the
-audio goes out through `web/delivery/speech_output.py`.
+Schemas live in `studio/api/openai_schemas.py`; the body is checked and mapped by `studio/api/requests.py`; the
+audio goes out through `studio/delivery/speech_output.py`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import time
 import urllib.parse
-import uuid
 
 from anyio import to_thread
 from fastapi import APIRouter, Request
@@ -143,7 +142,7 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings,
         started = time.monotonic()
         pump, first = await open_stream(synth, prepared.request, request)
         try:  # until the response owns the pump, an error here must close it (it holds a slot)
-            request_id = uuid.uuid4().hex[:16]
+            request_id = pump.stream.id
             headers["X-Request-Id"] = request_id
             metrics = getattr(request.app.state, "metrics", None)
             label = f"sse-{spec.fmt}" if sse else spec.fmt
@@ -151,8 +150,8 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings,
                         prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
             if sse or body.stream or body.stream_format == "audio":
                 headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-                if first is not None and first.estimated_audio_s is not None:
-                    headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / spec.speed:.2f}"
+                if first is not None and pump.stream.estimated_audio_s is not None:
+                    headers["X-Estimated-Duration"] = f"{pump.stream.estimated_audio_s / spec.speed:.2f}"
                 render = SpeechRender(spec, pool=getattr(request.app.state, "encoder_pool", None))
                 if sse:
                     writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))

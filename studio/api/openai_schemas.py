@@ -1,4 +1,4 @@
-"""Schemas and constants of the OpenAI-compatible API (`web/api/openai_api.py` serves them).
+"""Schemas and constants of the OpenAI-compatible API (`studio/api/openai_api.py` serves them).
 
 Pydantic models only: what `/docs` shows, what a body may contain, and the names this API uses
 where the engine's differ (`SAMPLING_FIELDS`).

@@ -98,7 +98,7 @@ class StreamBody(BaseModel):
     text_top_k: int | None = None
     speed: float | None = None  # 0.25-4, pitch-preserving (the page offers 0.5-2)
     framing: Literal["events"] | None = None  # PCM and JSON event frames (docs/PROTOCOL.md §2.3)
-    transport: Literal["f32", "s16", "opus"] | None = None  # the wire format (web/delivery/transports.py); None: f32
+    transport: Literal["f32", "s16", "opus"] | None = None  # the wire format (studio/delivery/transports.py); None: f32
 
 
 # A saved voice id -> (the voice, its label); blocking (reads the library, may re-encode the clip).

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from pathlib import Path
 from urllib.parse import quote
 
@@ -60,7 +59,7 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
         started = time.monotonic()
         gen, first = await open_stream(synth, prepared.request, http_request)
         try:  # until the response owns the pump, an error here must close it (it holds a slot)
-            request_id = uuid.uuid4().hex[:16]
+            request_id = gen.stream.id
             name = body.transport or DEFAULT_TRANSPORT
             logger.info("stream %s: %d chars, voice %s, mode %s, speed %g, %s%s", request_id, len(body.text),
                         prepared.voice_label, prepared.request.mode, speed, name,
@@ -76,8 +75,8 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
                 "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
                 "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
             }
-            if first is not None and first.estimated_audio_s is not None:
-                headers["X-Estimated-Duration"] = f"{first.estimated_audio_s / speed:.2f}"  # output seconds
+            if first is not None and gen.stream.estimated_audio_s is not None:
+                headers["X-Estimated-Duration"] = f"{gen.stream.estimated_audio_s / speed:.2f}"  # output seconds
             if framed:
                 headers["X-Framing"] = "events"
             # Kept for GET /api/tts/result/{id}.mp3 (lossless, after any stretch). A client that names a

@@ -17,7 +17,7 @@ Three writers wrap a render for `streaming.chunk_bytes` (each is called per chun
   captions when asked, then `speech.audio.done` with usage (docs/PROTOCOL.md §4);
 - `FrameWriter`: the player's `"framing": "events"`: [u32 LE length][u8 kind][payload] frames, kind 0
   = audio bytes of the stream's transport (float32 PCM, 16-bit PCM, or a piece of the Ogg/Opus
-  stream; `web/delivery/transports.py`), kind 1 = a JSON event (`speech.segment`, then `speech.done`; docs/PROTOCOL.md §2.3).
+  stream; `studio/delivery/transports.py`), kind 1 = a JSON event (`speech.segment`, then `speech.done`; docs/PROTOCOL.md §2.3).
 """
 
 from __future__ import annotations

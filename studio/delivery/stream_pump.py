@@ -1,24 +1,15 @@
-"""One synthesis stream in an HTTP response, driven by a thread of its own (for its whole life).
+"""One synthesis stream in an HTTP response, driven by a thread of its own for its whole life.
 
-The engine hands a stream's chunks to a blocking iterator (its outbox). Reading it with one
-`anyio.to_thread.run_sync(next, ...)` per chunk parked a thread of anyio's shared pool (40 by
-default) per stream and per chunk, and ran the format's encoder in that same pool: with more
-streams than pool threads every listener waited for a free thread, and the event loop paid a
-hand-over per chunk. A `StreamPump` instead owns one thread that reads the chunks, runs the
-response's writer on each (stretch, resampling, the format's encoder: PyAV releases the
-interpreter lock while it encodes, so the pumps of many streams encode in parallel, off the event
-loop and off the engine's threads), and hands the bytes to the event loop through an asyncio queue.
+The thread starts the stream (`start()`: the request's checks and voice, which may encode a clip,
+then `Synthesizer.submit`), reads its chunks, runs the response's writer on each (stretch,
+resampling, the format's encoder, framing) and hands the bytes to the event loop through an asyncio
+queue; the event loop never blocks on the engine. Threads come from `pump_threads.PUMP_THREADS`.
 
-The thread comes from `pump_threads.PUMP_THREADS`, a pool that grows to the most streams at once
-and reuses its threads (starting a thread per stream made the event loop wait for each new one).
-
-Life cycle: `StreamPump(chunks, cancel)` starts the pump on its thread, which reads the first chunk at once;
-`await first()` returns it (or raises the stream's error, before any byte is sent);
-`start(writer)` lets the thread go on; `async for data in output()` yields what the writer made,
-then its `finish()`; `await close()` stops the thread (setting `cancel`, which ends a wait for the
-engine's next chunk within its poll) and waits until it has closed the writer and the chunk
-iterator (which cancels the stream in the engine and frees its slot). The thread is the only one
-that ever touches the iterator and the writer, so neither is used from two threads at once.
+Life cycle: `StreamPump(start)` starts the thread, which reads the first chunk at once; `await
+first()` returns it (or raises the stream's error, before any byte is sent); `start(writer)` lets
+the thread go on; `async for data in output()` yields what the writer made, then its `finish()`;
+`await close()` cancels the stream and waits until the thread has closed the writer. Only the
+thread touches the writer.
 """
 
 from __future__ import annotations
@@ -31,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 
-from tts_core.cancel import CancelToken
+from tts_core.engine.stream import Stream
 from tts_core.types import AudioChunk
 
 from .pump_threads import PUMP_THREADS, PumpThreads
@@ -41,16 +32,14 @@ _FIRST, _DATA, _END, _ERROR = "first", "data", "end", "error"
 # Outputs waiting for the client before the thread stops reading (the rest waits in the engine's
 # outbox, as chunks): a slow client costs memory only up to this.
 MAX_PENDING = 32
-_WAIT_S = 0.05  # how often a waiting thread checks whether it was stopped
 
 
 class StreamPump:
     """A stream's chunks, read and written in a thread of its own; see the module docstring."""
 
-    def __init__(self, chunks: Iterator[AudioChunk], cancel: CancelToken | threading.Event, *,
-                 threads: PumpThreads = PUMP_THREADS):
-        self._chunks = chunks
-        self._cancel = cancel
+    def __init__(self, start: Callable[[], Stream], *, threads: PumpThreads = PUMP_THREADS):
+        self._start_stream = start
+        self.stream: Stream | None = None  # once started (set before `first()` returns)
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
         self._room = threading.Semaphore(MAX_PENDING)
@@ -69,9 +58,7 @@ class StreamPump:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (kind, value))
 
     def _wait_for_room(self) -> bool:
-        while not self._room.acquire(timeout=_WAIT_S):
-            if self._stopped.is_set():
-                return False
+        self._room.acquire()  # (`cancel` releases it once, so a stopped pump never waits here)
         return not self._stopped.is_set()
 
     def _write(self, call: Callable[[], object]) -> bool:
@@ -87,8 +74,12 @@ class StreamPump:
 
     def _run(self) -> None:
         writer = None
+        chunks: Iterator[AudioChunk] = iter(())
         try:
-            chunk = next(self._chunks, None)
+            self.stream = chunks = self._start_stream()
+            if self._stopped.is_set():  # closed while it started
+                self.stream.cancel()
+            chunk = next(chunks, None)
             self._post(_FIRST, chunk)
             if chunk is None:
                 return
@@ -98,7 +89,7 @@ class StreamPump:
                 self.samples += chunk.pcm.shape[1]
                 if not self._write(lambda c=chunk: writer(c)):
                     return
-                chunk = None if chunk.is_last else next(self._chunks, None)
+                chunk = None if chunk.is_last else next(chunks, None)
             finish = getattr(writer, "finish", None)
             if writer is not None and not self._stopped.is_set():
                 if finish is not None and not self._write(finish):
@@ -111,8 +102,8 @@ class StreamPump:
             if close is not None:  # releases an encoder cut short; a no-op after finish()
                 with contextlib.suppress(Exception):
                     close()
-            with contextlib.suppress(Exception):
-                self._chunks.close()  # type: ignore[attr-defined]
+            if self.stream is not None:
+                self.stream.close()  # cancels it unless it ended
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._closed.set)
 
@@ -147,11 +138,17 @@ class StreamPump:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    def cancel(self) -> None:
+        """Stop the stream now (any thread); the pump thread then ends."""
+        self._stopped.set()
+        if self.stream is not None:
+            self.stream.cancel()
+        self._room.release()  # wakes a thread waiting for the client to read
+        self._go.set()
+
     async def close(self) -> None:
         """Stop the thread and wait until the writer and the stream are closed (even while the
         caller is being cancelled)."""
-        self._stopped.set()
-        self._cancel.set()
-        self._go.set()
+        self.cancel()
         with anyio.CancelScope(shield=True):
             await self._closed.wait()

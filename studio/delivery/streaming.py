@@ -1,15 +1,14 @@
 """Synthesis streams in HTTP responses: start one cancellably, turn its chunks into bytes, close it.
 
-Each stream is read and written by a thread of its own (`web/delivery/stream_pump.py`), never by a shared
-worker pool. A request may sit in the engine's queue before its first chunk; `open_stream` gives
-the stream a cancel event and a watcher sets it as soon as the client disconnects, so a client that
+Each stream is started, read and written by a thread of its own (`stream_pump.py`), never by a
+shared worker pool. A request may sit in the engine's queue before its first chunk; `open_stream`
+watches the client meanwhile and cancels the stream as soon as it disconnects, so a client that
 gives up while queued frees its place at once instead of when its turn comes.
 
 Once the first chunk is there, `ClosingStreamingResponse` sends the rest through `chunk_bytes`,
-the one generator both streaming routes use (raw float32 for the player, or a writer of
-`web/delivery/speech_output.py`: speed, formats, SSE, event frames). Whatever ends the response (last chunk,
-error, client gone, even before the body was iterated), the synthesis stream is closed, which
-cancels it in the engine and frees its slot.
+the one generator both streaming routes use (a writer of `speech_output.py`: speed, formats, SSE,
+event frames). Whatever ends the response (last chunk, error, client gone, even before the body
+was iterated), the synthesis stream is closed, which cancels it in the engine and frees its slot.
 """
 
 from __future__ import annotations
@@ -24,15 +23,13 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from tts_core.cancel import CancelToken
-from tts_core.errors import TTSError
+from tts_core.errors import InvalidRequestError, TTSError
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
 
 from .stream_pump import StreamPump
 
 logger = logging.getLogger(__name__)
 
-_POLL_S = 0.1
 # A chunk's bytes, made in the stream's pump thread. A writer object may also have `finish() ->
 # bytes` (the tail, after the last chunk) and `close()` (release it when the stream is cut short).
 Encoder = Callable[[AudioChunk], bytes]
@@ -41,18 +38,32 @@ Encoder = Callable[[AudioChunk], bytes]
 async def open_stream(synth, request: SynthesisRequest, http_request: Request | None) -> tuple[StreamPump, AudioChunk | None]:
     """Start `request` and wait for its first chunk (errors surface here, before any byte is sent).
 
-    Returns the stream's pump (`web/delivery/stream_pump.py`) and the first chunk (None when the client left
-    before it came). The caller must `start` the pump with a writer, or `close` it.
+    Returns the stream's pump (`stream_pump.py`; `pump.stream` is the `Stream`, whose id is the
+    request's everywhere) and the first chunk (None when the client left before it came). The
+    caller must `start` the pump with a writer, or `close` it. The app's metrics watch the stream.
     """
-    cancel = CancelToken()  # wakes the pump's wait for the next chunk when set (no polling)
-    pump = StreamPump(synth.stream(request, cancel=cancel), cancel)
+    state = getattr(getattr(http_request, "app", None), "state", None)
+    metrics = getattr(state, "metrics", None)
+
+    def start():
+        try:
+            stream = synth.submit(request)
+        except InvalidRequestError:
+            if metrics is not None:
+                metrics.rejected()
+            raise
+        if metrics is not None:
+            metrics.watch(stream)
+        return stream
+
+    pump = StreamPump(start)
 
     async def watch() -> None:
-        while not cancel.is_set():
-            if http_request is not None and await http_request.is_disconnected():
-                cancel.set()
-                return
-            await anyio.sleep(_POLL_S)
+        if http_request is None:
+            return
+        while (await http_request.receive())["type"] != "http.disconnect":  # (the body is read already)
+            pass
+        pump.cancel()
 
     outcome: dict = {}
     async with anyio.create_task_group() as group:

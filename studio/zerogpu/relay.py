@@ -22,7 +22,7 @@ Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay`
 quota: shown on the page), `format` ("f32" or "opus"), `bitRate` (opus); pcm: `pcm` (base64 of
 little-endian float32, interleaved stereo) or, with the page's relay transport "opus", `opus`
 (base64 of the next bytes of ONE Ogg/Opus stream per item, the player's own transport:
-web/delivery/transports.py; the encoder's tail comes in a last pcm message before end); end: `audioSeconds`,
+studio/delivery/transports.py; the encoder's tail comes in a last pcm message before end); end: `audioSeconds`,
 `firstAudioMs`, `elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed
 before any audio: quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain
 words), `item` and `fallback` (the payload of the items not yet played, for the page's "generate on
@@ -35,11 +35,11 @@ import asyncio
 import base64
 import json
 import logging
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from tts_core.audio.encoders import StreamEncoder
+from tts_core.engine.stream import Stream, new_stream_id
 from tts_core.env import env_flag, env_str
 from tts_core.errors import TTSError
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
@@ -153,7 +153,7 @@ class RelayMessages:
     """Numbers the messages of one relay (one Gradio event), so the page can tell a lost one."""
 
     def __init__(self) -> None:
-        self.relay = uuid.uuid4().hex[:12]
+        self.relay = new_stream_id()[:12]
         self.count = 0
 
     def __call__(self, kind: str, request_id: str, **fields) -> str:
@@ -218,11 +218,12 @@ class PageRelay:
             raise ValueError(f"relay transport must be 'f32' or 'opus', not {transport!r}")
         self.transport = transport  # "opus": every byte passes through Gradio's queue, a twentieth of f32
 
-    def _job(self, request_body: dict):
+    def _stream(self, request_body: dict) -> Stream:
+        """The item's stream, checked and built here, for a GPU worker to run."""
         synth = self.service.get()
         prepared = run_coroutine(prepare(stream_fields(StreamBody(**request_body)), STREAM, synth=synth,
                                          settings=self.settings, uploads=self.uploads))
-        return synth.prepare(prepared.request)
+        return synth.build(prepared.request)
 
     def relay(self, payload_json: str | None, visitor: Visitor | None = None) -> Iterator[str]:
         """Every item of the payload, one after another: start, its audio chunks, end (or error);
@@ -232,12 +233,12 @@ class PageRelay:
         items = json.loads(payload_json).get("items", [])
         message = RelayMessages()
         for index, item in enumerate(items):
-            request_id = uuid.uuid4().hex[:16]
             try:
-                job = self._job(item["request"])
+                job = self._stream(item["request"])
             except TTSError as exc:  # the page checked the inputs already; the model may have gone
-                yield message("error", request_id, message=scrub_paths(exc.message))
+                yield message("error", new_stream_id(), message=scrub_paths(exc.message))
                 return
+            request_id = job.id
             audio = RelayAudio(self.transport)
             yield message("start", request_id, label=item.get("label", ""), item=index, items=len(items),
                           sampleRate=SAMPLE_RATE_HZ, channels=NUM_CHANNELS,

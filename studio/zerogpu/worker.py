@@ -7,16 +7,16 @@ CUDA (the `spaces` package virtualises it there). `torch.compile` is not availab
 
 So the server process keeps a pristine fp32 copy of both models on its CPU (`GPUWeights`, loaded
 once at start-up; the server's own CPU engine has its own copy, which CPU precision modes may
-convert). The decorated generator (`make_gpu_stream`) receives a prepared `StreamJob` (prompt rows,
-sampling, seed: everything the worker needs, all picklable), and in the worker:
+convert). The decorated generator (`make_gpu_stream`) receives a built `Stream` (prompt rows,
+sampling, seed: everything the worker needs; it pickles as a fresh stream), and in the worker:
 
 1. the weights are on the worker's GPU when the call starts: the server process placed them "on
    cuda" at start-up (`place_weights`, the documented module-level `model.to("cuda")`), and the
    worker got them there (`spaces` unpacks them onto its GPU; the harness moves them before the
    call); a worker kept idle for the next call keeps them there;
-2. the server's own runner + `Engine` run the job with one slot, eagerly: no compile, no CUDA
+2. the server's own runner + `Engine` run the stream with one slot, eagerly: no compile, no CUDA
    graphs (the plain static step on CUDA, the usual eager path on a CPU);
-3. the engine's `AudioChunk`s are yielded as they are made; closing the generator cancels the job.
+3. the engine's `AudioChunk`s are yielded as they are made; closing the generator cancels the stream.
 
 The placement needs, with the real `spaces`: the `.to("cuda")` made in the thread that imported
 `spaces` (its CUDA emulation is a torch mode entered in that thread only) and `spaces.zero.startup()`
@@ -44,9 +44,8 @@ from tts_core.config import EngineConfig
 from tts_core.devices import resolve_lm_dtype
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
-from tts_core.engine.outbox import handle_chunks
 from tts_core.engine.runners import build_runner
-from tts_core.engine.types import StreamJob
+from tts_core.engine.stream import Stream
 from tts_core.types import AudioChunk
 
 from .env import ZEROGPU_ENV, on_zerogpu_space
@@ -109,9 +108,9 @@ def place_weights(weights: GPUWeights, backend: str) -> GPUWeights:
     return weights
 
 
-def gpu_seconds(job: StreamJob) -> int:
-    """The `duration` of a GPU call for `job`: overhead + generation time, bounded."""
-    wanted = GPU_OVERHEAD_S + GPU_SECONDS_PER_AUDIO_S * job.estimated_audio_s
+def gpu_seconds(stream: Stream) -> int:
+    """The `duration` of a GPU call for a built `stream`: overhead + generation time, bounded."""
+    wanted = GPU_OVERHEAD_S + GPU_SECONDS_PER_AUDIO_S * stream.estimated_audio_s
     return int(min(GPU_MAX_S, max(GPU_MIN_S, math.ceil(wanted))))
 
 
@@ -145,9 +144,13 @@ class WorkerEngine:
         logger.info("ZeroGPU worker %d: engine on %s (LM %s, %s step)", os.getpid(), device,
                     str(lm_dtype).removeprefix("torch."), runner.step_kind)
 
-    def stream(self, job: StreamJob) -> Iterator[AudioChunk]:
-        """The job's chunks as the engine makes them; closing the iterator cancels the job."""
-        yield from handle_chunks(self.engine, self.engine.submit(job))
+    def stream(self, stream: Stream) -> Iterator[AudioChunk]:
+        """The stream's chunks as the engine makes them; closing the iterator cancels the stream."""
+        self.engine.submit(stream)
+        try:
+            yield from stream
+        finally:
+            stream.close()
 
 
 _worker_engine: WorkerEngine | None = None  # per process: set in a worker at its first call
@@ -167,15 +170,15 @@ def worker_engine(weights: GPUWeights) -> WorkerEngine:
 GPUDecorator = Callable[..., Callable]
 
 
-def make_gpu_stream(weights: Callable[[], GPUWeights], gpu: GPUDecorator) -> Callable[[StreamJob], Iterator[AudioChunk]]:
-    """The decorated generator: `stream(job)` yields the job's chunks, generated in a GPU worker.
+def make_gpu_stream(weights: Callable[[], GPUWeights], gpu: GPUDecorator) -> Callable[[Stream], Iterator[AudioChunk]]:
+    """The decorated generator: `stream(built)` yields a built stream's chunks, generated in a GPU worker.
 
     `weights()` gives the loaded `GPUWeights`; the worker reads it through the fork (never pickled).
     `gpu` is `spaces.GPU` or `harness.GPU`; the call's duration comes from `gpu_seconds`.
     """
 
-    def stream_on_gpu(job: StreamJob) -> Iterator[AudioChunk]:
-        yield from worker_engine(weights()).stream(job)
+    def stream_on_gpu(stream: Stream) -> Iterator[AudioChunk]:
+        yield from worker_engine(weights()).stream(stream)
 
     return gpu(duration=gpu_seconds)(stream_on_gpu)
 

@@ -14,7 +14,8 @@ from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.pool import EnginePool
-from tts_core.engine.types import EngineStats, PoolStats, Segment, StreamJob
+from tts_core.engine.stream import Segment, Stream
+from tts_core.engine.types import EngineStats, PoolStats
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -28,13 +29,12 @@ def _engine(tiny_models, slots: int) -> Engine:
                   EngineConfig(max_active_streams=slots, max_queue=3))
 
 
-def _finish(handle) -> None:
-    while (item := handle.outbox.get(timeout=60)) is not None:
-        assert not isinstance(item, BaseException), item
+def _finish(stream) -> None:
+    list(stream)  # (an error ending it is raised)
 
 
-def _job(name: str, rows: np.ndarray) -> StreamJob:
-    return StreamJob(request_id=name, segments=(Segment(rows=rows, max_frames=3),), sampling=SamplingParams(), seed=1,
+def _job(name: str, rows: np.ndarray) -> Stream:
+    return Stream(stream_id=name, segments=(Segment(rows=rows, max_frames=3),), sampling=SamplingParams(), seed=1,
                      submitted_at=time.monotonic())
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from studio.errors import http_status
-from tts_core.engine.pacing import decode_count, default_max_frames, frame_budget, playback_lead_s
+from tts_core.engine.pacing import decode_count, frame_budget, playback_lead_s
+from tts_core.segments import default_max_frames
 from tts_core.engine.scheduler import Scheduler
 from tts_core.errors import QueueFullError
 
@@ -14,27 +15,27 @@ def test_admits_fifo_into_lowest_free_slots() -> None:
     sched = Scheduler(num_slots=2, max_queue=4)
     for name in "abcd":
         sched.add(name)
-    assert sched.admit() == [("a", 0), ("b", 1)]
+    assert sched.schedule() == [("a", 0), ("b", 1)]
     assert sched.num_waiting == 2 and sched.num_running == 2
-    assert sched.admit() == []  # nothing free
+    assert sched.schedule() == []  # nothing free
 
 
 def test_finished_slot_is_reused_by_the_oldest_waiter() -> None:
     sched = Scheduler(num_slots=2, max_queue=4)
     for name in "abcd":
         sched.add(name)
-    sched.admit()
+    sched.schedule()
     assert sched.finish("a") == 0
-    assert sched.admit() == [("c", 0)]
+    assert sched.schedule() == [("c", 0)]
     assert sched.finish("b", cancelled=True) == 1
-    assert sched.admit() == [("d", 1)]
+    assert sched.schedule() == [("d", 1)]
     assert sched.stats.finished == 1 and sched.stats.cancelled == 1
 
 
 def test_queue_limit_refuses_with_queue_full() -> None:
     sched = Scheduler(num_slots=1, max_queue=1)
     sched.add("a")
-    sched.admit()
+    sched.schedule()
     sched.add("b")
     with pytest.raises(QueueFullError) as info:
         sched.add("c")
@@ -42,7 +43,7 @@ def test_queue_limit_refuses_with_queue_full() -> None:
     assert sched.stats.refused == 1
     # Once a slot frees, the queue drains and new work is accepted again.
     sched.finish("a")
-    assert sched.admit() == [("b", 0)]
+    assert sched.schedule() == [("b", 0)]
     sched.add("c")
 
 
@@ -58,7 +59,7 @@ def test_cancel_while_waiting_removes_from_queue() -> None:
     sched = Scheduler(num_slots=1, max_queue=2)
     sched.add("a")
     sched.add("b")
-    sched.admit()
+    sched.schedule()
     assert sched.finish("b", cancelled=True) is None
     assert sched.num_waiting == 0
     assert sched.finish("unknown") is None
@@ -80,7 +81,7 @@ def test_fairness_under_churn() -> None:
     admitted: list[str] = []
     running: list[str] = []  # admission order
     while len(admitted) < len(order):
-        batch = [name for name, _ in sched.admit()]
+        batch = [name for name, _ in sched.schedule()]
         admitted.extend(batch)
         running.extend(batch)
         for name in batch[:1]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
 from safetensors.torch import load_file
+from support.streams import until_error
 
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine import engine as engine_module
@@ -25,7 +25,7 @@ from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.engine import Engine
 from tts_core.engine.pipeline import CodecPipeline
 from tts_core.engine.stall import StallWatch
-from tts_core.engine.types import Segment, StreamJob
+from tts_core.engine.stream import Segment, Stream
 from tts_core.errors import EngineStalledError
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_loading import load_lm
@@ -122,18 +122,14 @@ class _StuckRunner(EagerRunner):
         return super().decode_async(slots, codes)
 
 
-def _job(name: str, prompt: np.ndarray, seed: int, frames: int = 40) -> StreamJob:
-    return StreamJob(request_id=name, segments=(Segment(rows=prompt, max_frames=frames),), sampling=SamplingParams(),
+def _job(name: str, prompt: np.ndarray, seed: int, frames: int = 40) -> Stream:
+    return Stream(stream_id=name, segments=(Segment(rows=prompt, max_frames=frames),), sampling=SamplingParams(),
                      seed=seed, submitted_at=time.monotonic())
 
 
-def _until_error(handle) -> BaseException:
-    """Chunks until the first error on the stream's outbox (the deadline only catches a hang)."""
-    while True:
-        item = handle.outbox.get(timeout=30)
-        if isinstance(item, BaseException):
-            return item
-        assert item is not None, "the stream ended without the stall error"
+def _until_error(stream) -> BaseException:
+    """Chunks until the error that ends the stream."""
+    return until_error(stream)
 
 
 def test_a_stuck_step_fails_every_stream_and_refuses_new_ones(models, prompt, clock) -> None:
@@ -165,33 +161,26 @@ def test_requests_waiting_to_be_prepared_get_the_stall_error(models, prompt, clo
     runner = _StuckRunner(models, stuck_in="step", stick_at=1)
     engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=2))
     try:
-        running = engine.enqueue(_Named("running", prompt))
-        deadline = time.monotonic() + 30
-        while engine.stats().submitted < 1 and time.monotonic() < deadline:  # (built and admitted)
-            time.sleep(0.01)
-        assert running.job is not None
-        assert runner.stuck.wait(30)
-        queued = engine.enqueue(_Named("queued", prompt))  # the engine thread is stuck: nobody builds it
+        running = engine.submit(_unbuilt("running", prompt))
+        assert runner.stuck.wait(30)  # (built, admitted and stepping)
+        assert running.segments is not None
+        queued = engine.submit(_unbuilt("queued", prompt))  # the engine thread is stuck: nobody builds it
         _stall(engine, clock)
-        error = queued.outbox.get(timeout=30)
+        error = _until_error(queued)
         assert isinstance(error, EngineStalledError) and "must be restarted" in str(error)
+        assert queued.segments is None
         with pytest.raises(EngineStalledError):
-            engine.enqueue(_Named("later", prompt))
+            engine.submit(_unbuilt("later", prompt))
     finally:
         runner.unstick.set()
         engine.close(timeout_s=30)
     assert not engine._thread.is_alive()
 
 
-@dataclass(frozen=True)
-class _Named:
-    """A request the engine's intake builds into `_job(name, prompt, 5)`."""
-
-    name: str
-    prompt: object
-
-    def build(self, request_id: str):
-        return replace(_job(self.name, self.prompt, 5), request_id=request_id)
+def _unbuilt(name: str, prompt: np.ndarray) -> Stream:
+    """A stream whose segments the engine thread builds (as `_job(name, prompt, 5)`'s)."""
+    return Stream(stream_id=name, sampling=SamplingParams(), seed=5,
+                  build=lambda: (Segment(rows=prompt, max_frames=5),))
 
 
 def test_an_engine_that_never_stalls_says_so(models) -> None:

@@ -27,9 +27,11 @@ from tts_core.engine.cuda.codec_passes import split_passes
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.cuda.static_step import graphs_enabled
 from tts_core.engine.engine import Engine
+from tts_core.engine.idle import IdleSignal
 from tts_core.engine.pool import EnginePool, route_order
 from tts_core.engine.runners import build_runner
-from tts_core.engine.types import EngineStats, Segment, StreamJob
+from tts_core.engine.stream import Segment, Stream
+from tts_core.engine.types import EngineStats
 from tts_core.errors import EngineStalledError, QueueFullError
 from tts_core.loader import resolve_devices
 from tts_core.model import lm_step
@@ -186,15 +188,12 @@ def test_deferred_compile_serves_at_once_and_switches_without_changing_codes(mod
 
 
 def _job(rows, seed, frames):
-    return StreamJob(request_id=f"job-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
+    return Stream(stream_id=f"job-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
                      sampling=SamplingParams(), seed=seed, submitted_at=time.monotonic())
 
 
-def _collect_codes(handle) -> np.ndarray:
-    codes = []
-    while (item := handle.outbox.get(timeout=120)) is not None:
-        assert not isinstance(item, BaseException), item
-        codes.extend(item.codes)
+def _collect_codes(stream) -> np.ndarray:
+    codes = [code for chunk in stream for code in chunk.codes]
     return np.array(codes, dtype=np.int64).reshape(-1, 16)
 
 
@@ -261,66 +260,60 @@ class _FakeEngine:
     def __init__(self, active, queued, full=False, stalled=False):
         self.active, self.queued, self.full, self.jobs, self.cancels = active, queued, full, [], 0
         self.stalled = stalled
+        self.idle = IdleSignal()
 
     def stats(self):
         return EngineStats(active_streams=self.active, queued=self.queued, max_active_streams=4, max_queue=2,
                            submitted=len(self.jobs), finished=0, cancelled=self.cancels, refused=0,
                            stalled=self.stalled)
 
-    def admit(self, handle):
+    def admit(self, stream):
         if self.stalled:
             raise EngineStalledError("the GPU stopped responding")
         if self.full:
             raise QueueFullError("full", retry_after_s=1.0)
-        self.jobs.append(handle.request_id)
+        self.jobs.append(stream.id)
         self.active += 1
 
     def attach_intake(self, intake):
         pass
 
-    def cancel(self, handle):
-        self.cancels += 1
-
     def close(self, timeout_s=5.0):
         pass
 
 
-def _named(name: str) -> StreamJob:
-    return StreamJob(request_id=name, segments=(), sampling=SamplingParams(), seed=0, submitted_at=0.0)
+def _named(name: str) -> Stream:
+    return Stream(stream_id=name, segments=(), sampling=SamplingParams(), seed=0, submitted_at=0.0)
 
 
 def test_pool_routes_to_least_loaded_and_skips_full_engines():
     engines = [_FakeEngine(2, 0), _FakeEngine(0, 0), _FakeEngine(1, 0)]
     pool = EnginePool(engines)
     for name in "abc":  # loads 2,0,1 -> a to 1; 2,1,1 -> b to 1 (tie: first); 2,2,1 -> c to 2
-        pool.submit(_named(name))
+        pool.admit(_named(name))
     assert [e.jobs for e in engines] == [[], ["a", "b"], ["c"]]
-    pool.submit(_named("d"))  # loads 2,2,2: a three-way tie goes to the first engine
+    pool.admit(_named("d"))  # loads 2,2,2: a three-way tie goes to the first engine
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c"]]
     engines[0].active, engines[1].active = 4, 1  # loads 4,1,2
     engines[1].full = True
-    pool.submit(_named("e"))  # engine 1 is least loaded but full: the next least loaded, engine 2, takes it
+    pool.admit(_named("e"))  # engine 1 is least loaded but full: the next least loaded, engine 2, takes it
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     for e in engines:
         e.full = True
     with pytest.raises(QueueFullError):
-        pool.submit(_named("f"))
+        pool.admit(_named("f"))
     assert [e.jobs for e in engines] == [["d"], ["a", "b"], ["c", "e"]]
     stats = pool.stats()
     assert stats.engines == 3 and stats.active_streams == sum(e.active for e in engines) == 8
 
 
 def _job(rows, seed, frames=8):
-    return StreamJob(request_id=f"job-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
+    return Stream(stream_id=f"job-{seed}-{time.monotonic_ns()}", segments=(Segment(rows=rows, max_frames=frames),),
                      sampling=SamplingParams(), seed=seed, submitted_at=time.monotonic())
 
 
-def _collect(handle):
-    codes = []
-    while (item := handle.outbox.get()) is not None:
-        assert not isinstance(item, BaseException), item
-        codes.extend(item.codes)
-    return np.array(codes)
+def _collect(stream):
+    return np.array([code for chunk in stream for code in chunk.codes])
 
 
 def test_pool_of_cpu_engines_spreads_streams_and_matches_one_engine(models, vectors):
@@ -336,9 +329,9 @@ def test_pool_of_cpu_engines_spreads_streams_and_matches_one_engine(models, vect
     want = [_collect(single.submit(_job(rows, seed))) for seed in range(4)]
     single.close()
     pool = EnginePool([engine(1), engine(1)])
-    handles = [pool.submit(_job(rows, seed)) for seed in range(4)]
+    streams = [pool.submit(_job(rows, seed)) for seed in range(4)]
+    got = [_collect(s) for s in streams]
     assert [e.stats().submitted for e in pool.engines] == [2, 2]  # alternating: least loaded first
-    got = [_collect(h) for h in handles]
     assert pool.stats().finished == 4
     pool.close()
     for w, g in zip(want, got):
@@ -393,13 +386,13 @@ def test_pool_routes_around_a_stalled_engine_and_stalls_only_with_all():
     stalled; a refusal prefers "busy, retry" while any engine still serves."""
     stuck, busy, free = _FakeEngine(0, 0, stalled=True), _FakeEngine(1, 0, full=True), _FakeEngine(3, 0)
     pool = EnginePool([stuck, busy, free])
-    pool.submit(_named("job"))
+    pool.admit(_named("job"))
     assert free.jobs == ["job"]
     assert pool.stats().stalled is False and pool.stats().stalled_engines == 1
     free.full = True
     with pytest.raises(QueueFullError):
-        pool.submit(_named("job 2"))
+        pool.admit(_named("job 2"))
     pool = EnginePool([_FakeEngine(0, 0, stalled=True), _FakeEngine(0, 0, stalled=True)])
     with pytest.raises(EngineStalledError):
-        pool.submit(_named("job 3"))
+        pool.admit(_named("job 3"))
     assert pool.stats().stalled is True

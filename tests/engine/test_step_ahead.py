@@ -13,14 +13,14 @@ from collections import deque
 import numpy as np
 import pytest
 from safetensors.torch import load_file
+from support.streams import read, read_all, wait_ended
 
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
-from tts_core.engine.live import LiveStream
 from tts_core.engine.stepping import StepDriver
-from tts_core.engine.types import Segment, StreamHandle, StreamJob, StreamStatus
+from tts_core.engine.stream import Segment, Stream, StreamStatus
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CASES = ["A_voice_clone_en", "B_voice_clone_zh", "D_continuation_text_only"]
@@ -48,29 +48,24 @@ def _engine(tiny_models, *, static: bool, step_ahead: bool = True) -> Engine:
     return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4), step_ahead=step_ahead)
 
 
-def _job(name: str, prompt: np.ndarray, seed: int, frames: tuple[int, ...]) -> StreamJob:
+def _job(name: str, prompt: np.ndarray, seed: int, frames: tuple[int, ...]) -> Stream:
     segments = tuple(Segment(rows=prompt, max_frames=n, pause_after_s=0.05 if i + 1 < len(frames) else 0.0)
                      for i, n in enumerate(frames))
-    return StreamJob(request_id=name, segments=segments, sampling=SamplingParams(), seed=seed,
+    return Stream(stream_id=name, segments=segments, sampling=SamplingParams(), seed=seed,
                      submitted_at=time.monotonic())
 
 
-def _codes(handle) -> np.ndarray:
-    parts = []
-    while (item := handle.outbox.get(timeout=120)) is not None:
-        assert not isinstance(item, BaseException), item
-        parts.append(item.codes)
-    return np.concatenate(parts)
+def _codes(stream, first=()) -> np.ndarray:
+    return np.concatenate([chunk.codes for chunk in (*first, *read_all(stream))])
 
 
 def _staggered(engine: Engine, prompts) -> list[np.ndarray]:
     """One stream starts alone; two more arrive once it is under way (steps in flight by then)."""
     first = engine.submit(_job("a", prompts[0], 11, (7, 5, 9)))
-    while first.outbox.qsize() < 2:  # its first chunks are out: step-ahead has begun
-        time.sleep(0.005)
+    early = read(first, 2)  # its first chunks are out: step-ahead has begun
     others = [engine.submit(_job("b", prompts[1], 12, (4, 11))), engine.submit(_job("c", prompts[2], 13, (13,)))]
     try:
-        return [_codes(handle) for handle in (first, *others)]
+        return [_codes(first, early), *(_codes(stream) for stream in others)]
     finally:
         engine.close()
 
@@ -96,13 +91,10 @@ def test_cancel_while_a_step_is_in_flight_leaves_the_others_and_the_slot_clean(t
     try:
         keep = engine.submit(_job("keep", prompts[0], 21, (30,)))
         drop = engine.submit(_job("drop", prompts[1], 22, (60,)))
-        while drop.outbox.qsize() < 3:
-            time.sleep(0.005)
-        engine.cancel(drop)
+        assert len(read(drop, 3)) == 3
+        drop.cancel()
         kept = _codes(keep)
-        while drop.outbox.get(timeout=60) is not None:
-            pass
-        assert drop.status is StreamStatus.CANCELLED
+        assert wait_ended(drop) is StreamStatus.CANCELLED
         # The freed slot serves a new stream exactly as a fresh engine does.
         again = _codes(engine.submit(_job("again", prompts[2], 23, (12,))))
     finally:
@@ -150,10 +142,10 @@ def test_a_step_in_flight_is_settled_when_no_stream_is_left_running(prompts):
     runner = _ScriptedRunner()
     live = {}
     for i in range(2):
-        job = _job(f"s{i}", prompts[i], i, (5,))
-        stream = LiveStream(handle=StreamHandle(request_id=job.request_id, job=job), slot=i)
+        stream = _job(f"s{i}", prompts[i], i, (5,))
+        stream.slot = i
         stream.first_audio_at = 0.0  # past their first chunks: step-ahead is on
-        live[stream.job.request_id] = stream
+        live[stream.id] = stream
     driver = StepDriver(runner, live)
     driver.generate()
     assert runner.calls == [("launch", (0, 1)), ("launch", (0, 1)), ("collect", (True, True))]

@@ -211,7 +211,7 @@ def test_long_multi_sentence_text_streams_as_one(synth, zh1_codes, monkeypatch):
     monkeypatch.setattr(synth, "plan", replace(synth.plan, config=replace(synth.config, voice_clone_max_text_tokens=8)))
     text = "One two three. Four five six. Seven eight nine."
     request = SynthesisRequest(text=text, voice=Voice.from_codes(zh1_codes), seed=2)
-    job = synth.prepare(request)
+    job = synth.build(request)
     assert len(job.segments) == 3
     assert [s.pause_after_s for s in job.segments] == [0.4, 0.4, 0.0]
     expected_frames = sum(s.max_frames for s in job.segments)  # the tiny LM never stops by itself
@@ -256,7 +256,7 @@ def test_unusual_characters_never_crash(synth, zh1_codes):
 def test_voice_prefix_kv_is_computed_once_and_reused(synth, vectors, zh1_codes):
     cache = synth.engine.runner.prefix_cache
     request = _greedy(CASE_TEXT["A_voice_clone_en"], Voice.from_codes(zh1_codes))
-    segment = synth.prepare(request).segments[0]
+    segment = synth.build(request).segments[0]
     # The prefix ends exactly where the text starts: the instruction block's last id, then text.
     assert segment.rows[segment.prefix_rows - 1, 0] == synth.template.after_reference[-1]
     assert segment.prefix_rows == 13 + 1 + len(zh1_codes) + 1 + 56
@@ -287,10 +287,11 @@ def test_every_available_preset_is_warm_before_its_first_request(synth):
 def test_chunks_say_which_sentence_they_speak_and_the_expected_length(synth):
     text = "The first sentence is here. And here is the second one, a little longer than the first!"
     request = SynthesisRequest(text=text, voice=synth.default_voice, seed=5, max_frames=40, normalize_text=False)
-    job = synth.prepare(request)
+    job = synth.build(request)
     assert len(job.segments) >= 1 and "".join(s.text for s in job.segments).replace(" ", "") == text.replace(" ", "")
-    chunks = list(synth.stream(request))
+    stream = synth.submit(request)
+    chunks = list(stream)
     assert [c.segment for c in chunks] == sorted(c.segment for c in chunks)  # in order, never back
     assert {c.segment_text for c in chunks} <= {s.text for s in job.segments}
-    estimate = chunks[0].estimated_audio_s
+    estimate = stream.estimated_audio_s
     assert estimate == pytest.approx(job.estimated_audio_s) and 0 < estimate <= 40 * 0.08 + 2.0

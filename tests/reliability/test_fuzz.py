@@ -1,5 +1,5 @@
 """Fuzzing: schemathesis over the OpenAPI schema of the JSON routes, hypothesis over text
-normalisation + prompt building (through `Synthesizer.prepare`), over the `ref_audio` field and over
+normalisation + prompt building (through `Synthesizer.build`), over the `ref_audio` field and over
 mutated audio files. Every run is derandomized (the same examples each time), bounded in count,
 and talks to 127.0.0.1 only (generated http(s) URLs are replaced before sending).
 """
@@ -145,7 +145,7 @@ def prompt_limits(inproc, data_dir: Path) -> dict:
 @pytest.mark.timeout(240)
 def test_prepare_never_crashes_and_rows_are_valid(inproc, prompt_limits, figures) -> None:
     """Any text, either mode, any preset, none, or codes with any transcript, any frame cap:
-    `Synthesizer.prepare` (normalise,
+    `Synthesizer.build` (normalise,
     detect language, split, tokenize, build rows) either refuses with InvalidRequestError naming a
     field, or returns segments whose rows are int64 [T, 17] with every id inside its vocabulary."""
     synth = inproc.synth
@@ -166,7 +166,7 @@ def test_prepare_never_crashes_and_rows_are_valid(inproc, prompt_limits, figures
         try:
             request = SynthesisRequest(text=text, voice=voice, mode=mode, max_frames=max_frames,
                                        normalize_text=normalize, seed=1)
-            job = synth.prepare(request)
+            job = synth.build(request)
         except InvalidRequestError as exc:
             assert exc.param and exc.message, exc
             outcomes[f"refused ({exc.param}: {exc.code or 'invalid'})"] += 1

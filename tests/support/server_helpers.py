@@ -96,7 +96,7 @@ def stop_process(process: subprocess.Popen, timeout_s: float = 15) -> None:
 
 def wait_until_ready(server: _AppLike, timeout_s: float) -> None:
     """Poll /health until the model is ready and the page served (app.py builds it once the model
-    is ready, `web/page_slot.py`); fail with the app's log when it exits or fails."""
+    is ready, `studio/page_slot.py`); fail with the app's log when it exits or fails."""
     deadline = time.monotonic() + timeout_s
     status = "no answer"
     while time.monotonic() < deadline:

@@ -41,9 +41,9 @@ def main(data: Path, aoti_dir: Path) -> dict:
     request = SynthesisRequest(text="Hello there, this is a test of the worker.", seed=3, max_frames=12,
                                sampling=SamplingParams.greedy())
     try:
-        eager = list(eager_stream(synth.prepare(request)))
-        again = list(eager_stream(synth.prepare(request)))  # the same worker, its weights already moved
-        aoti = list(aoti_stream(synth.prepare(request)))
+        eager = list(eager_stream(synth.build(request)))
+        again = list(eager_stream(synth.build(request)))  # the same worker, its weights already moved
+        aoti = list(aoti_stream(synth.build(request)))
     finally:
         eager_stream.close_workers()
         aoti_stream.close_workers()

@@ -1,4 +1,4 @@
-"""web/capacity.py: the default number of streams an engine generates together follows the device."""
+"""studio/capacity.py: the default number of streams an engine generates together follows the device."""
 
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ import time
 from contextlib import asynccontextmanager
 
 import httpx
-import numpy as np
 import pytest
 from fastapi import FastAPI
 from starlette.responses import PlainTextResponse
@@ -16,10 +15,10 @@ from support.server_helpers import ServerThread, tiny_synthesizer_factory
 
 from studio.app import create_app
 from studio.page_slot import PageApp, PageMode, PageRunner, PageSlot
-from studio.service import VOICES_WAIT_S, ServiceState, SynthesizerService
+from studio.service import ServiceState, SynthesizerService
 from studio.settings import ServerSettings
+from tts_core.engine.idle import IdleSignal
 from tts_core.errors import ModelLoadError
-from tts_core.types import AudioChunk, Timings
 
 STREAM = {"text": "Hello there.", "mode": "continuation", "seed": 1, "max_frames": 6}
 
@@ -32,101 +31,52 @@ def _wait(predicate, what: str, timeout_s: float = 120) -> None:
         time.sleep(0.02)
 
 
-class _Clock:
-    """A fake monotonic clock that `sleep` advances."""
+class _FakeStream:
+    """Enough of a `Stream` for the idle signal: end hooks."""
 
     def __init__(self):
-        self.now = 0.0
+        self.hooks = []
 
-    def __call__(self) -> float:
-        return self.now
+    def on_end(self, hook) -> None:
+        self.hooks.append(hook)
 
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class _Chunks:
-    """A synthesizer's stream whose chunks the test hands out one at a time."""
-
-    def __init__(self):
-        self.ready = threading.Semaphore(0)
-        self.closed = self.last = False
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> AudioChunk:
-        self.ready.acquire()
-        return AudioChunk(seq=0, pcm=np.zeros((2, 3840), np.float32), codes=np.zeros((1, 16), np.int64),
-                          is_last=self.last, timings=Timings(first_audio_s=0.1, elapsed_s=0.1, audio_s=0.08))
-
-    def close(self) -> None:
-        self.closed = True
+    def end(self) -> None:
+        for hook in self.hooks:
+            hook(self)
 
 
 class _FakeSynth:
+    """A synthesizer whose engine's idle signal the test drives."""
+
     def __init__(self):
-        self.streams: list[_Chunks] = []
+        self.engine = type("Engine", (), {})()
+        self.engine.idle = IdleSignal()
+        self.voices_warmed = threading.Event()
+        self.voices_warmed.set()
 
-    def stream(self, request, *, cancel=None):
-        self.streams.append(_Chunks())
-        return self.streams[-1]
-
-
-def test_a_stream_counts_from_hand_out_to_its_last_chunk_or_close():
-    synth = _FakeSynth()
-    service = SynthesizerService(lambda report: synth)
-    service.start(background=False)
-    first = service.get().stream(object())
-    assert service.streams_in_progress == 1  # counted before anything was read
-    synth.streams[0].ready.release()
-    next(first)
-    assert service.streams_in_progress == 1  # playing: still in progress
-    synth.streams[0].last = True
-    synth.streams[0].ready.release()
-    next(first)
-    assert service.streams_in_progress == 0
-    unread = service.get().stream(object())
-    assert service.streams_in_progress == 1
-    unread.close()  # a client gone before any audio
-    assert service.streams_in_progress == 0 and synth.streams[1].closed
+    def stream(self) -> _FakeStream:
+        stream = _FakeStream()
+        self.engine.idle.track(stream)
+        return stream
 
 
 def test_wait_for_quiet_waits_for_the_model_then_for_streams_in_progress():
-    synth, loaded, ticks = _FakeSynth(), threading.Event(), threading.Semaphore(0)
+    synth, loaded, returned = _FakeSynth(), threading.Event(), threading.Event()
     service = SynthesizerService(lambda report: loaded.wait() and synth)
     service.start()
-    clock, returned = _Clock(), threading.Event()
-
-    def sleep(seconds: float) -> None:  # fake time passes one tick at a time, as the test releases them
-        ticks.acquire()
-        clock.sleep(seconds)
 
     def waiter() -> None:
-        service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=sleep)
+        service.wait_for_quiet(quiet_s=0.05, max_wait_s=100)
         returned.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    assert not returned.wait(0.2)  # the model is loading: the waiter blocks without polling
+    assert not returned.wait(0.2)  # the model is loading: the waiter blocks
+    stream = synth.stream()  # a first listener asks at once
     loaded.set()
     assert service.wait(10)
-    stream = service.get().stream(object())  # a first listener asks at once
-    for _ in range(40):
-        ticks.release()
-    _wait(lambda: clock.now > 1.99, "two fake seconds")
-    assert not returned.is_set()  # its stream is in progress
-    synth.streams[0].ready.release()
-    next(stream)  # first audio: still in progress
-    for _ in range(20):
-        ticks.release()
-    _wait(lambda: clock.now > 2.99, "another fake second")
-    assert not returned.is_set()
-    synth.streams[0].last = True
-    synth.streams[0].ready.release()
-    next(stream)  # its last chunk
-    for _ in range(20):
-        ticks.release()
-    assert returned.wait(10)  # half a fake second of quiet later
+    assert not returned.wait(0.3)  # its stream is in progress
+    stream.end()
+    assert returned.wait(10)  # once it has been quiet a while
 
 
 def test_wait_for_quiet_returns_after_a_failed_load_too():
@@ -135,9 +85,8 @@ def test_wait_for_quiet_returns_after_a_failed_load_too():
 
     service = SynthesizerService(factory)
     service.start(background=False)
-    clock = _Clock()
-    service.wait_for_quiet(quiet_s=0.5, clock=clock, sleep=clock.sleep)
-    assert service.state is ServiceState.FAILED and 0.5 <= clock.now < 1.0
+    service.wait_for_quiet(quiet_s=0.05)
+    assert service.state is ServiceState.FAILED
 
 
 def _text_app(text: str):
@@ -252,38 +201,31 @@ def test_no_ui_serves_the_api_alone(data_dir, tmp_path):
 
 
 def test_the_page_waits_for_the_synthesizers_voice_warm_up():
-    synth, ticks = _FakeSynth(), threading.Semaphore(0)
-    synth.voices_warmed = threading.Event()
+    synth, returned = _FakeSynth(), threading.Event()
+    synth.voices_warmed.clear()
     service = SynthesizerService(lambda report: synth)
     service.start(background=False)
-    clock, returned = _Clock(), threading.Event()
-
-    def sleep(seconds: float) -> None:
-        ticks.acquire()
-        clock.sleep(seconds)
 
     def waiter() -> None:
-        service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=sleep)
+        service.wait_for_quiet(quiet_s=0.05, max_wait_s=100)
         returned.set()
 
     threading.Thread(target=waiter, daemon=True).start()
-    for _ in range(40):
-        ticks.release()
-    _wait(lambda: clock.now > 1.99, "two fake seconds")
-    assert not returned.is_set()  # its voice warm-up (reads of cached codes) is still running
+    assert not returned.wait(0.3)  # its voice warm-up (reads of cached codes) is still running
     synth.voices_warmed.set()
-    for _ in range(20):
-        ticks.release()
     assert returned.wait(10)
 
 
-def test_an_empty_caches_long_voice_warm_up_delays_the_page_a_few_seconds_only():
-    synth, clock = _FakeSynth(), _Clock()
-    synth.voices_warmed = threading.Event()  # encoding every preset's clip: never set here
+def test_an_empty_caches_long_voice_warm_up_delays_the_page_a_few_seconds_only(monkeypatch):
+    monkeypatch.setattr("studio.service.VOICES_WAIT_S", 0.2)
+    synth = _FakeSynth()
+    synth.voices_warmed.clear()  # encoding every preset's clip: never set here
     service = SynthesizerService(lambda report: synth)
     service.start(background=False)
-    service.wait_for_quiet(quiet_s=0.5, max_wait_s=100, clock=clock, sleep=clock.sleep)
-    assert VOICES_WAIT_S <= clock.now < VOICES_WAIT_S + 1.0
+    done = threading.Event()
+    threading.Thread(target=lambda: (service.wait_for_quiet(quiet_s=0.05, max_wait_s=100), done.set()),
+                     daemon=True).start()
+    assert done.wait(30)  # it stops waiting for the warm-up after VOICES_WAIT_S
 
 
 def _runner_with(build, slot: PageSlot):

@@ -1,8 +1,9 @@
-"""web/delivery/stream_pump.py: a stream read and written by a thread of its own, handed to the event loop.
+"""studio/delivery/stream_pump.py: a stream started, read and written by a thread of its own, handed to
+the event loop.
 
-Real chunk iterators (generators with cleanup, as `Synthesizer.stream` is) and real encoders
-(`encoders.StreamEncoder`); no timing is asserted: the paced source below releases chunks only
-when the test says so.
+Real chunk iterators (generators with cleanup) behind the `Stream` surface the pump uses (iterate,
+`cancel`, `close`) and real encoders (`encoders.StreamEncoder`); no timing is asserted: the paced
+source below releases chunks only when the test says so.
 """
 
 from __future__ import annotations
@@ -50,6 +51,32 @@ class Source:
         finally:
             self.closed.set()
 
+    def start(self) -> _Started:
+        """What the pump calls in its thread: the source, started."""
+        self.threads.add(threading.current_thread().name)
+        return _Started(self)
+
+
+class _Started:
+    """The source as the pump sees a `Stream`: an iterator with `cancel()` and `close()`."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self._chunks = iter(source)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> AudioChunk:
+        return next(self._chunks)
+
+    def cancel(self) -> None:
+        self.source.cancel.set()
+
+    def close(self) -> None:
+        self.source.cancel.set()
+        self._chunks.close()
+
 
 class Writer:
     def __init__(self):
@@ -68,7 +95,7 @@ class Writer:
 
 
 async def _pump(source: Source) -> StreamPump:
-    return StreamPump(iter(source), source.cancel)
+    return StreamPump(source.start)
 
 
 def test_every_chunk_then_the_tail_in_order_written_in_the_pump_thread():
@@ -166,7 +193,7 @@ def test_many_streams_do_not_need_the_shared_worker_pool():
 
         async def one(index: int) -> bytes:
             source = Source(6)
-            pump = StreamPump(iter(source), source.cancel)
+            pump = StreamPump(source.start)
             await pump.first()
             encoder = StreamEncoder("mp3", 48_000, 2)
 

@@ -1,4 +1,4 @@
-"""web/speech_output.RawWriter's start hold: a streamed response's first bytes carry the first
+"""studio/speech_output.RawWriter's start hold: a streamed response's first bytes carry the first
 chunk's audio to within one codec frame, whatever the encoder keeps back (LAME and aac hold most of
 an 80 ms chunk), so a listener who starts playing at the first audio has about a chunk's worth to
 play, as with pcm. Real encoders, read by PyAV's demuxer as a client would

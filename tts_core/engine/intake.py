@@ -1,14 +1,10 @@
-"""The engine's first stage: requests turned into jobs on the engine's own thread, in arrival order.
+"""The engine's first stage: submitted streams built and admitted on the engine's own thread, FIFO.
 
-A caller checks its request and resolves the voice in its own thread (that may encode an uploaded
-clip, work that holds the interpreter lock little), then `enqueue`s a `Buildable`: the stream
-object exists from then on, and the caller reads its outbox at once. The engine thread builds the
-job (normalising and splitting the text, tokenising, the prompt rows: pure Python that holds the
-lock) between its iterations (`pump`) and admits it, so nothing competes with its device launches
-and a burst is admitted in as few waves as possible. A build error or a refusal reaches the caller
-as the first item of the outbox; a stream cancelled before it was built is skipped. The records
-that decided where preparation runs are in bench/results/archive/ (`gpu-h200-callers-prepare.json`
-beside `gpu-h200-2026-12-02-0109.json`).
+A caller checks its request in its own thread, submits the `Stream` and reads it at once. The
+engine thread builds the stream's segments (text, tokens, prompt rows: pure Python) between its
+iterations (`pump`) and admits it, so nothing competes with its device launches and a burst is
+admitted in as few waves as possible. A build error or a refusal ends the stream with that error;
+a stream cancelled before it was built is ended without building. A pool's engines share one.
 """
 
 from __future__ import annotations
@@ -16,43 +12,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from ..errors import TTSError
-from .types import StreamHandle, StreamJob, StreamStatus
+from .stream import Stream, StreamStatus
 
 logger = logging.getLogger(__name__)
 
-# At most this long preparing per engine iteration: a flood of requests must not keep the engine
-# thread from the streams it serves (they are far ahead of their listeners).
+# At most this long building per engine iteration: a flood of requests must not keep the engine
+# thread from the streams it serves.
 PUMP_BUDGET_S = 0.1
 
 
-class Buildable(Protocol):
-    """A checked request that can become a job: pure work, no device (see `tts_core/jobs.py`)."""
-
-    def build(self, request_id: str) -> StreamJob: ...
-
-
 class Intake:
-    """A FIFO of requests that the engine threads attached to it build and admit (`pump`).
+    """A FIFO of submitted streams that the engine threads attached to it build and admit (`pump`).
 
     Args:
         admit: hands a built stream to the engine (or the pool) that owns this intake; raises when
             it cannot take it.
-        cancel: cancels an admitted stream (one whose caller went away meanwhile).
         clock: monotonic seconds, for the pump's time budget (tests pass a fake one).
     """
 
-    def __init__(self, admit: Callable[[StreamHandle], None], cancel: Callable[[StreamHandle], None], *,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, admit: Callable[[Stream], None], *, clock: Callable[[], float] = time.monotonic):
         self._admit = admit
-        self._cancel = cancel
         self._clock = clock
-        self._queue: deque[tuple[Buildable, StreamHandle]] = deque()
+        self._queue: deque[Stream] = deque()
         self._lock = threading.Lock()
         self._wakers: list[Callable[[], None]] = []
         self._refusal: TTSError | None = None  # why nothing is taken any more (closed, no engine left)
@@ -60,14 +45,13 @@ class Intake:
     # ---- engine side ---------------------------------------------------------------------------
 
     def attach(self, wake: Callable[[], None]) -> None:
-        """An engine thread will pump this; `wake()` tells it a request is queued."""
+        """An engine thread will pump this; `wake()` tells it a stream is queued."""
         with self._lock:
             self._wakers.append(wake)
         wake()
 
     def detach(self, wake: Callable[[], None], reason: TTSError) -> None:
-        """That engine thread pumps no more (it stopped, or its device did); with none left, the
-        queued requests and every later one get `reason`."""
+        """That engine thread pumps no more; with none left, queued and later streams get `reason`."""
         with self._lock:
             if wake in self._wakers:
                 self._wakers.remove(wake)
@@ -80,34 +64,32 @@ class Intake:
         return bool(self._queue)
 
     def pump(self, budget_s: float = PUMP_BUDGET_S) -> int:
-        """Build and admit queued requests, oldest first, until none is left or `budget_s` has passed
-        (the rest wait for the next call; at least one is served); returns how many were served."""
+        """Build and admit queued streams, oldest first, until none is left or `budget_s` has passed
+        (at least one is served); returns how many were served."""
         served, started = 0, self._clock()
         while served == 0 or self._clock() - started < budget_s:
             with self._lock:
                 if not self._queue:
                     break
-                request, handle = self._queue.popleft()
-            self._serve(request, handle)
+                stream = self._queue.popleft()
+            self._serve(stream)
             served += 1
         return served
 
     # ---- caller side ---------------------------------------------------------------------------
 
-    def enqueue(self, request: Buildable) -> StreamHandle:
-        """The request's stream, queued to be built; raises at once when nothing is taken any more."""
-        handle = StreamHandle(request_id=uuid.uuid4().hex)
+    def submit(self, stream: Stream) -> None:
+        """Queue `stream`; raises at once when nothing is taken any more."""
         with self._lock:
             if self._refusal is not None:
                 raise self._refusal
-            self._queue.append((request, handle))
+            self._queue.append(stream)
             wakers = list(self._wakers)
         for wake in wakers:
             wake()
-        return handle
 
     def close(self) -> None:
-        """Take no more requests; the queued ones get an error."""
+        """Take no more streams; the queued ones end with an error."""
         self._refuse(TTSError("the synthesizer is shutting down"))
 
     # ---- internals -----------------------------------------------------------------------------
@@ -116,27 +98,17 @@ class Intake:
         with self._lock:
             self._refusal = self._refusal or reason
             queued, self._queue = list(self._queue), deque()
-        for _, handle in queued:
-            _fail(handle, reason)
+        for stream in queued:
+            stream.end(StreamStatus.FAILED, reason)
 
-    def _serve(self, request: Buildable, handle: StreamHandle) -> None:
-        if handle.cancelled.is_set():  # its caller went away while it waited
-            handle.status = StreamStatus.CANCELLED
-            handle.outbox.put(None)
+    def _serve(self, stream: Stream) -> None:
+        if stream.cancelled:  # its caller went away while it waited
+            stream.end(StreamStatus.CANCELLED)
             return
         try:
-            handle.job = request.build(handle.request_id)
-            self._admit(handle)
+            stream.build()
+            self._admit(stream)  # (a cancel from now on reaches the engine that took it)
         except Exception as exc:  # bad input or a refusal goes back to its caller; the engine goes on
             if not isinstance(exc, TTSError):
-                logger.exception("preparing a request failed")
-            _fail(handle, exc)
-            return
-        if handle.cancelled.is_set():  # cancelled while it was built: the engine ends it now
-            self._cancel(handle)
-
-
-def _fail(handle: StreamHandle, error: BaseException) -> None:
-    handle.status = StreamStatus.FAILED
-    handle.outbox.put(error)
-    handle.outbox.put(None)
+                logger.exception("building stream %s failed", stream.id)
+            stream.end(StreamStatus.FAILED, exc)

@@ -6,9 +6,6 @@ that prebuffers). Pure functions.
 from __future__ import annotations
 
 FRAME_S = 0.08  # one codec frame
-# Frames per text token in ordinary speech (12.5 frames/s; roughly 4 tokens/s in English and
-# Chinese alike): only an estimate for players that plan their buffering, never a cap.
-FRAMES_PER_TOKEN = 3.2
 
 
 def frame_budget(lead_s: float | None) -> int:
@@ -45,14 +42,3 @@ def playback_lead_s(emitted_audio_s: float, first_audio_at: float | None, now: f
     if first_audio_at is None:
         return None
     return emitted_audio_s - (now - first_audio_at)
-
-
-def estimate_frames(num_text_tokens: int) -> int:
-    """Likely frames for `num_text_tokens` tokens of text (see FRAMES_PER_TOKEN)."""
-    return max(1, round(FRAMES_PER_TOKEN * max(1, num_text_tokens)))
-
-
-def default_max_frames(num_text_tokens: int, *, cap: int = 375) -> int:
-    """Generation cap proportional to the text: the model can run on for tens of seconds on
-    very short text, so bound it by ~8 frames (0.64 s) per token plus 2 s, at most `cap` (30 s)."""
-    return max(1, min(cap, 25 + 8 * max(1, num_text_tokens)))

@@ -11,8 +11,9 @@ import logging
 from collections.abc import Sequence
 
 from ..errors import EngineStalledError, QueueFullError
-from .intake import Buildable, Intake
-from .types import EngineStats, PoolStats, StreamHandle, StreamJob
+from .intake import Intake
+from .stream import Stream, StreamStatus
+from .types import EngineStats, PoolStats
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +27,20 @@ def route_order(loads: Sequence[int]) -> list[int]:
 
 
 class EnginePool:
-    """The `Engine` interface (`types.EngineLike`) over several engines; requests enqueued here are
+    """The `Engine` interface (`types.EngineLike`) over several engines; streams submitted here are
     built by whichever engine thread is free first, then routed.
 
     Args:
-        engines: one `Engine` per device (at least one).
+        engines: one `Engine` per device (at least one); their streams are counted on the first
+            engine's idle signal (give them one signal to share, as `loader.load_parts` does).
     """
 
     def __init__(self, engines: Sequence):
         if not engines:
             raise ValueError("EnginePool needs at least one engine")
         self.engines = list(engines)
-        self.intake = Intake(self.admit, self.cancel)
+        self.idle = self.engines[0].idle
+        self.intake = Intake(self.admit)
         for engine in self.engines:
             engine.attach_intake(self.intake)
 
@@ -46,21 +49,22 @@ class EnginePool:
         """The first engine's runner (models and config are the same on every device)."""
         return self.engines[0].runner
 
-    def submit(self, job: StreamJob) -> StreamHandle:
-        handle = StreamHandle(request_id=job.request_id, job=job)
-        self.admit(handle)
-        return handle
+    def submit(self, stream: Stream) -> Stream:
+        self.idle.track(stream)
+        try:
+            self.intake.submit(stream)
+        except BaseException as exc:
+            stream.end(StreamStatus.FAILED, exc)
+            raise
+        return stream
 
-    def enqueue(self, request: Buildable) -> StreamHandle:
-        return self.intake.enqueue(request)
-
-    def admit(self, handle: StreamHandle) -> None:
+    def admit(self, stream: Stream) -> None:
         loads = [engine.stats().load for engine in self.engines]
         full: QueueFullError | None = None
         stalled: EngineStalledError | None = None
         for index in route_order(loads):
             try:
-                return self.engines[index].admit(handle)
+                return self.engines[index].admit(stream)
             except QueueFullError as exc:
                 full = exc
             except EngineStalledError as exc:
@@ -72,11 +76,6 @@ class EnginePool:
     def warm_prefix(self, rows) -> None:
         for engine in self.engines:
             engine.warm_prefix(rows)
-
-    def cancel(self, handle: StreamHandle) -> None:
-        # The handle's event is what the owning engine watches; waking every engine is harmless.
-        for engine in self.engines:
-            engine.cancel(handle)
 
     def stats(self) -> PoolStats:
         per_engine: list[EngineStats] = [engine.stats() for engine in self.engines]

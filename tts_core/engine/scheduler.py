@@ -61,7 +61,7 @@ class Scheduler:
         """Queue a stream, or refuse it when every slot is busy and the queue is full."""
         if stream_id in self._slot_of or stream_id in self._waiting:
             raise ValueError(f"stream {stream_id} was already added")
-        # Waiting streams first fill the free slots (the engine admits them on its next turn);
+        # Waiting streams first fill the free slots (the engine schedules them on its next turn);
         # only those beyond that count against the queue limit.
         if len(self._waiting) >= len(self._free) + self.max_queue:
             self.stats.refused += 1
@@ -73,8 +73,8 @@ class Scheduler:
         self._waiting.append(stream_id)
         self.stats.submitted += 1
 
-    def admit(self) -> list[tuple[str, int]]:
-        """Move waiting streams into free slots; returns the (stream id, slot) pairs admitted now."""
+    def schedule(self) -> list[tuple[str, int]]:
+        """Move waiting streams into free slots; returns the (stream id, slot) pairs scheduled now."""
         admitted = []
         while self._waiting and self._free:
             stream_id = self._waiting.popleft()

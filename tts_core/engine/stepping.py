@@ -18,8 +18,8 @@ from typing import Any, cast
 
 import numpy as np
 
-from .live import LiveStream
 from .runner_types import LaunchingRunner, Runner
+from .stream import Stream
 
 
 @dataclass(slots=True)
@@ -27,7 +27,7 @@ class _Flight:
     """A launched step and the streams it was launched for (with their segment at launch)."""
 
     ticket: Any  # the runner's, for its `collect`
-    lives: list[LiveStream]
+    lives: list[Stream]
     segments: list[int]
 
 
@@ -36,12 +36,12 @@ class StepDriver:
 
     Args:
         runner: the engine's runner.
-        live: the engine's running streams by request id (read, never changed, here).
+        live: the engine's running streams by id (read, never changed, here).
         step_ahead: step ahead where the runner can (a `LaunchingRunner`); off only for tests that
             compare against synchronous steps.
     """
 
-    def __init__(self, runner: Runner, live: Mapping[str, LiveStream], step_ahead: bool = True):
+    def __init__(self, runner: Runner, live: Mapping[str, Stream], step_ahead: bool = True):
         self.runner = runner
         self._live = live
         self.step_ahead = runner.can_step_ahead and step_ahead
@@ -75,7 +75,7 @@ class StepDriver:
             self._inflight = self._launch(running)
         self._absorb(flight)  # (with no stream left running, only to settle the step in flight)
 
-    def covers(self, live: LiveStream) -> bool:
+    def covers(self, live: Stream) -> bool:
         """The step in flight was launched for this stream."""
         return self._inflight is not None and any(other is live for other in self._inflight.lives)
 
@@ -96,25 +96,25 @@ class StepDriver:
         if self._launcher is not None:
             self._launcher.drop_launched()
 
-    def _launch(self, lives: list[LiveStream]) -> _Flight:
+    def _launch(self, lives: list[Stream]) -> _Flight:
         return _Flight(self._launcher.launch([live.slot for live in lives]), lives,
                        [live.segment_index for live in lives])
 
     def _absorb(self, flight: _Flight) -> None:
         """Read a launched step's frames. A stream that ended its segment, retired or moved to its next
         segment since the launch gets nothing from it."""
-        keep = [self._live.get(live.job.request_id) is live and not live.segment_done and live.segment_index == index
+        keep = [self._live.get(live.id) is live and not live.segment_done and live.segment_index == index
                 for live, index in zip(flight.lives, flight.segments)]
         is_continue, codes = self._launcher.collect(flight.ticket, keep)
         self._book(flight.lives, keep, is_continue, codes)
 
-    def _book(self, lives: list[LiveStream], keep: Sequence[bool], is_continue: np.ndarray, codes: np.ndarray) -> None:
+    def _book(self, lives: list[Stream], keep: Sequence[bool], is_continue: np.ndarray, codes: np.ndarray) -> None:
         """Add each kept stream's frame; a stream that chose stop, reached its cap or filled its
         context ends its segment."""
         for i, live in enumerate(lives):
             if not keep[i]:
                 continue
-            segment = live.job.segments[live.segment_index]
+            segment = live.segment
             if not is_continue[i]:
                 live.segment_done = True
                 continue

@@ -151,9 +151,10 @@ class StaticStepper:
             return None
         return units
 
-    def compile_in_background(self, before_each=None) -> threading.Thread | None:
+    def compile_in_background(self, before_each=None, on_ready=None) -> threading.Thread | None:
         """Start compiling in a daemon thread (deferred start-up); None when there is nothing to
-        compile. `before_each` runs ahead of every unit compile (the engine passes a wait for idle)."""
+        compile. `before_each` runs ahead of every unit compile (the engine passes a wait for idle);
+        `on_ready()` once the units are built (the engine then upgrades between steps)."""
         if self._compile_done.is_set():
             return None
 
@@ -164,6 +165,8 @@ class StaticStepper:
                 if self._target_mode != "off":
                     self._compiled = self._compile_units(before_each)
             self._compile_done.set()
+            if on_ready is not None:
+                on_ready()
 
         thread = threading.Thread(target=work, name="tts-compile", daemon=True)
         thread.start()

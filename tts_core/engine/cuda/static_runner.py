@@ -110,9 +110,10 @@ class StaticRunner(SlotRunner):
         kind = "plain" if self.stepper.compile_mode == "off" else "compiled"
         return f"{kind}+graphs" if self.stepper.use_graphs else kind
 
-    def start_background_compile(self, before_each: Callable[[], None] | None = None) -> None:
+    def start_background_compile(self, before_each: Callable[[], None] | None = None,
+                                 on_ready: Callable[[], None] | None = None) -> None:
         """Deferred start: build the compiled step in a background thread (see graphs.py)."""
-        self.stepper.compile_in_background(before_each)
+        self.stepper.compile_in_background(before_each, on_ready)
 
     def upgrade_ready(self) -> bool:
         """The deferred compiled units are ready to switch to."""

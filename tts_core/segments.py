@@ -1,21 +1,18 @@
-"""Requests into engine jobs: the checked request, the plan it is built with, and `build_job`.
+"""A request's text into the stream's `Segment`s: `build_segments`, a pure function.
 
-`Synthesizer` checks a request and resolves its voice in the caller's thread (`CheckedRequest`);
-the engine thread turns it into a `StreamJob` through `JobRequest.build` (`engine/intake.py`),
-which runs `build_job`: a function of the request and of the plan's read-only parts (template,
-tokenizer, limits, catalog) that never calls back into the synthesizer.
+`Synthesizer` checks a request and resolves its voice in the caller's thread; the engine thread
+builds the segments (normalised, split, tokenised text and prompt rows) from the request and the
+plan's read-only parts (template, tokenizer, limits, catalog), never calling back into the synthesizer.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .config import EngineConfig
-from .engine.pacing import default_max_frames, estimate_frames
-from .engine.types import Segment, StreamJob
+from .engine.stream import Segment
 from .errors import InvalidRequestError
 from .prompt import PromptTemplate, build_prompt_rows
 from .text import detect_language, normalize_text, pause_after_chunk_s, split_text
@@ -26,23 +23,14 @@ from .voices.catalog import VoiceCatalog
 
 # Room left in a stream's KV cache for generated rows when checking prompt length.
 MIN_GENERATION_ROWS = 32
+# Frames per text token in ordinary speech (12.5 frames/s; roughly 4 tokens/s in English and
+# Chinese alike): only an estimate for players that plan their buffering, never a cap.
+FRAMES_PER_TOKEN = 3.2
 
 
 @dataclass(frozen=True, slots=True)
-class CheckedRequest:
-    """A request past the checks that may be slow but hold the interpreter lock little (the
-    caller's thread): its text and resolved voice."""
-
-    request: SynthesisRequest
-    text: str
-    voice: Voice | None
-    resolved: ResolvedVoice | None
-    submitted_at: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobPlan:
-    """What building a job reads, never writes: shared by every request of a synthesizer."""
+class SegmentPlan:
+    """What building segments reads, never writes: shared by every request of a synthesizer."""
 
     template: PromptTemplate
     tokenizer: TextTokenizer
@@ -53,42 +41,28 @@ class JobPlan:
         return len(self.tokenizer.encode(text))
 
 
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    """A checked request and its plan: the `engine.intake.Buildable` the engine thread builds."""
-
-    plan: JobPlan
-    checked: CheckedRequest
-
-    def build(self, request_id: str) -> StreamJob:
-        return build_job(self.plan, self.checked, request_id)
-
-
-def build_job(plan: JobPlan, checked: CheckedRequest, request_id: str) -> StreamJob:
-    """A checked request's job: text normalised and split, tokenised, prompt rows per segment.
-    Pure Python on the plan's read-only parts (the engine thread runs it, `engine/intake.py`)."""
-    request, text, voice, resolved = checked.request, checked.text, checked.voice, checked.resolved
+def build_segments(plan: SegmentPlan, request: SynthesisRequest, text: str,
+                   resolved: ResolvedVoice | None) -> tuple[Segment, ...]:
+    """A checked request's segments (`text` its checked text, `resolved` its voice): text normalised
+    and split, tokenised, prompt rows per segment. Pure Python on the plan's read-only parts."""
+    voice = request.voice if isinstance(request.voice, Voice) else None
     if request.normalize_text:
         text = normalize_text(text, language=detect_language(text, _voice_language(plan, resolved)))
-    seed = request.seed if request.seed is not None else secrets.randbits(63)
     if request.mode == "voice_clone":
         segments = _voice_clone_segments(plan, text, resolved)
     else:
         segments = _continuation_segments(plan, text, voice, resolved)
-    segments = _apply_frame_cap(segments, request.max_frames)
-    return StreamJob(request_id=request_id, segments=tuple(segments), sampling=request.sampling,
-                     seed=seed, submitted_at=checked.submitted_at,
-                     notice=resolved.notice if resolved is not None else None)
+    return tuple(_apply_frame_cap(segments, request.max_frames))
 
 
-def _voice_language(plan: JobPlan, resolved: ResolvedVoice | None) -> str | None:
+def _voice_language(plan: SegmentPlan, resolved: ResolvedVoice | None) -> str | None:
     if resolved is None or resolved.name is None:
         return None
     preset = plan.catalog.find(resolved.name)
     return preset.language if preset is not None else None
 
 
-def _voice_clone_segments(plan: JobPlan, text: str, resolved: ResolvedVoice) -> list[Segment]:
+def _voice_clone_segments(plan: SegmentPlan, text: str, resolved: ResolvedVoice) -> list[Segment]:
     chunks = split_text(text, plan.count_tokens, max_tokens=plan.config.voice_clone_max_text_tokens)
     segments = []
     for index, chunk in enumerate(chunks):
@@ -103,7 +77,7 @@ def _voice_clone_segments(plan: JobPlan, text: str, resolved: ResolvedVoice) -> 
     return segments
 
 
-def _continuation_segments(plan: JobPlan, text: str, voice: Voice | None,
+def _continuation_segments(plan: SegmentPlan, text: str, voice: Voice | None,
                            resolved: ResolvedVoice | None) -> list[Segment]:
     if voice is None or resolved is None:
         text_ids = plan.tokenizer.encode(text)
@@ -142,7 +116,7 @@ def continuation_prefix_rows(template: PromptTemplate) -> int:
     return len(t.user_prefix) + len(t.no_reference) + len(t.after_reference)
 
 
-def _check_rows_fit(plan: JobPlan, rows: np.ndarray) -> None:
+def _check_rows_fit(plan: SegmentPlan, rows: np.ndarray) -> None:
     limit = plan.config.max_context_rows - MIN_GENERATION_ROWS
     if rows.shape[0] > limit:
         raise InvalidRequestError(
@@ -165,3 +139,14 @@ def _apply_frame_cap(segments: list[Segment], max_frames: int | None) -> list[Se
     if capped:
         capped[-1] = replace(capped[-1], pause_after_s=0.0)
     return capped
+
+
+def estimate_frames(num_text_tokens: int) -> int:
+    """Likely frames for `num_text_tokens` tokens of text (see FRAMES_PER_TOKEN)."""
+    return max(1, round(FRAMES_PER_TOKEN * max(1, num_text_tokens)))
+
+
+def default_max_frames(num_text_tokens: int, *, cap: int = 375) -> int:
+    """Generation cap proportional to the text: the model can run on for tens of seconds on
+    very short text, so bound it by ~8 frames (0.64 s) per token plus 2 s, at most `cap` (30 s)."""
+    return max(1, min(cap, 25 + 8 * max(1, num_text_tokens)))
