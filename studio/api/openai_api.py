@@ -11,10 +11,11 @@ Differences from OpenAI's API, all deliberate:
   scripts run unchanged; `X-Voice` says which voice spoke. Other unknown names: 404 listing presets.
 - `speed` 0.25-4 is a pitch-preserving time-stretch (`stretch.py`); `instructions` is accepted and
   ignored (the model has no instruction control).
-- Without `stream`/`stream_format` the response is one whole file of exact length. `stream: true` or
-  `stream_format: "audio"` sends raw bytes as they are generated, in every format (mp3, opus, aac and
-  flac encoded progressively). `stream_format: "sse"` sends OpenAI's events (`speech.audio.delta`,
-  `speech.audio.done`), plus `speech.segment` captions with `timestamps: true`.
+- The body streams as it is generated (mp3, opus and aac encoded progressively, wav with a
+  streaming header, pcm), whether or not the client sends `stream`, as OpenAI's does: agents play
+  the first bytes at once. flac is one file of exact length unless `stream` (or `stream_format:
+  "audio"`) asks for a stream, whose length its header cannot say. `stream_format: "sse"` sends OpenAI's events
+  (`speech.audio.delta`, `speech.audio.done`), plus `speech.segment` captions with `timestamps: true`.
 - Extensions: `ref_audio` (voice cloning from a base64 or data: URL clip, decoded and checked by
   `studio/limits/ref_audio.py`), `ref_text` (its transcript, switching to continuation mode), `seed`, sampling
   fields, `max_frames`, `sample_rate`, `timestamps`.
@@ -30,7 +31,6 @@ import logging
 import time
 import urllib.parse
 
-from anyio import to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -39,8 +39,8 @@ from tts_core.audio.stretch import check_speed
 from tts_core.errors import InvalidRequestError
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ
 
-from ..delivery.speech_output import OutputSpec, RawWriter, SpeechRender, SseWriter, render_whole
-from ..delivery.streaming import ClosingStreamingResponse, Delivery, close_stream, collect, open_stream
+from ..delivery.speech_output import FileWriter, OutputSpec, RawWriter, SpeechRender, SseWriter
+from ..delivery.streaming import respond
 from ..errors import ModelNotFoundError, public_checkpoint_name, scrub_paths
 from ..service import SynthesizerService
 from ..settings import ServerSettings
@@ -62,6 +62,9 @@ from .requests import OPENAI, openai_fields, prepare
 from .voices_api import SavedVoices, build_voices_router
 
 logger = logging.getLogger(__name__)
+# Formats sent as one file of exact length unless the client asks for a stream: a streamed flac
+# cannot carry its length, and libsndfile (soundfile) refuses such a file.
+WHOLE_UNLESS_STREAMED = frozenset({"flac"})
 
 
 def _is_alias(name: str) -> bool:
@@ -114,13 +117,6 @@ def _headers(spec: OutputSpec, voice_label: str) -> dict[str, str]:
     return headers
 
 
-def _timed_render(pcm, spec: OutputSpec) -> tuple[bytes, float, float]:
-    """`render_whole`, and the CPU seconds it took in this thread."""
-    started = time.thread_time()
-    data, seconds = render_whole(pcm, spec)
-    return data, seconds, time.thread_time() - started
-
-
 def build_openai_router(service: SynthesizerService, settings: ServerSettings,
                         saved: SavedVoices | None = None) -> APIRouter:
     """The OpenAI-compatible routes, bound to `service` (the model), `settings` (limits) and the app's
@@ -136,49 +132,29 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings,
         synth = service.get()
         spec, sse = output_spec(body, settings)
         prepared = await prepare(openai_fields(body), OPENAI, synth=synth, settings=settings, saved=saved.voice)
-        headers = _headers(spec, prepared.voice_label)
-        # Errors (bad voice clip, queue full) surface here, before the response starts; a client
-        # that leaves while the request is still queued cancels it at once.
-        started = time.monotonic()
-        pump, first = await open_stream(synth, prepared.request, request)
-        try:  # until the response owns the pump, an error here must close it (it holds a slot)
-            request_id = pump.stream.id
-            headers["X-Request-Id"] = request_id
-            metrics = getattr(request.app.state, "metrics", None)
-            label = f"sse-{spec.fmt}" if sse else spec.fmt
-            logger.info("speech %s: %d chars, voice %s, %s at %d Hz x%d, speed %g%s", request_id, len(body.input),
-                        prepared.voice_label, spec.fmt, spec.sample_rate, spec.channels, spec.speed, " (sse)" if sse else "")
-            if sse or body.stream or body.stream_format == "audio":
-                headers.update({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
-                if first is not None and pump.stream.estimated_audio_s is not None:
-                    headers["X-Estimated-Duration"] = f"{pump.stream.estimated_audio_s / spec.speed:.2f}"
-                render = SpeechRender(spec, pool=getattr(request.app.state, "encoder_pool", None))
-                if sse:
-                    writer: RawWriter = SseWriter(render, input_tokens=len(synth.tokenizer.encode(body.input)))
-                    media_type = "text/event-stream"
-                else:
-                    writer, media_type = RawWriter(render), MEDIA_TYPES[spec.fmt]
+        pool = getattr(request.app.state, "encoder_pool", None)
+        if sse:
+            tokens = len(synth.tokenizer.encode(body.input))
 
-                def delivered(sent: Delivery) -> None:
-                    if metrics is not None:
-                        metrics.observe_delivery(label, audio_s=sent.audio_s / spec.speed, bytes_out=sent.bytes_out,
-                                                 encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
-                                                 finished=sent.outcome == "done")
+            def writer(_stream) -> RawWriter:
+                return SseWriter(SpeechRender(spec, pool=pool), input_tokens=tokens)
 
-                return ClosingStreamingResponse(pump, first, writer, request_id=request_id, media_type=media_type,
-                                                headers=headers, delivered=delivered, started=started)
-            pcm = await collect(pump, first, request)
-            if pcm is None:
-                return Response(status_code=499)
-            data, seconds, encode_s = await to_thread.run_sync(_timed_render, pcm, spec)
-            headers["X-Audio-Seconds"] = f"{seconds:.3f}"
-            if metrics is not None:
-                metrics.observe_delivery(label, audio_s=seconds, bytes_out=len(data), encode_s=encode_s,
-                                         elapsed_s=time.monotonic() - started, finished=True)
-            return Response(data, media_type=MEDIA_TYPES[spec.fmt], headers=headers)
-        except BaseException:
-            await close_stream(pump)
-            raise
+            media_type = "text/event-stream"
+        elif spec.fmt in WHOLE_UNLESS_STREAMED and not (body.stream or body.stream_format == "audio"):
+            def writer(_stream) -> FileWriter:
+                return FileWriter(spec)
+
+            media_type = MEDIA_TYPES[spec.fmt]
+        else:
+            def writer(_stream) -> RawWriter:
+                return RawWriter(SpeechRender(spec, pool=pool))
+
+            media_type = MEDIA_TYPES[spec.fmt]
+        what = (f"speech, {len(body.input)} chars, voice {prepared.voice_label}, {spec.fmt} at {spec.sample_rate} Hz "
+                f"x{spec.channels}, speed {spec.speed:g}" + (" (sse)" if sse else ""))
+        return await respond(synth, prepared.request, request, writer=writer, media_type=media_type,
+                             headers=_headers(spec, prepared.voice_label), label=f"sse-{spec.fmt}" if sse else spec.fmt,
+                             what=what, speed=spec.speed)
 
     @router.get("/v1/voices", response_model=VoiceList, summary="Preset voices")
     def list_voices() -> VoiceList:

@@ -60,13 +60,13 @@ class SpeechRequest(BaseModel):
     instructions: str | None = Field(None, description=(
         "Accepted for OpenAI compatibility and ignored: this model has no instruction (style) control."))
     stream: bool = Field(False, description=(
-        "Send the audio as it is generated (chunked raw bytes), in any format; the same as "
-        "stream_format 'audio'. Omit both to get a whole file of exact length."))
+        "The audio is sent as it is generated (chunked) in every format, as OpenAI's own API does; "
+        "flac only when this (or stream_format 'audio') is set: otherwise one file of exact length."))
     stream_format: Literal["audio", "sse"] | None = Field(None, description=(
         "OpenAI's field. 'audio': raw audio bytes sent as generated (mp3, opus, aac and flac encoded "
         "progressively). 'sse': text/event-stream of speech.audio.delta events (base64 'audio' in "
         "response_format, pcm by default), speech.segment captions when timestamps is true, then "
-        "speech.audio.done with usage. Omitted: one whole file."))
+        "speech.audio.done with usage. Omitted: raw audio bytes, as 'audio'."))
     sample_rate: int | None = Field(None, description=(
         "Extension (as vllm-omni). Output sample rate: 8000, 12000, 16000, 22050, 24000, 32000, 44100 or "
         "48000 (opus: 8000, 12000, 16000, 24000, 48000). Overrides the rate the model name implies; the "
@@ -138,7 +138,7 @@ SPEECH_RESPONSES: dict = {
     200: {
         "description": "Audio, or text/event-stream with stream_format 'sse'. Headers: X-Sample-Rate, "
         "X-Channels, X-Voice, X-Audio-Format, X-Speed; X-Sample-Format (s16le) for pcm and wav; "
-        "X-Estimated-Duration (seconds, speed applied) when streamed; X-Audio-Seconds on whole files.",
+        "X-Estimated-Duration (seconds, speed applied).",
         "content": {**{media: _AUDIO_SCHEMA for media in MEDIA_TYPES.values()},
                     "text/event-stream": {"schema": {"type": "string"}}},
     },

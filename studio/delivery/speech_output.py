@@ -1,6 +1,6 @@
 """From engine chunks to what a response carries: speed, output profile, format, captions, framing.
 
-`SpeechRender` is the one path audio takes on its way out, streamed or not: time-stretch
+`SpeechRender` is the one path audio takes on its way out: time-stretch
 (`stretch.Stretcher`), rate and channels (`encoders.ProfileConverter`), the format's bytes
 (`encoders.StreamEncoder`, or its twin in a worker process of the server's encoder pool for the
 compressed formats, which hands a chunk's bytes out at a later chunk: `encoder_pool.open_encoder`),
@@ -26,12 +26,13 @@ import base64
 import json
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tts_core.audio.encoder_pool import EncoderPool, open_encoder
-from tts_core.audio.encoders import ProfileConverter, encode_file
+from tts_core.audio.encoders import ProfileConverter
+from tts_core.audio.io import encode_audio
 from tts_core.audio.stretch import Stretcher
 from tts_core.audio.timeline import CaptionTimeline, SegmentSpan
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
@@ -126,24 +127,6 @@ class SpeechRender:
         self._encoder.close()
 
 
-def render_whole(pcm: np.ndarray, spec: OutputSpec) -> tuple[bytes, float]:
-    """A whole file of `pcm` (48 kHz stereo): the same samples as a stream, in an exact-length file.
-
-    Returns the bytes and the audio's length in seconds.
-    """
-    stretcher = Stretcher(spec.speed)
-    stretched = stretcher.push(pcm)
-    tail = stretcher.flush()
-    if tail.shape[1]:
-        stretched = np.concatenate([stretched, tail], axis=1)
-    profile = ProfileConverter(spec.sample_rate, spec.channels)
-    out = profile.push(stretched)
-    rest = profile.flush()
-    if rest.shape[1]:
-        out = np.concatenate([out, rest], axis=1)
-    return encode_file(out, spec.sample_rate, spec.fmt), out.shape[1] / spec.sample_rate
-
-
 # ---- writers: one chunk in, bytes out; `finish()` at the end; run in the stream's pump thread ----
 
 
@@ -179,6 +162,29 @@ class RawWriter:
 
     def finish(self) -> bytes:
         return self._release() + self.render.finish()[0]
+
+    def close(self) -> None:
+        self.render.close()
+
+
+class FileWriter:
+    """A file of exact length, sent once the stream ends: for flac asked without `stream` (streamed
+    flac cannot say its length, and common readers such as libsndfile refuse such a file)."""
+
+    def __init__(self, spec: OutputSpec):
+        self.render = SpeechRender(replace(spec, fmt="float32"))
+        self._fmt = spec.fmt
+        self._parts: list[bytes] = []
+
+    def __call__(self, chunk: AudioChunk) -> bytes:
+        self._parts.append(self.render.push(chunk)[0])
+        return b""
+
+    def finish(self) -> bytes:
+        self._parts.append(self.render.finish()[0])
+        spec = self.render.spec
+        pcm = np.frombuffer(b"".join(self._parts), dtype="<f4").reshape(-1, spec.channels).T
+        return encode_audio(pcm, spec.sample_rate, self._fmt)
 
     def close(self) -> None:
         self.render.close()

@@ -23,8 +23,9 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
+from tts_core.engine.stream import Stream
 from tts_core.errors import InvalidRequestError, TTSError
-from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
+from tts_core.types import SAMPLE_RATE_HZ, AudioChunk, SynthesisRequest
 
 from .stream_pump import StreamPump
 
@@ -78,6 +79,44 @@ async def open_stream(synth, request: SynthesisRequest, http_request: Request | 
         await pump.close()
         raise outcome["error"]
     return pump, outcome["first"]
+
+
+_STREAM_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
+    "X-Accel-Buffering": "no",  # reverse proxies (Spaces, nginx) must not buffer the stream
+}
+
+
+async def respond(synth, request: SynthesisRequest, http_request: Request, *,
+                  writer: Callable[[Stream], Encoder], media_type: str, headers: dict[str, str], label: str,
+                  what: str, speed: float = 1.0) -> StreamingResponse:
+    """The one way synthesis streams over HTTP: start `request`, wait for its first chunk (errors
+    raise here, before any byte, as the route's JSON errors), then send every chunk through
+    `writer(stream)` as it comes. Adds the stream's id (`X-Request-Id`), its likely length in output
+    seconds (`X-Estimated-Duration`) and no-buffering headers to the route's `headers`; logs `what`;
+    counts the delivery in `/metrics` under `label`."""
+    started = time.monotonic()
+    pump, first = await open_stream(synth, request, http_request)
+    try:  # until the response owns the pump, an error here must close it (it holds a slot)
+        stream = pump.stream
+        headers = {**headers, "X-Request-Id": stream.id, **_STREAM_HEADERS}
+        if first is not None and stream.estimated_audio_s is not None:
+            headers["X-Estimated-Duration"] = f"{stream.estimated_audio_s / speed:.2f}"
+        logger.info("stream %s: %s", stream.id, what)
+        metrics = getattr(http_request.app.state, "metrics", None)
+
+        def delivered(sent: Delivery) -> None:
+            if metrics is not None:
+                metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
+                                         encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
+                                         finished=sent.outcome == "done")
+
+        return ClosingStreamingResponse(pump, first, writer(stream), request_id=stream.id, media_type=media_type,
+                                        headers=headers, delivered=delivered, started=started)
+    except BaseException:
+        await pump.close()
+        raise
 
 
 async def close_stream(pump: StreamPump) -> None:
@@ -157,24 +196,3 @@ class ClosingStreamingResponse(StreamingResponse):
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
             await close_stream(self._pump)  # a no-op when the body iterator already closed it
-
-
-async def collect(pump: StreamPump, first: AudioChunk | None, request: Request) -> np.ndarray | None:
-    """All audio as float32 [2, n]; None when the client disconnected (the synthesis is cancelled)."""
-    if first is None:  # the client left before the first chunk (open_stream cancelled it)
-        await close_stream(pump)
-        return None
-    parts: list[np.ndarray] = []
-    pump.start(_pcm_of)
-    try:
-        async for pcm in pump.output():
-            parts.append(pcm)
-            if await request.is_disconnected():
-                return None
-    finally:
-        await close_stream(pump)
-    return np.concatenate(parts, axis=1) if parts else np.zeros((NUM_CHANNELS, 0), np.float32)
-
-
-def _pcm_of(chunk: AudioChunk) -> np.ndarray:
-    return chunk.pcm

@@ -42,7 +42,7 @@ from ..settings import ServerSettings
 RETRY_AFTER_S = 2
 DRAIN_MAX_S = 5.0  # lingering close: how long, and how much, of a refused body is read and discarded
 DRAIN_MAX_BYTES = 256 * 1024 * 1024
-_EXPOSED_HEADERS = ["X-Sample-Rate", "X-Channels", "X-Sample-Format", "X-Voice", "X-Request-Id", "X-Audio-Seconds",
+_EXPOSED_HEADERS = ["X-Sample-Rate", "X-Channels", "X-Sample-Format", "X-Voice", "X-Request-Id",
                     "X-Estimated-Duration", "X-Audio-Format", "X-Speed", "X-Framing"]
 
 

@@ -6,9 +6,9 @@ import pytest
 
 from studio.errors import http_status
 from tts_core.engine.pacing import decode_count, frame_budget, playback_lead_s
-from tts_core.segments import default_max_frames
 from tts_core.engine.scheduler import Scheduler
 from tts_core.errors import QueueFullError
+from tts_core.segments import default_max_frames
 
 
 def test_admits_fifo_into_lowest_free_slots() -> None:

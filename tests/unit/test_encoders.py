@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 from support.stream_decoding import decode_progressively
 
-from tts_core.audio.encoders import STREAM_FORMATS, ProfileConverter, StreamEncoder, check_rate, encode_file
+from tts_core.audio.encoders import STREAM_FORMATS, ProfileConverter, StreamEncoder, check_rate
 
 SR = 48_000
 PIECE = 3840  # one codec frame
@@ -94,8 +94,8 @@ def test_float32_stream() -> None:
     np.testing.assert_array_equal(np.frombuffer(data, "<f4").reshape(-1, 2).T, pcm)
 
 
-def test_aac_file_and_rates() -> None:
-    data = encode_file(_voice_like(0.5), SR, "aac")
+def test_aac_stream_and_rates() -> None:
+    data = b"".join(_encode_in_pieces("aac", _voice_like(0.5)))
     assert data[:2] == b"\xff\xf1" or data[:2] == b"\xff\xf9"  # ADTS sync word
     assert check_rate("opus", 22_050) and check_rate("mp3", 11_025) and check_rate("wav", 24_000) is None
     with pytest.raises(ValueError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import itertools
 import re
+import time
 
 import httpx
 import numpy as np
@@ -268,3 +269,26 @@ def test_captions_follow_the_speed(api: httpx.Client) -> None:
     for a, b in pairs:
         assert a["text"] == b["text"]
         assert abs(b["start"] - a["start"] / 2) <= 0.002 and abs(b["end"] - a["end"] / 2) <= 0.002
+
+
+@pytest.mark.parametrize("fmt", ["pcm", "mp3", "wav"])
+def test_the_body_streams_without_being_asked_to(api: httpx.Client, fmt: str) -> None:
+    """Agents (Pipecat's OpenAI client) send no `stream`: the first bytes still come while the engine
+    generates, so a client that reads them and leaves cancels a stream still running."""
+    def cancelled() -> float:
+        text = api.get("/metrics").text
+        match = re.search(r'^tts_streams_total\{outcome="cancelled"\} (\S+)$', text, re.M)
+        return float(match.group(1)) if match else 0.0
+
+    before = cancelled()
+    body = {"model": "tts-1", "voice": "alloy", "input": "A long answer that keeps going for a while.",
+            "response_format": fmt, "seed": 3, "max_frames": 375}
+    with api.stream("POST", "/v1/audio/speech", json=body) as response:
+        assert response.status_code == 200 and "content-length" not in response.headers
+        first = next(response.iter_raw())
+        assert first
+    for _ in range(200):  # the server sees the client gone and cancels the stream (not a timing assert:
+        if cancelled() > before:  # the loop only bounds how long the test waits for that event)
+            break
+        time.sleep(0.05)
+    assert cancelled() == before + 1

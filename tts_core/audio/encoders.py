@@ -6,8 +6,6 @@ for (soxr's streaming resampler, which gives the same samples however the stream
 (s16le) and float32, WAV with a streaming header, and mp3 / opus (Ogg) / aac (ADTS) / flac through
 PyAV (FFmpeg's libmp3lame, libopus, aac and flac encoders), each packet handed out as soon as the
 encoder has it, so the first bytes leave one encoder frame after the first audio.
-`encode_file` makes a whole file: libsndfile (`audio.encode_audio`, exact length) where it can,
-PyAV for aac.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
-from .io import encode_audio, pcm_to_int16_bytes, wav_stream_header
+from .io import pcm_to_int16_bytes, wav_stream_header
 
 STREAM_FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "aac", "flac", "float32")
 # Rates every format accepts; opus only the five of its codec.
@@ -227,11 +225,3 @@ class StreamEncoder:
             with contextlib.suppress(Exception):  # a cut stream may refuse its trailer; nothing is sent now
                 self._container.close()
             self._container = None
-
-
-def encode_file(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
-    """A whole file: aac through PyAV; the others through `audio.encode_audio` (exact length)."""
-    if fmt != "aac":
-        return encode_audio(pcm, sample_rate, fmt)
-    encoder = StreamEncoder("aac", sample_rate, pcm.shape[0])
-    return encoder.encode(pcm) + encoder.finish()
