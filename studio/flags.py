@@ -72,7 +72,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--encoder-processes", type=int, default=env_int("MOSS_TTS_ENCODER_PROCESSES"),
                    help="worker processes that encode mp3/opus/aac/flac streams, so their encoding uses every "
                         "core (PyAV's mp3 encoder holds the interpreter lock); 0 encodes in the server's process "
-                        "(default: usable CPUs - 1, at most 8) [MOSS_TTS_ENCODER_PROCESSES]")
+                        "(default: usable CPUs - 2, - 1 on 2-3 CPUs) [MOSS_TTS_ENCODER_PROCESSES]")
     p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p
 
@@ -106,7 +106,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def encoder_processes(args: argparse.Namespace) -> int:
-    """--encoder-processes when given, else one per usable CPU but one, at most 8 (0 on one CPU)."""
+    """--encoder-processes when given, else `encoder_pool.default_encoder_processes`."""
     from tts_core.audio.encoder_pool import default_encoder_processes
 
     if args.encoder_processes is None:

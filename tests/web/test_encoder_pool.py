@@ -257,7 +257,7 @@ def test_workers_end_when_the_server_is_killed():
 
 
 def test_default_and_flag():
-    assert [default_encoder_processes(n) for n in (1, 2, 4, 9, 64)] == [0, 1, 3, 8, 8]
+    assert [default_encoder_processes(n) for n in (1, 2, 3, 4, 16, 64)] == [0, 1, 2, 2, 14, 62]
     assert encoder_processes(parse_args(["--encoder-processes", "3"])) == 3
     assert encoder_processes(parse_args(["--encoder-processes", "0"])) == 0
     assert encoder_processes(parse_args([])) == default_encoder_processes()

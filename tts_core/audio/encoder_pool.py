@@ -43,11 +43,11 @@ from ..cpus import available_cpus
 from .encoder_process import EncoderWorkerError, Replies, WorkerGone, WorkerProcess
 from .encoder_wire import CLOSE, ERROR, FINISH, OPEN, PUSH, STATS, Message, parse_result
 from .encoders import StreamEncoder, check_rate
+from .io import to_int16
 
 logger = logging.getLogger(__name__)
 
 POOLED_FORMATS = frozenset({"mp3", "opus", "aac", "flac"})
-MAX_DEFAULT_PROCESSES = 8
 # Pieces of one stream in its worker at once: enough to keep the worker busy while the pump
 # thread waits for the engine, few enough that a stream's bytes lag its audio by little.
 MAX_IN_FLIGHT = 4
@@ -55,10 +55,10 @@ WORKER_COMMAND = (sys.executable, "-m", "tts_core.audio.encoder_worker")
 
 
 def default_encoder_processes(cpus: int | None = None) -> int:
-    """One worker per CPU but one (left to the event loop and the engine), at most 8; 0 (encode
-    in-process) on a single CPU, where a worker would only add the pipes' cost."""
+    """The cores the engine and the event loop leave free: one worker per CPU but two (one on 2-3
+    CPUs; 0 on a single CPU, where a worker would only add the pipes' cost)."""
     cpus = available_cpus() if cpus is None else int(cpus)
-    return max(0, min(MAX_DEFAULT_PROCESSES, cpus - 1))
+    return max(0, cpus - (2 if cpus >= 4 else 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,7 @@ class PooledEncoder:
         if pcm.shape[1] == 0:  # the compressed formats have no header: nothing to say
             return self.collect(wait=False) if self._open and self._in_flight else b""
         first = self._replies is None
-        self._send(PUSH, np.ascontiguousarray(pcm, dtype="<f4").tobytes(), pcm.shape[1])
+        self._send(PUSH, to_int16(pcm).tobytes(), pcm.shape[1])  # half float32's bytes, the same encode
         out = [self._take(wait=True) or b""] if len(self._in_flight) > MAX_IN_FLIGHT else []
         out.append(self.collect(wait=first))
         return b"".join(out)

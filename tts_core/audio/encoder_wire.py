@@ -8,7 +8,7 @@ answer: a stream's encoder opens with its first audio, in one trip with it; an `
 makes the channel's next request answer `ERROR` with its reason. Payloads:
 
 - `OPEN`: JSON {fmt, sample_rate, channels, bit_rate};
-- `PUSH`: float32 samples, [channels, n] row by row (little-endian);
+- `PUSH`: int16 samples on the encoders' 16-bit grid, [channels, n] row by row (little-endian);
 - `FINISH`: empty (the encoder's tail and trailer; the channel is closed after it);
 - `CLOSE`: empty (drop the encoder without finishing: a stream cut short);
 - `STATS`: empty; answered with JSON (`WorkerStats` fields);

@@ -70,8 +70,8 @@ class Worker:
             if encoder is None:
                 raise ValueError(f"channel {channel} is not open")
             if op == PUSH:
-                pcm = np.frombuffer(message.payload, dtype="<f4").reshape(encoder.channels, -1)
-                data = encoder.encode(pcm)
+                samples = np.frombuffer(message.payload, dtype="<i2").reshape(encoder.channels, -1)
+                data = encoder.encode_int16(samples)
             elif op == FINISH:
                 del self.encoders[channel]
                 data = encoder.finish()

@@ -17,7 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
-from .io import pcm_to_int16_bytes, wav_stream_header
+from .io import pcm_to_int16_bytes, to_int16, wav_stream_header
 
 STREAM_FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "aac", "flac", "float32")
 # Rates every format accepts; opus only the five of its codec.
@@ -120,7 +120,10 @@ class StreamEncoder:
     """float32 [channels, n] pieces -> the bytes of `fmt`, progressively. One per stream.
 
     `encode(pcm)` returns the bytes ready so far (maybe b""), `finish()` the rest (encoder tail,
-    trailer). `bit_rate` (bits per second, all channels) overrides the format's default. Samples are clipped to [-1, 1]; pcm and wav are round(x * 32767) as 16-bit.
+    trailer). `bit_rate` (bits per second, all channels) overrides the format's default. Samples are
+    clipped to [-1, 1] and, but for float32, taken on the 16-bit grid round(x * 32767): pcm and wav
+    as such, the compressed formats from those values (`encode_int16`, which the encoder processes
+    receive, then gives the very same bytes).
     """
 
     def __init__(self, fmt: str, sample_rate: int, channels: int, *, bit_rate: int | None = None):
@@ -178,24 +181,34 @@ class StreamEncoder:
         if self.fmt == "float32":
             self.encoded_samples += pcm.shape[1]
             return np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()
-        return self._mux(pcm)
+        return self._mux(to_int16(pcm))
+
+    def encode_int16(self, samples: np.ndarray) -> bytes:
+        """`encode` of audio already on the 16-bit grid: int16 [channels, n] (compressed formats)."""
+        if self.fmt not in _PYAV:
+            raise ValueError(f"encode_int16 is for the compressed formats, not {self.fmt}")
+        if samples.ndim != 2 or samples.shape[0] != self.channels:
+            raise ValueError(f"expected [{self.channels}, n] samples, got shape {list(samples.shape)}")
+        self._started = True
+        return self._mux(samples) if samples.shape[1] else b""
 
     def collect(self, wait: bool = True) -> bytes:
         """Bytes still owed for audio already given to `encode`: none here (see `pending_samples`)."""
         return b""
 
-    def _mux(self, pcm: np.ndarray | None) -> bytes:
+    def _mux(self, samples: np.ndarray | None) -> bytes:
+        """Encode int16 [channels, n] (None: flush) and mux what comes out."""
         import av
 
         assert self._container is not None and self._stream is not None and self._sink is not None
-        if pcm is None:
+        if samples is None:
             packets = self._stream.encode(None)
         else:
-            clipped = np.clip(np.nan_to_num(pcm), -1.0, 1.0)
+            pcm = samples.astype(np.float32) * np.float32(1 / 32767)
             if self._planar:
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(clipped), format="fltp", layout=self._layout)
+                frame = av.AudioFrame.from_ndarray(pcm, format="fltp", layout=self._layout)
             else:
-                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(clipped.T).reshape(1, -1), format="flt",
+                frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm.T).reshape(1, -1), format="flt",
                                                    layout=self._layout)
             frame.sample_rate = self.sample_rate
             frame.pts = self._samples

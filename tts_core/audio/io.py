@@ -161,6 +161,11 @@ def _to_int16(pcm: np.ndarray) -> np.ndarray:
     return np.round(clipped * 32767.0).astype(np.int16).T
 
 
+def to_int16(pcm: np.ndarray) -> np.ndarray:
+    """float [C, n] -> int16 [C, n] on the 16-bit grid every encoder takes its input from."""
+    return np.ascontiguousarray(_to_int16(pcm).T)
+
+
 def pcm_to_int16_bytes(pcm: np.ndarray) -> bytes:
     """float [C, n] -> raw little-endian int16, channels interleaved (L0 R0 L1 R1 ...)."""
     return np.ascontiguousarray(_to_int16(_check_pcm(pcm)), dtype="<i2").tobytes()
