@@ -57,7 +57,7 @@ FIGURES = ("transport", "underruns", "underrunFrames", "framesReceived", "frames
 def open_player(browser, url: str, link, transport: str | None):
     context = browser.new_context()
     page = context.new_page()
-    page.goto(url + "player/player.html" + (f"?transport={transport}" if transport else ""))
+    page.goto(url + "player/studio/player.html" + (f"?transport={transport}" if transport else ""))
     page.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=30_000)
     if link is not None:
         cdp = context.new_cdp_session(page)

@@ -131,16 +131,16 @@ def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSetti
     relay = (PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,), transport="opus")
              if zerogpu else None)
     demo = build_ui(service, settings, uploads, relay, saved)
-    head = '<script src="/player/bridge.js" defer></script>'
+    head = '<script src="/player/gradio/bridge.js" defer></script>'
     if zerogpu is not None:
-        head += ('<script src="/player/bridge-zerogpu.js" defer></script>'
-                 '<script src="/player/zerogpu-notice.js" defer></script>')
+        head += ('<script src="/player/zerogpu/bridge-zerogpu.js" defer></script>'
+                 '<script src="/player/zerogpu/zerogpu-notice.js" defer></script>')
     private = [p for p in (settings.lm_id, settings.codec_id) if Path(p).exists()]
     built = build_page_app(
         app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes,
         max_age_s=page_files.max_age_s,
         head=head,
-        css_paths=[STATIC_DIR / "ui.css"],
+        css_paths=[STATIC_DIR / "gradio" / "ui.css"],
         footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
         theme=gr.themes.Soft(),
     )

@@ -4,7 +4,7 @@
 (importing Gradio and building the page: seconds of work under the interpreter lock, which would
 slow the engine's own load and a first listener's audio) is built in a thread once the model has
 settled and no stream is in progress (`SynthesizerService.wait_for_quiet`). Until then
-"/" answers `static/starting.html` (it reloads itself) and Gradio's other paths answer 503 with
+"/" answers `static/gradio/starting.html` (it reloads itself) and Gradio's other paths answer 503 with
 Retry-After; `/api/tts/stream`, `/v1/audio/speech` and `/health` are routes of their own and never
 wait for the page. Tests and ZeroGPU mode build the page before serving (`PageMode.NOW`);
 `--no-ui` serves no page (`PageMode.OFF`).
@@ -31,7 +31,7 @@ from .errors import error_body
 
 logger = logging.getLogger(__name__)
 
-STARTING_PAGE = Path(__file__).resolve().parents[1] / "static" / "starting.html"
+STARTING_PAGE = Path(__file__).resolve().parents[1] / "static" / "gradio" / "starting.html"
 RETRY_AFTER_S = 2
 # Importing Gradio parses hundreds of sources with `ast` (its ComponentMeta), and CPython 3.11 keeps
 # the AST builder's recursion count per interpreter, not per thread: another thread parsing at the

@@ -3,8 +3,8 @@
 // (worklet.js via audio.js). Exposes window.mossTTS = {ready, stream(options), info()}.
 // URL parameters: backend=wasm|webgpu (default: WebGPU where present), threads=N.
 
-import { AudioOut } from '../audio.js';
-import { wav16Blob } from '../wav.js';
+import { AudioOut } from '../player/audio.js';
+import { wav16Blob } from '../studio/wav.js';
 import { MossEngine, chooseBackend } from './engine.js';
 import { loadModelFiles } from './loader.js';
 

@@ -229,7 +229,7 @@ class FrameWriter(RawWriter):
 
     With `progress`, each chunk's audio is preceded by a kind-2 frame: the chunk's server time since
     the request (f64). The page compares it with when the bytes arrived: a lag that grows means the
-    link, not the generator, sets the pace (static/link.js). Readers skip kinds they do not know.
+    link, not the generator, sets the pace (static/player/link.js). Readers skip kinds they do not know.
     """
 
     def __init__(self, render: SpeechRender, request_id: str, *, progress: bool = False):

@@ -14,7 +14,7 @@ from .handlers import PageHandlers, speed_supported
 from .layout import Widgets, build_layout
 from .marks import MARKS_JS
 
-# One-line JS snippets; everything else lives in static/bridge.js and static/player.js.
+# One-line JS snippets; everything else lives in static/gradio/bridge.js and static/studio/player.js.
 _JS_ARM = "() => { window.mossTTS && window.mossTTS.arm(); }"
 _JS_PLAY = "(p) => { window.mossTTS && window.mossTTS.play(p); }"
 _JS_STOP = "() => { window.mossTTS && window.mossTTS.stop(); }"

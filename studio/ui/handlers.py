@@ -1,7 +1,7 @@
 """What the page's events do, as methods of one small class over the service (no layout here).
 
 Python never touches audio on the page. A click checks the inputs (`requests.prepare`, the same
-rules as the HTTP route), then hands a JSON payload to `window.mossTTS.play` (static/bridge.js),
+rules as the HTTP route), then hands a JSON payload to `window.mossTTS.play` (static/gradio/bridge.js),
 which posts it to the player iframe; the player streams POST /api/tts/stream into its worklet.
 Problems with the inputs are shown in the page (#tts-message, only while they hold); what is
 happening to the audio (generating, buffering, done, failed) only in the player's status line.

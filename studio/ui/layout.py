@@ -3,7 +3,7 @@ the AudioWorklet player (an iframe) side by side on a desktop, one above the oth
 examples next to the text box; sampling and tips below.
 
 Only components here; what they do is wired in `ui/__init__.py` to `ui/handlers.py`. The e2e
-tests and static/bridge.js find components by their `elem_id`s: keep them stable.
+tests and static/gradio/bridge.js find components by their `elem_id`s: keep them stable.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _TIPS = """**Tips**
   in the player shows the same request for `curl` and the Python `openai` client.
 - Scripts can use `POST /api/tts/stream` (raw 48 kHz stereo float32) or the OpenAI-compatible
   `POST /v1/audio/speech`; [the API docs](/docs) list every field."""
-_PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/player.html?embed=1" allow="autoplay; clipboard-write" '
+_PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/studio/player.html?embed=1" allow="autoplay; clipboard-write" '
                   'title="Streaming audio player"></iframe>')
 
 
@@ -107,7 +107,7 @@ def build_layout(settings: ServerSettings, status: Callable[[], str], *,
             gr.HTML(engine_choice_html(), elem_id="engine-choice-row")
         parts["timer"] = gr.Timer(1.0)
         parts["payload"] = gr.Textbox(visible=False, elem_id="tts-payload")
-        # The visitor's favourites and notes live in the browser (static/voicemarks.js): events read them
+        # The visitor's favourites and notes live in the browser (static/studio/voicemarks.js): events read them
         # there (ui/marks.py MARKS_JS); this box only carries them in, and the button out of sight
         # (ui.css) is pressed by bridge.js when an audition card changed them.
         parts["marks"] = gr.Textbox(visible=False, elem_id="voice-marks")

@@ -1,6 +1,6 @@
 """The visitor's favourite voices and notes, as the page's voice pickers show them.
 
-The marks live in the visitor's browser (localStorage, `static/voicemarks.js`), never on the server:
+The marks live in the visitor's browser (localStorage, `static/studio/voicemarks.js`), never on the server:
 the events that fill a picker read them there (`MARKS_JS`) and pass them in as JSON, and the choices
 come back with their labels marked — favourites first with a ★, a note after the name — while the
 values stay the voices' names and ids. Gradio renders the labels itself (search included: typing
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-NOTE_MAX = 140  # as static/voicemarks.js
+NOTE_MAX = 140  # as static/studio/voicemarks.js
 MAX_MARKS = 200
 LABEL_NOTE_CHARS = 48  # the note as a picker shows it; the whole note is in the editor and on the card
 STAR = "★"

@@ -2,8 +2,8 @@
 
 Instead of the player fetching POST /api/tts/stream (this process's CPU engine), a click runs a
 Gradio event whose generator makes the audio in GPU calls; its relay messages land in a hidden
-textbox, and each update is handed to static/bridge-zerogpu.js, which forwards it to the player,
-and to static/zerogpu-notice.js, which shows the GPU time each call asks for and, when ZeroGPU
+textbox, and each update is handed to static/zerogpu/bridge-zerogpu.js, which forwards it to the player,
+and to static/zerogpu/zerogpu-notice.js, which shows the GPU time each call asks for and, when ZeroGPU
 refuses (quota out) or has no GPU, says so and offers the server's CPU engine instead.
 """
 

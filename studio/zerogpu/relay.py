@@ -8,9 +8,9 @@ service's thread. What runs where:
 - The page's Generate / Compare buttons: a Gradio event (so ZeroGPU sees the visitor's request and
   charges the visitor's quota) whose generator `PageRelay.relay` checks and prepares each request on
   the CPU (text, voice, prompt rows), then calls the GPU generator and turns every chunk into one
-  relay message: a JSON string written to a hidden component. static/bridge-zerogpu.js forwards each
+  relay message: a JSON string written to a hidden component. static/zerogpu/bridge-zerogpu.js forwards each
   message to the player iframe (docs/PROTOCOL.md §3.2: tts:start / tts:pcm / tts:end / tts:error), and
-  static/zerogpu-notice.js shows the GPU time asked for, or, for an "unavailable" message, the
+  static/zerogpu/zerogpu-notice.js shows the GPU time asked for, or, for an "unavailable" message, the
   plain reason and the offer to generate on the server's CPU engine instead.
 - The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
   needs a Gradio request to be charged to; see docs/DEPLOY.md).
@@ -26,7 +26,7 @@ studio/delivery/transports.py; the encoder's tail comes in a last pcm message be
 `firstAudioMs`, `elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed
 before any audio: quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain
 words), `item` and `fallback` (the payload of the items not yet played, for the page's "generate on
-the server's CPU" offer: static/zerogpu-notice.js).
+the server's CPU" offer: static/zerogpu/zerogpu-notice.js).
 """
 
 from __future__ import annotations

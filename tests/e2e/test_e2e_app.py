@@ -260,7 +260,7 @@ def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context
     page = browser_context.new_page()
     # A 44.1 kHz context makes Chromium resample again on its way out, which loads this small box:
     # a longer prebuffer keeps this test about the resampler, not about CPU contention.
-    page.goto(app_server.url + "player/player.html?ctxRate=44100&max_frames=12&seed=5&prebufferMs=1000")
+    page.goto(app_server.url + "player/studio/player.html?ctxRate=44100&max_frames=12&seed=5&prebufferMs=1000")
     page.wait_for_function("document.querySelector('#voice').options.length > 1")
     page.wait_for_function("window.playerStats.workletLoaded")
     page.fill("#text", "Resampled in the worklet.")
@@ -276,7 +276,7 @@ def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context
 
 def test_player_shows_server_errors(browser_context, app_server):
     page = browser_context.new_page()
-    page.goto(app_server.url + "player/player.html")
+    page.goto(app_server.url + "player/studio/player.html")
     page.wait_for_function("window.playerStats.workletLoaded")
     page.evaluate("window.mossPlayer.play({items: [{label: 'x', request: {text: 'hi', voice: 'NoSuchVoice'}}]})")
     s = wait_done(page.main_frame)

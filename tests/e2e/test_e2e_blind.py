@@ -110,7 +110,7 @@ def test_blind_mode_hides_names_until_reveal_and_keeps_the_ranking(browser_conte
 
     page.reload()
     page.wait_for_selector("#model-status:has-text('Ready')", timeout=30_000)
-    again = page.frame(url=lambda url: "/player/player.html" in url)
+    again = page.frame(url=lambda url: "/player/studio/player.html" in url)
     again.wait_for_selector("#blind-results:not([hidden])", timeout=10_000)
     again.locator("#blind-results summary").click()
     assert f"1. {voices[1]} (B), 2. {voices[0]} (A)" in again.inner_text("#blind-results")

@@ -1,12 +1,12 @@
 """Loudness-matched audition, Play all and the board's keys, in headless Chromium.
 
-- The page's BS.1770 meter (static/loudness.js) agrees with pyloudnorm on real preset clips.
+- The page's BS.1770 meter (static/studio/loudness.js) agrees with pyloudnorm on real preset clips.
 - An audition's cards, replayed with "Match loudness" on, measure -23 LUFS +-1 LU at the worklet's
   output: a tap (a ScriptProcessor the init script connects beside the worklet's own connection to
   the speakers) records what the worklet really plays, and pyloudnorm measures it. With the switch
   off, a card plays at its own loudness, and its WAV download is the unmodified generation.
 - Play all replays every card in order; the keys 1-8 play a card.
-- The first, live play of a card is matched by an estimate (static/livegain.js): the same tap, split by
+- The first, live play of a card is matched by an estimate (static/studio/livegain.js): the same tap, split by
   run, measures each card's live play within 1 LU of the target, on the tiny model's audio from the
   server and on real speech pushed at a realistic pace once the voice was heard before; the card says
   "matched (estimated)", and "matched" once it was replayed at its exact gain.
@@ -253,7 +253,7 @@ def test_real_speech_pushed_live_is_matched_once_its_voice_was_heard(browser, st
     context.add_init_script(RUN_TAP)
     try:
         page = context.new_page()
-        page.goto(studio.url + "player/player.html?embed=1")
+        page.goto(studio.url + "player/studio/player.html?embed=1")
         page.wait_for_function("window.playerStats.workletLoaded")
         errors = {}
         # 1: never heard; 2: the same voices again, their loudness remembered from round 1; 3: nothing

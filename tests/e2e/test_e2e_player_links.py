@@ -87,7 +87,7 @@ PLAY = "([text, frames]) => window.mossPlayer.play({items: [{label: 'link', requ
 def throttled_player(context, studio, bytes_per_s: int, latency_ms: int):
     """The player page opened directly, its network throttled by Chromium itself."""
     page = context.new_page()
-    page.goto(studio.url + "player/player.html")
+    page.goto(studio.url + "player/studio/player.html")
     page.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
     cdp = context.new_cdp_session(page)
     cdp.send("Network.enable")
@@ -144,7 +144,7 @@ def test_a_link_that_slows_mid_utterance_costs_at_most_one_rebuffer(browser_cont
     most: the rebuffer is planned at the new pace, and all audio is played."""
     frames = 75  # 6 s, capped below the text's length: the estimate is exact
     page = browser_context.new_page()
-    page.goto(studio.url + "player/player.html?transport=s16")
+    page.goto(studio.url + "player/studio/player.html?transport=s16")
     page.wait_for_function("window.playerStats && window.playerStats.workletLoaded", timeout=10_000)
     cdp = browser_context.new_cdp_session(page)
     cdp.send("Network.enable")

@@ -120,7 +120,7 @@ def test_pushed_audio_plays_with_read_along_following_the_sentence_heard(browser
     """Pushed audio (docs/PROTOCOL.md §3.2): the parent page posts PCM and events; the player plays,
     times and captions it."""
     page = browser_context.new_page()
-    page.goto(studio.url + "player/player.html?embed=1")
+    page.goto(studio.url + "player/studio/player.html?embed=1")
     page.wait_for_function("window.playerStats.workletLoaded")
     page.evaluate("""(segments) => {
       const post = (m, t) => window.postMessage(m, location.origin, t || []);

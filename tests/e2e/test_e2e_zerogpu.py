@@ -1,6 +1,6 @@
 """End to end in ZeroGPU mode: `python app.py --zerogpu` (tiny checkpoints, the local ZeroGPU
 harness) and the page in headless Chromium. The click runs a Gradio event whose audio is made in a
-forked GPU worker and reaches the AudioWorklet player as Gradio updates (static/bridge-zerogpu.js
+forked GPU worker and reaches the AudioWorklet player as Gradio updates (static/zerogpu/bridge-zerogpu.js
 -> docs/PROTOCOL.md §3.2 push messages); the page never fetches /api/tts/stream itself."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""static/link.js in Chromium's JS engine: the link reading, what it proves (a growing lag between
+"""static/player/link.js in Chromium's JS engine: the link reading, what it proves (a growing lag between
 the server's chunk times and their arrival: the link set the pace), and the transport it picks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e
 
-CHOOSE = """async ([mode, last]) => (await import('/link.js')).chooseTransport(mode, last)"""
+CHOOSE = """async ([mode, last]) => (await import('/player/link.js')).chooseTransport(mode, last)"""
 
 
 @pytest.mark.parametrize(("mode", "last", "expected"), [
@@ -26,7 +26,7 @@ def test_choice_follows_the_reading(static_page, mode, last, expected):
 
 
 METER = """async ([lagStepMs, paceMs]) => {
-  const { LinkMeter } = await import('/link.js');
+  const { LinkMeter } = await import('/player/link.js');
   const m = new LinkMeter('f32');
   for (let i = 0; i < 10; i++) {   // 80 ms chunks of float32 (30,720 bytes), one every paceMs
     const at = 100 + i * paceMs, serverS = (100 + i * paceMs - i * lagStepMs) / 1000;
@@ -49,7 +49,7 @@ def test_a_growing_lag_means_the_link_set_the_pace(static_page):
 
 def test_remembered_reading_is_a_lower_bound_unless_the_link_was_the_limit(static_page):
     result = static_page.evaluate("""async () => {
-      const link = await import('/link.js');
+      const link = await import('/player/link.js');
       const read = (lagStepMs) => { const m = new link.LinkMeter('f32');
         for (let i = 0; i < 10; i++) { m.progress((100 + i * 120 - i * lagStepMs) / 1000, 100 + i * 120); m.read(30720, 100 + i * 120); }
         link.remember(m); return link.remembered(); };

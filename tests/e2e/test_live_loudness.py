@@ -1,4 +1,4 @@
-"""The live play's loudness matching (static/livegain.js, static/gainglide.js) in Chromium's JS engine,
+"""The live play's loudness matching (static/studio/livegain.js, static/player/gainglide.js) in Chromium's JS engine,
 on the real preset clips: deterministic (the audio's position, never a clock, decides every gain).
 
 How the page uses them: the player feeds each chunk to a `LiveEstimator` as it arrives and sends the
@@ -20,7 +20,7 @@ import soxr
 
 from tts_core.audio.io import load_audio
 
-VOICE_PRIOR_S = 2  # static/livegain.js: the remembered loudness counts as this much audio heard
+VOICE_PRIOR_S = 2  # static/studio/livegain.js: the remembered loudness counts as this much audio heard
 
 pytestmark = pytest.mark.e2e
 RATE = 48_000
@@ -32,9 +32,9 @@ PRESETS = ("en_2", "en_3", "en_4", "en_6", "en_8", "jp_2", "zh_1", "zh_10", "zh_
 # taking each gain once the audio it was estimated from is `look` s ahead.
 SIMULATE = """
 async ([url, prior, lookS]) => {
-  const { LiveEstimator } = await import('/livegain.js');
-  const { GainGlide } = await import('/gainglide.js');
-  const { matchGain, measure } = await import('/loudness.js');
+  const { LiveEstimator } = await import('/studio/livegain.js');
+  const { GainGlide } = await import('/player/gainglide.js');
+  const { matchGain, measure } = await import('/studio/loudness.js');
   const data = new Float32Array(await (await fetch(url)).arrayBuffer());
   const n = data.length / 2, chunk = 3840, rate = 48000;
   const estimator = new LiveEstimator(rate, { prior }), gains = [];
@@ -87,7 +87,7 @@ def _played(page, clip: np.ndarray, prior: dict | None, look_s: float) -> float:
 def test_the_incremental_meter_is_the_one_that_measures_whole_results(static_page, clips) -> None:
     clip = clips["en_2"][: 3 * RATE]
     got = static_page.evaluate("""async (data) => {
-      const m = await import('/loudness.js');
+      const m = await import('/studio/loudness.js');
       const all = new Float32Array(data), meter = new m.LoudnessMeter(48000), seen = [];
       for (let at = 0; at < all.length; at += 2 * 3840) {
         meter.push(all.subarray(at, at + 2 * 3840));
@@ -102,7 +102,7 @@ def test_the_incremental_meter_is_the_one_that_measures_whole_results(static_pag
 
 def test_estimates_blend_the_remembered_loudness_with_what_is_heard(static_page) -> None:
     got = static_page.evaluate("""async () => {
-      const { LiveEstimator } = await import('/livegain.js');
+      const { LiveEstimator } = await import('/studio/livegain.js');
       const tone = (amp, seconds) => { const n = seconds * 48000, d = new Float32Array(2 * n);
         for (let i = 0; i < n; i++) d[2 * i] = d[2 * i + 1] = amp * Math.sin(2 * Math.PI * 1000 * i / 48000);
         return d; };
@@ -124,7 +124,7 @@ def test_estimates_blend_the_remembered_loudness_with_what_is_heard(static_page)
 
 def test_the_glide_rises_gently_falls_fast_and_never_clips(static_page) -> None:
     got = static_page.evaluate("""async () => {
-      const { GainGlide, UP_S, DOWN_S } = await import('/gainglide.js');
+      const { GainGlide, UP_S, DOWN_S } = await import('/player/gainglide.js');
       const run = (start, want, seconds, amp = 0.1) => {
         const g = new GainGlide(48000), n = seconds * 48000;
         g.set(start);

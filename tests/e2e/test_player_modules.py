@@ -25,7 +25,7 @@ def framed(parts: list) -> bytes:
 
 PARSE = """
 async ([bytes, step, framed]) => {
-  const { FrameParser, RawParser } = await import('/framing.js');
+  const { FrameParser, RawParser } = await import('/player/framing.js');
   const parser = framed ? new FrameParser() : new RawParser(8);
   const all = new Uint8Array(bytes), out = [];
   for (let at = 0; at < all.length; at += step) {
@@ -69,7 +69,7 @@ def test_a_corrupt_frame_length_is_an_error_not_a_hang(static_page):
 
 def test_captions_and_the_segment_heard(static_page):
     result = static_page.evaluate("""async () => {
-      const c = await import('/captions.js');
+      const c = await import('/studio/captions.js');
       const segs = [{text: 'First  one.', start: 0, end: 1.25}, {text: 'Then --> second', start: 1.5, end: 3723.5}];
       return {srt: c.toSrt(segs), vtt: c.toVtt(segs), at: [0, 1.3, 2, 4000].map((t) => (c.segmentAt(segs, t) || {}).text ?? null)};
     }""")
@@ -81,7 +81,7 @@ def test_captions_and_the_segment_heard(static_page):
 
 def test_snippet_maps_the_stream_fields_to_the_speech_api(static_page):
     result = static_page.evaluate("""async () => {
-      const s = await import('/snippet.js');
+      const s = await import('/studio/snippet.js');
       const request = {text: "It's here", voice: 'Nova', seed: 7, max_frames: 18, audio_temperature: 0.8,
         audio_top_p: 0.95, audio_top_k: 25, audio_repetition_penalty: 1.2, do_sample: true, speed: 1};
       return {body: s.speechBody(request), curl: s.curlSnippet('http://h:1', request),
@@ -98,12 +98,12 @@ def test_snippet_maps_the_stream_fields_to_the_speech_api(static_page):
 
 def test_file_stems_and_wav16_round_trip(static_page):
     result = static_page.evaluate("""async () => {
-      const h = await import('/history.js'), w = await import('/wav.js');
+      const h = await import('/studio/history.js'), w = await import('/studio/wav.js');
       const data = new Float32Array([0, 0.5, -0.5, 1.5, -1.5, 0.25]);
       const blob = w.wav16Blob([data.subarray(0, 2), data.subarray(2)], 48000);
       const back = w.decodeWav16(await blob.arrayBuffer());
       return {stem: h.fileStem('Nova', '  Hello   there, this is a test of the names we give files.  '),
-              url: h.resultUrl('http://h/player/player.html', 'abc123', 'mp3', 'Nova - Hi'),
+              url: h.resultUrl('http://h/player/studio/player.html', 'abc123', 'mp3', 'Nova - Hi'),
               rate: back.rate, channels: back.channels, data: Array.from(back.data)};
     }""")
     assert result["stem"] == "Nova - Hello there, this is a test of the"  # eight words

@@ -1,4 +1,4 @@
-"""The player's Opus path in real Chromium: static/ogg.js (our Ogg demuxer) + static/opus.js
+"""The player's Opus path in real Chromium: static/player/ogg.js (our Ogg demuxer) + static/player/opus.js
 (WebCodecs AudioDecoder) on streams made by the server's own encoder, and the 16-bit fallback
 when the browser has no AudioDecoder.
 
@@ -27,7 +27,7 @@ CHUNK = 3840  # the engine's 80 ms chunks: every one of them is a join on the se
 def _serve(route) -> None:
     name = route.request.url.removeprefix(ORIGIN).split("?")[0].lstrip("/")
     path = STATIC_DIR / name
-    if name and path.is_file() and path.parent == STATIC_DIR:
+    if name and path.is_file() and path.resolve().is_relative_to(STATIC_DIR):
         route.fulfill(body=path.read_text(), content_type="text/javascript")
     else:
         route.fulfill(body="<!doctype html><title>opus harness</title>", content_type="text/html")
@@ -68,7 +68,7 @@ def pyav_decode(data: bytes) -> np.ndarray:
 
 DECODE = """
 async ([bytes, step]) => {
-  const { OpusStreamDecoder } = await import('/opus.js');
+  const { OpusStreamDecoder } = await import('/player/opus.js');
   const decoder = new OpusStreamDecoder(), all = new Uint8Array(bytes), pieces = [];
   let reads = 0, outputsBeforeEnd = 0;
   for (let at = 0; at < all.length; at += step) {
@@ -118,7 +118,7 @@ def test_without_audio_decoder_the_player_asks_for_16_bit(browser):
     page = _page(browser, without_decoder=True)
     try:
         result = page.evaluate("""async () => {
-          const { usable } = await import('/transport.js');
+          const { usable } = await import('/player/transport.js');
           return { opus: await usable('opus'), s16: await usable('s16'), has: typeof window.AudioDecoder };
         }""")
         assert result == {"opus": "s16", "s16": "s16", "has": "undefined"}
@@ -127,14 +127,14 @@ def test_without_audio_decoder_the_player_asks_for_16_bit(browser):
 
 
 def test_with_audio_decoder_opus_is_usable(secure_page):
-    assert secure_page.evaluate("async () => (await import('/transport.js')).usable('opus')") == "opus"
+    assert secure_page.evaluate("async () => (await import('/player/transport.js')).usable('opus')") == "opus"
 
 
 def test_s16_decoder_reads_whole_frames_across_reads(secure_page):
     pcm = tones(0.05)
     ints = np.round(np.clip(pcm, -1, 1) * 32767).astype("<i2").T.tobytes()
     result = secure_page.evaluate("""async ([bytes]) => {
-      const { makeDecoder } = await import('/transport.js');
+      const { makeDecoder } = await import('/player/transport.js');
       const d = makeDecoder('s16le'), all = new Uint8Array(bytes), out = [];
       for (let at = 0; at < all.length; at += 3) for (const p of await d.push(all.slice(at, at + 3))) out.push(...p);
       return { out, pending: d.pendingBytes };

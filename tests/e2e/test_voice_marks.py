@@ -1,4 +1,4 @@
-"""The visitor's favourite voices and notes as the browser keeps them (static/voicemarks.js, in
+"""The visitor's favourite voices and notes as the browser keeps them (static/studio/voicemarks.js, in
 Chromium's JS engine): versioned, bounded, tolerant of corrupt, full or refused storage; how the
 page's lists show them is tested in tests/web/test_ui_marks.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from studio.ui.marks import MAX_MARKS, NOTE_MAX
 
 STORE = """async () => {
-  const m = await import('/voicemarks.js');
+  const m = await import('/studio/voicemarks.js');
   localStorage.clear();
   const out = {constants: [m.NOTE_MAX, m.MAX_MARKS]};
   out.empty = m.loadMarks();

@@ -1,4 +1,4 @@
-"""static/worklet.js driven quantum by quantum in Chromium's JS engine, without an audio device.
+"""static/player/worklet.js driven quantum by quantum in Chromium's JS engine, without an audio device.
 
 Deterministic checks of the ring buffer arithmetic: bit-exact joins across odd chunk sizes, the
 prebuffer, underrun accounting with fades, the stop fade, ring growth, the resampler, restart and

@@ -1,4 +1,4 @@
-"""The worklet's adaptive start (static/buffering.js), driven quantum by quantum: with the server's
+"""The worklet's adaptive start (static/player/buffering.js), driven quantum by quantum: with the server's
 estimate of the total length a stream slower than real time waits, says how long, and then plays
 through with at most one rebuffer; a fast one keeps the short start. Time is the count of quanta."""
 
@@ -115,7 +115,7 @@ def test_fast_generation_keeps_the_short_start(js, rtf):
 
 PLAN = """
 async (cases) => {
-  const { planStart } = await import('/buffering.js');
+  const { planStart } = await import('/player/buffering.js');
   return cases.map((c) => planStart(c));
 }
 """

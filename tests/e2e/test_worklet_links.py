@@ -1,5 +1,5 @@
 """The worklet's start and rebuffer plans when the link, not the generator, sets the pace
-(static/buffering.js `linkRate`, `recentRate`), driven quantum by quantum: deterministic, no network."""
+(static/player/buffering.js `linkRate`, `recentRate`), driven quantum by quantum: deterministic, no network."""
 
 from __future__ import annotations
 

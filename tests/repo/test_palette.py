@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-CSS = Path(__file__).resolve().parents[2] / "static" / "player.css"
+CSS = Path(__file__).resolve().parents[2] / "static" / "studio" / "player.css"
 TEXT = ("fg", "muted", "good", "warn", "bad")  # colours used for text on the page and on cards
 SURFACES = ("bg", "card")
 PAIRS = (("on-accent", "accent"), ("on-mark", "mark"))  # text colour, its own background

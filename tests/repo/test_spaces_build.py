@@ -107,7 +107,7 @@ def test_bundle_writes_the_app_with_the_space_requirements(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (out / "requirements.txt").read_text() == (REPO_ROOT / "requirements-spaces.txt").read_text()
     assert (out / "app.py").is_file() and (out / "README.md").is_file()
-    assert (out / "studio" / "zerogpu" / "relay.py").is_file() and (out / "static" / "player.js").is_file()
+    assert (out / "studio" / "zerogpu" / "relay.py").is_file() and (out / "static" / "studio" / "player.js").is_file()
     assert not (out / "tests").exists() and not (out / "requirements-dev.txt").exists()
     with pytest.raises(SystemExit, match="not empty"):
         _bundle_module().write_bundle(out)

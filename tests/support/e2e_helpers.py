@@ -114,7 +114,7 @@ STATIC_ORIGIN = "http://player.test"  # static/ served by the page's own route h
 def _serve_static(route) -> None:
     name = route.request.url.removeprefix(STATIC_ORIGIN).split("?")[0].lstrip("/")
     path = STATIC_DIR / name
-    if name and path.is_file() and path.parent == STATIC_DIR:
+    if name and path.is_file() and path.resolve().is_relative_to(STATIC_DIR):
         route.fulfill(body=path.read_text(), content_type="text/javascript")
     else:
         route.fulfill(body="<!doctype html><title>module harness</title>", content_type="text/html")
@@ -122,7 +122,7 @@ def _serve_static(route) -> None:
 
 @pytest.fixture
 def static_page(browser):
-    """A blank page on an origin that serves static/, so tests can `import('/framing.js')` etc."""
+    """A blank page on an origin that serves static/, so tests can `import('/player/framing.js')` etc."""
     page = browser.new_page()
     page.route(f"{STATIC_ORIGIN}/**", _serve_static)
     page.goto(f"{STATIC_ORIGIN}/harness.html")

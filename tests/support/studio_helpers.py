@@ -71,7 +71,7 @@ def player_frame(page):
     handle = page.wait_for_selector("#moss-player", state="attached")
     for _ in range(600):
         frame = handle.content_frame()
-        if frame is not None and re.search(r"/player/player\.html", frame.url):
+        if frame is not None and re.search(r"/player/studio/player\.html", frame.url):
             break
         page.wait_for_timeout(50)
     else:

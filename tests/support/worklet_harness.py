@@ -1,4 +1,4 @@
-"""Drive static/worklet.js quantum by quantum in Chromium's JS engine (no audio device): the
+"""Drive static/player/worklet.js quantum by quantum in Chromium's JS engine (no audio device): the
 AudioWorkletGlobalScope stubbed as globals, the worklet imported as the page imports it, a sine source
 and a paced source whose chunks arrive at chosen render quanta. Used by test_worklet*.py."""
 
@@ -13,7 +13,7 @@ async (contextRate) => {
     constructor() { this.out = []; this.port = { postMessage: (m) => this.out.push(m) }; }
   };
   globalThis.registerProcessor = (name, cls) => { globalThis.Proc = cls; };
-  await import('/worklet.js');
+  await import('/player/worklet.js');
   window.driver = {
     node: new globalThis.Proc(),
     send(m) { this.node.port.onmessage({ data: m }); },

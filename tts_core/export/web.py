@@ -27,8 +27,10 @@ logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STATIC = REPO_ROOT / "static"
-# The page's modules: the engine, and the studio's own player pieces it plays through.
-PLAYER_FILES = ("audio.js", "worklet.js", "buffering.js", "gainglide.js", "wav.js", "player.css")
+# The page's modules: the engine, and the studio's own player pieces it plays through (paths in
+# static/, kept in the build so the page's relative imports resolve as on the server).
+PLAYER_FILES = ("player/audio.js", "player/worklet.js", "player/buffering.js", "player/gainglide.js",
+                "studio/wav.js", "studio/player.css")
 ENGINE_FILES = ("engine.js", "sentencepiece.js", "prompt.js", "sampling.js", "chunking.js", "normalize.js",
                 "numbers.js", "loader.js", "page.js")
 # onnxruntime-web builds the page may load: plain wasm (SIMD + threads) and the WebGPU (JSEP) one.
@@ -136,6 +138,7 @@ def export_web(out_dir: Path, lm, codec, *, codec_dir: Path, tokenizer: Path, vo
     for name in ORT_FILES:
         shutil.copy2(dist / name, engine / "ort" / name)
     for name in PLAYER_FILES:
+        (out_dir / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(STATIC / name, out_dir / name)
     shutil.copy2(STATIC / "engine" / "index.html", out_dir / "index.html")
     files = sorted(p for p in models.iterdir() if p.is_file())

@@ -9,18 +9,18 @@
 // window.playerStats (read by the end-to-end tests). URL parameters: embed=1, theme, prebufferMs
 // (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
 
-import { AudioOut } from './audio.js';
+import { AudioOut } from '../player/audio.js';
 import { BlindPanel } from './blind.js';
 import { BoardPlayback } from './board.js';
 import { clearHistory } from './history.js';
 import { CardMarks } from './marks-ui.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
-import { upmix } from './framing.js';
-import { describe, Wire } from './link.js';
-import { fetchSource, PushSource } from './source.js';
-import { usable } from './transport.js';
-import { clearRunStats, copyWorkletStats, createStats, updateFigures, watchContext } from './stats.js';
+import { upmix } from '../player/framing.js';
+import { describe, Wire } from '../player/link.js';
+import { fetchSource, PushSource } from '../player/source.js';
+import { usable } from '../player/transport.js';
+import { clearRunStats, copyWorkletStats, createStats, updateFigures, watchContext } from '../player/stats.js';
 import * as view from './view.js';
 
 const params = new URLSearchParams(location.search);
@@ -29,9 +29,9 @@ const WANT_RATE = Number(params.get('ctxRate')) || 48000;
 // The short start: 200 ms is three 80 ms frames, enough cushion on a loaded CPU when generation is
 // fast. Slower generation waits longer, as the worklet plans from the server's length estimate.
 const PREBUFFER_MS = Number(params.get('prebufferMs')) || 200;
-const STREAM_URL = new URL('../api/tts/stream', location.href).href;   // relative: any mount prefix
-const HEALTH_URL = new URL('../health', location.href).href;
-const VOICES_URL = new URL('../api/voices', location.href).href;
+const STREAM_URL = new URL('../../api/tts/stream', location.href).href;   // relative: any mount prefix
+const HEALTH_URL = new URL('../../health', location.href).href;
+const VOICES_URL = new URL('../../api/voices', location.href).href;
 const AUDITION_GAP_MS = 350;
 const $ = (id) => document.getElementById(id);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -41,7 +41,7 @@ export function fileStem(label, text) {
 }
 
 export function resultUrl(base, requestId, format, stem) {
-  const url = new URL(`../api/tts/result/${encodeURIComponent(requestId)}.${format}`, base);
+  const url = new URL(`../../api/tts/result/${encodeURIComponent(requestId)}.${format}`, base);
   if (stem) url.searchParams.set('name', stem);
   return url.href;
 }

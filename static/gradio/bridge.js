@@ -9,7 +9,7 @@
 
 (() => {
   let clickedAt = null;
-  const marksModule = import(new URL('voicemarks.js', document.currentScript.src).href);
+  const marksModule = import(new URL('../studio/voicemarks.js', document.currentScript.src).href);
   const frame = () => document.getElementById('moss-player');
   const post = (message) => frame()?.contentWindow?.postMessage(message, location.origin);
   const theme = () => (document.body.classList.contains('dark') ? 'dark' : 'light');

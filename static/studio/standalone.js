@@ -1,11 +1,11 @@
 // The form shown when player.html is opened directly (not embedded in the Gradio page).
 
-import { errorMessage } from './source.js';
+import { errorMessage } from '../player/source.js';
 import { loadMarks, markOf } from './voicemarks.js';
 
 const params = new URLSearchParams(location.search);
 const $ = (id) => document.getElementById(id);
-const VOICES_URL = new URL('../api/voices', location.href).href;
+const VOICES_URL = new URL('../../api/voices', location.href).href;
 
 function start(e) {
   e.preventDefault();
