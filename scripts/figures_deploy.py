@@ -1,5 +1,5 @@
-"""The figures of docs/DEPLOY.md: where a start's time goes (bench/cold_start.py records) and the
-AOTInductor-compiled step against the eager one (bench/aoti_step.py records)."""
+"""The figures of docs/DEPLOY.md: where a start's time goes (bench/deploy/cold_start.py records) and the
+AOTInductor-compiled step against the eager one (bench/deploy/aoti_step.py records)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from figures_common import _caption
 
 _PATH = re.compile(r"/[^\s…]+")  # a local path in an app's log line: not for a document
 
-COLD_START_COMMAND = "python bench/cold_start.py --device cpu --json bench/results/cold-start-cpu.json"
-AOTI_COMMAND = "python bench/aoti_step.py --json bench/results/aoti-step-h200.json"
+COLD_START_COMMAND = "python -m bench.deploy.cold_start --device cpu --json bench/results/cold-start-cpu.json"
+AOTI_COMMAND = "python -m bench.deploy.aoti_step --json bench/results/aoti-step-h200.json"
 
 
 def _s(value: float | None) -> str:
@@ -24,7 +24,7 @@ def render_cold_start(records: list[tuple[str, dict]]) -> str:
         return f"No cold-start record yet: `{COLD_START_COMMAND}`."
     blocks = []
     for source, record in chosen:
-        titled = {**record, "command": record.get("command", "python bench/cold_start.py")}
+        titled = {**record, "command": record.get("command", "python -m bench.deploy.cold_start")}
         lines = [_caption(f"Cold start of `{record['setup'].get('what', 'python app.py')}`", titled, source),
                  f"Weights: {record['setup']['weights']}; device {record['setup'].get('device', '?')}.", "",
                  "| cache | server answering | model ready | first audio | page served | first request's TTFP once warm |",

@@ -1,5 +1,5 @@
-"""Renderers of `scripts/render_figures.py` for the precision-mode records (`bench/fidelity.py`) and
-the side-by-side records against the upstream implementation (`bench/reference.py`)."""
+"""Renderers of `scripts/render_figures.py` for the precision-mode records (`bench/engine/fidelity.py`) and
+the side-by-side records against the upstream implementation (`bench/engine/reference.py`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _pct(value: float) -> str:
 def render_precision(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "fidelity"]
     if not chosen:
-        return ("Pending: `python bench/fidelity.py --device cpu --json bench/results/fidelity-cpu.json` "
+        return ("Pending: `python -m bench.engine.fidelity --device cpu --json bench/results/fidelity-cpu.json` "
                 "(and `--device cuda` on a GPU).")
     lines = []
     for source, r in sorted(chosen, key=lambda item: item[1]["setup"]["device"]):
@@ -75,7 +75,7 @@ def _side_label(name: str) -> str:
 def render_reference(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "reference_side_by_side"]
     if not chosen:
-        return "Pending: `python bench/reference.py --reference-dir DIR --json bench/results/reference-....json`."
+        return "Pending: `python -m bench.engine.reference --reference-dir DIR --json bench/results/reference-....json`."
     lines = []
     for source, r in sorted(chosen, key=lambda item: (item[1]["settings"]["device"], item[0])):
         s = r["settings"]

@@ -1,4 +1,4 @@
-"""Renderers of `scripts/render_figures.py` for the reliability record (`bench/reliability_figures.py`):
+"""Renderers of `scripts/render_figures.py` for the reliability record (`bench/reliability/figures.py`):
 load, disconnect storm, queue, soak, and the hostile clients of issue 14."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def _cleared(seconds: float | None) -> str:
 def render_reliability(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "reliability"]
     if not chosen:
-        return "Reliability figures pending: no record in `bench/results/` yet (`python bench/reliability_figures.py`)."
+        return "Reliability figures pending: no record in `bench/results/` yet (`python -m bench.reliability.figures`)."
     source, r = chosen[-1]
     setup, load, storm, queued, soak = r["setup"], r["load"], r["disconnect_storm"], r["left_while_queued"], r["soak"]
     slots = f"{setup['slots']} slots + {setup['queue']} queue"

@@ -1,5 +1,5 @@
-"""Renderer of `scripts/render_figures.py` for the server load bench (`bench/http_load.py`) and the
-side-by-side change checks (`bench/http_ab.py`): docs/SERVING.md's `serving` (CPU), `serving-gpu`,
+"""Renderer of `scripts/render_figures.py` for the server load bench (`bench/http/load.py`) and the
+side-by-side change checks (`bench/http/ab.py`): docs/SERVING.md's `serving` (CPU), `serving-gpu`,
 `serving-changes` and `serving-encoder-pool` (a record of `--encoder-processes` settings side by
 side) blocks."""
 
@@ -182,7 +182,7 @@ def _pool_record(record: dict) -> bool:
 def render_serving(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and not _on_gpu(r) and not _pool_record(r)]
     if not chosen:
-        return "Server load figures pending: no record in `bench/results/` yet (`python bench/http_load.py`)."
+        return "Server load figures pending: no record in `bench/results/` yet (`python -m bench.http.load`)."
     source, record = max(chosen, key=lambda sr: sr[1]["date"])
     lines = _load_table(record, source, "Server under load", _cpu_targets(record))
     encoders = [(s, r) for s, r in records if r.get("kind") == "encoder_check"]
@@ -201,8 +201,8 @@ def render_serving(records: list[tuple[str, dict]]) -> str:
 def render_serving_gpu(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and _on_gpu(r) and not _pool_record(r)]
     if not chosen:
-        return ("GPU server figures pending: no GPU record of `bench/http_load.py` in `bench/results/` yet "
-                "(`bash bench/device_http_load.sh` on the H200; see above).")
+        return ("GPU server figures pending: no GPU record of `bench/http/load.py` in `bench/results/` yet "
+                "(`bash bench/http/device_load.sh` on the H200; see above).")
     source, record = max(chosen, key=lambda sr: sr[1]["date"])
     return "\n".join(_load_table(record, source, "Server under load on the GPU", _gpu_targets(record)))
 
@@ -210,7 +210,7 @@ def render_serving_gpu(records: list[tuple[str, dict]]) -> str:
 def render_serving_changes(records: list[tuple[str, dict]]) -> str:
     chosen = sorted(((s, r) for s, r in records if r.get("kind") == "http_ab"), key=lambda sr: sr[1]["date"])
     if not chosen:
-        return "No side-by-side change record yet (`python bench/http_ab.py`)."
+        return "No side-by-side change record yet (`python -m bench.http.ab`)."
     lines = ["| change (B against A) | streams, format | server CPU s per audio s, B / A | event loop | pumps | "
              "× real time | underruns A → B | TTFB p95 ms A → B | record |", "|---" * 9 + "|"]
     for source, record in chosen:
@@ -244,7 +244,7 @@ def _pool_row(streams: int, key: str, run: dict, pcm: float | None) -> str:
 def render_serving_encoder_pool(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "http_load" and _pool_record(r)]
     if not chosen:
-        return "No encoder-pool record yet (`python bench/http_load.py --encoder-processes 1,0`)."
+        return "No encoder-pool record yet (`python -m bench.http.load --encoder-processes 1,0`)."
     source, record = max(chosen, key=lambda sr: sr[1]["date"])
     setup = record["setup"]
     lines = [_caption("Encoder processes side by side", record, source),

@@ -1,4 +1,4 @@
-"""The engine-trace table of `scripts/render_figures.py` (records of `bench/engine_trace.py`)."""
+"""The engine-trace table of `scripts/render_figures.py` (records of `bench/engine/trace.py`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def render_trace(records: list[tuple[str, dict]]) -> str:
     chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace" and not _staggered(r)),
                     key=lambda sr: sr[1]["date"])
     if not chosen:
-        return "No engine trace yet: `python bench/engine_trace.py --json bench/results/engine-trace-h200.json` on a GPU."
+        return "No engine trace yet: `python -m bench.engine.trace --json bench/results/engine-trace-h200.json` on a GPU."
     source, record = chosen[-1]
     runs = record["runs"]
     lines = [_caption("Engine trace", record, source),
@@ -50,7 +50,7 @@ def render_arrivals(records: list[tuple[str, dict]]) -> str:
     chosen = sorted(((s, r) for s, r in records if r.get("kind") == "engine_trace" and _staggered(r)),
                     key=lambda sr: sr[1]["date"])
     if not chosen:
-        return ("No trace with spread-out arrivals yet: `python bench/engine_trace.py --streams 256 "
+        return ("No trace with spread-out arrivals yet: `python -m bench.engine.trace --streams 256 "
                 "--arrival-gaps-ms 0,4 --json F` on a GPU.")
     lines = []
     for source, record in chosen:

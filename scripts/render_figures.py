@@ -4,29 +4,29 @@
     python scripts/render_figures.py --check    # exit 1, naming the document, if one is out of date
 
 Every figure in those blocks comes from a JSON record written by a benchmark (`python -m tts_core
-bench --json ...`, `python bench/reliability_figures.py --json ...`); every table says which machine
+bench --json ...`, `python -m bench.reliability.figures --json ...`); every table says which machine
 ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures:NAME:end -->`:
 
     README.md             headline     per machine kind, the newest main record's one-stream and
                                        most-streams figures
     docs/PERFORMANCE.md   cpu-bench    engine records run on CPU
                           gpu-bench    engine records run on CUDA (a "pending" line while there are none)
-                          gpu-trace    where the wall time goes (bench/engine_trace.py)
+                          gpu-trace    where the wall time goes (bench/engine/trace.py)
                           gpu-arrivals requests arriving one by one (engine_trace --arrival-gaps-ms)
-                          precision    fidelity and speed of each precision mode (bench/fidelity.py)
-                          reference    side by side with the upstream implementation (bench/reference.py)
+                          precision    fidelity and speed of each precision mode (bench/engine/fidelity.py)
+                          reference    side by side with the upstream implementation (bench/engine/reference.py)
     docs/DEPLOY.md        spaces-hardware  per Spaces hardware: the mode the app picks, the nearest
                                        measured figures (engine, cold-start and ZeroGPU records)
                           cold-start   every cold-start record: milestones and where the time went
-                          aoti         the AOTInductor step against eager (bench/aoti_step.py)
+                          aoti         the AOTInductor step against eager (bench/deploy/aoti_step.py)
     docs/RELIABILITY.md   reliability  the reliability record (load, disconnect storm, queue, soak, and
                                        the hostile clients: attack TTFP, cap, stalls, decode, disk, logs)
     docs/SERVING.md       serving      the server under N concurrent OpenAI clients, per format, beside the
-                                       in-process bench of the same run (bench/http_load.py), on CPU
-                          serving-gpu  the same on a GPU (bench/device_http_load.sh), with the search for
+                                       in-process bench of the same run (bench/http/load.py), on CPU
+                          serving-gpu  the same on a GPU (bench/http/device_load.sh), with the search for
                                        the most listeners per format that hold the target
-                          serving-changes  delivery-path changes side by side (bench/http_ab.py)
-                          serving-encoder-pool  --encoder-processes settings side by side (bench/http_load.py)
+                          serving-changes  delivery-path changes side by side (bench/http/ab.py)
+                          serving-encoder-pool  --encoder-processes settings side by side (bench/http/load.py)
     docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
                                        (bench/browser_engine.py)
@@ -71,7 +71,7 @@ DOCUMENTS = {"README.md": ("headline",),
                                                                               "serving-encoder-pool"),
              "docs/PLAYER.md": ("player-links",),
              "docs/BROWSER_ENGINE.md": ("browser-engine",)}
-GPU_COMMAND = ("python -m tts_core bench --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
+GPU_COMMAND = ("python -m bench.engine --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
 
@@ -204,8 +204,8 @@ def render_bench(records: list[tuple[str, dict]], on_gpu: bool) -> str:
 
 # ---- Spaces hardware -----------------------------------------------------------------------------
 
-ZEROGPU_COMMAND = "python bench/zerogpu_gpu.py --json bench/results/zerogpu-h200.json"
-COLD_START_COMMAND = "python bench/cold_start.py --json bench/results/cold-start-h200.json"
+ZEROGPU_COMMAND = "python -m bench.deploy.zerogpu --json bench/results/zerogpu-h200.json"
+COLD_START_COMMAND = "python -m bench.deploy.cold_start --json bench/results/cold-start-h200.json"
 
 
 def _where(source: str, record: dict) -> str:

@@ -4,7 +4,7 @@ A stream slot costs the same on every device until the device is saturated, so t
 what the device carries while every listener stays ahead of real time:
 
 - CUDA: `GPU_ACTIVE_STREAMS` per GPU engine, the most streams the H200 bench record
-  (`bench/results/gpu-h200.json`, `python -m tts_core bench --streams ...`) held with every stream
+  (`bench/results/gpu-h200.json`, `python -m bench.engine --streams ...`) held with every stream
   ahead of real time. A smaller GPU is measured the same way and set with the flag.
 - CPU: one stream per usable core. Batched frames on a CPU are memory-bound matrix-vector work:
   beyond a stream per core a new stream slows every other one down (`bench/results/cpu-*.json`).

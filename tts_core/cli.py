@@ -68,18 +68,6 @@ def _cmd_make_random(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from bench.lib import run_bench
-
-    return run_bench(args)
-
-
-def _no_bench(args: argparse.Namespace) -> int:
-    logger.error("the benchmark is part of the repository, not of the installed package: run "
-                 "`python bench/run_bench.py` (or `python -m tts_core bench`) from a checkout's root")
-    return 2
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tts_core", description=__doc__.split("\n\n")[0],
                                      epilog=SERVE_HELP)
@@ -112,15 +100,6 @@ def build_parser() -> argparse.ArgumentParser:
     full.add_argument("--codec-config", help="codec config.json (default: the shared data's codec/config.json)")
     full.add_argument("--tokenizer", default=env_str("MOSS_TTS_TOKENIZER"), help="tokenizer.model to put next to the LM")
     full.set_defaults(func=_cmd_make_random)
-
-    bench = sub.add_parser("bench", help="measure TTFP / RTF with full-size random weights (from a checkout)")
-    try:  # the measurement package lives in the repository (bench/lib), not in the installed package
-        from bench.lib import add_bench_args
-    except ImportError:
-        bench.set_defaults(func=_no_bench)
-    else:
-        add_bench_args(bench)
-        bench.set_defaults(func=_cmd_bench)
 
     from .export.commands import add_export_commands
 

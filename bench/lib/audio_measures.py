@@ -1,6 +1,6 @@
 """How close a time-stretched signal is to a reference stretch, near given join points (pure numpy).
 
-Used by `bench/measure_api.py` (the figures) and `tests/unit/test_stretch.py` (the bounds): both
+Used by `bench/http/speech_api.py` (the figures) and `tests/unit/test_stretch.py` (the bounds): both
 compare our block-wise stretch against Rubber Band stretching the whole clip at once.
 """
 

@@ -15,11 +15,21 @@ SCHEMA = "moss-tts-bench/1"
 _UNRECORDED = ("--json", "--note", "--lm-config", "--codec-config", "--tokenizer", "--lm", "--codec", "--voices-dir")
 
 
-def command_line(argv: list[str], program: str = "python -m tts_core bench") -> str:
-    """`program ...` as it was run, without local paths and bookkeeping flags."""
-    tail = argv[argv.index("bench") + 1:] if "bench" in argv else argv[1:]
+def program_name() -> str:
+    """How this process was started: `python -m bench.http.load` for a module, else `python PATH`."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    script = Path(sys.argv[0]).resolve()
+    return f"python {script.relative_to(Path.cwd()) if script.is_relative_to(Path.cwd()) else script}"
+
+
+def command_line(argv: list[str], program: str | None = None) -> str:
+    """`program ARGS` as it was run (`argv[0]` is the program), without local paths and
+    bookkeeping flags; `program` defaults to `program_name()`."""
     kept, skip = [], False
-    for arg in tail:
+    for arg in argv[1:]:
         if skip:
             skip = False
             continue
@@ -28,11 +38,10 @@ def command_line(argv: list[str], program: str = "python -m tts_core bench") -> 
             skip = "=" not in arg
             continue
         kept.append(arg)
-    return " ".join([program, *map(shlex.quote, kept)])
+    return " ".join([program or program_name(), *map(shlex.quote, kept)])
 
 
-def new_record(kind: str, args: argparse.Namespace, machine: dict, setup: dict,
-               program: str = "python -m tts_core bench") -> dict:
+def new_record(kind: str, args: argparse.Namespace, machine: dict, setup: dict, program: str | None = None) -> dict:
     """The head of a record: what ran, where, when, with which arguments."""
     recorded_args = {k: v for k, v in vars(args).items() if k not in ("func", "json", "note", "verbose", "command")}
     for key in ("lm_config", "codec_config", "tokenizer", "lm", "codec", "voices_dir"):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from support.runner_helpers import drive
 
+from bench.lib.drive import drive
 from tts_core.config import SamplingParams
 from tts_core.engine.cuda.codec_passes import codec_attention
 from tts_core.engine.cuda.static_runner import StaticRunner

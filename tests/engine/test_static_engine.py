@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 import torch
-from support.runner_helpers import drive
 
+from bench.lib.drive import drive
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.cuda.buckets import (

@@ -1,4 +1,4 @@
-"""The engine trace (`bench/lib/trace.py`, `bench/engine_trace.py`): interval arithmetic, and a
+"""The engine trace (`bench/lib/trace.py`, `bench/engine/trace.py`): interval arithmetic, and a
 real engine over the tiny checkpoints traced through the Synthesizer (CPU: host spans only)."""
 
 from __future__ import annotations

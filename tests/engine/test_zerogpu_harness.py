@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.folders import child_env
 
 from studio.zerogpu import harness
 from studio.zerogpu.harness import GPU, GPUTaskError, parent_cuda_initialized
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @GPU(duration=lambda count, **_: 5 + count)
@@ -178,9 +177,8 @@ def test_a_worker_keeps_none_of_the_callers_sockets_or_pipes():
 
 def test_workers_end_with_the_process_that_forked_them(tmp_path):
     script = tmp_path / "parent.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, sys, time
-        sys.path.insert(0, {str(REPO_ROOT)!r})
+    script.write_text(textwrap.dedent("""
+        import os, time
         from studio.zerogpu.harness import GPU
 
         @GPU
@@ -190,7 +188,7 @@ def test_workers_end_with_the_process_that_forked_them(tmp_path):
         print(next(iter(pid())), flush=True)
         time.sleep(60)
     """))
-    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         worker = int(parent.stdout.readline())
         os.kill(parent.pid, signal.SIGKILL)  # no clean-up at all on the caller's side

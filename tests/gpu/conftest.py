@@ -16,7 +16,6 @@ The ZeroGPU tests run last: their child (`start_zerogpu_flow`) also starts after
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from support import compile_warmup
-from support.folders import mark_folder, parity_root
+from support.folders import child_env, mark_folder, parity_root
 from support.gpu_runners import CUDA, MAX_ROWS, build_runner
 
 HERE = Path(__file__).resolve().parent
@@ -79,7 +78,7 @@ def start_zerogpu_flow(data_dir: Path, aoti_dir: Path) -> subprocess.Popen:
     """`support/zerogpu_child.py` started (see test_zerogpu_gpu.py), its output piped back."""
     return subprocess.Popen([sys.executable, "-X", "faulthandler", str(ZEROGPU_CHILD), str(data_dir), str(aoti_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env=child_env(PYTHONUNBUFFERED="1"))
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +96,7 @@ def config_paths(data_dir: Path) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def full_models(config_paths):
     """(lm, codec) of the real sizes with random weights, per LM dtype, built once."""
-    from bench.lib import build_random_models
+    from bench.lib.models import build_random_models
 
     built: dict[torch.dtype, tuple] = {}
 
@@ -111,7 +110,7 @@ def full_models(config_paths):
 
 @pytest.fixture(scope="session")
 def prompts(config_paths):
-    from bench.lib import make_prompt
+    from bench.lib.models import make_prompt
     from tts_core.model.lm_config import LMConfig
 
     config = LMConfig.from_json(config_paths[0])

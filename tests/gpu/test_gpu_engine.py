@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from support.gpu_runners import CUDA, build_runner
-from support.runner_helpers import drive
 from support.streams import read, wait_ended
 
-from bench.lib import make_prompt
+from bench.lib.drive import drive
+from bench.lib.models import make_prompt
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
@@ -94,7 +94,7 @@ def test_ring_kernel_codec_equals_sdpa_codec_on_this_gpu(full_models):
 @pytest.mark.compiles
 def test_compiled_step_equals_per_op_step_fp32(runners, prompts):
     """Compiled fused units vs the per-op step, both graphed, greedy, fp32: identical codes and PCM.
-    (In bf16 the fused kernels round differently, so codes may differ: `bench/gpu_checks.py`
+    (In bf16 the fused kernels round differently, so codes may differ: `bench/engine/gpu_checks.py`
     measures that agreement; nothing about it is asserted.)"""
     slots = [0, 2, 3, 5, 6, 7]
     args = (prompts[:6], [21, 22, 23, 24, 25, 26], slots, SamplingParams.greedy())

@@ -186,7 +186,7 @@ def _static_runner(models, num_slots=2):
 def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vectors):
     """The warm-up steps run with every row masked: a stream's KV, hidden state, length and
     repetition history are untouched (checked here on the plain ops)."""
-    from support.runner_helpers import drive
+    from bench.lib.drive import drive
 
     runner = _static_runner(tiny_models)
     prompt = tiny_lm_vectors["A_voice_clone_en.input_ids"].numpy()
@@ -211,7 +211,7 @@ def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vector
 def test_kernels_that_fail_to_build_are_turned_off_at_start_up(tiny_models, tiny_lm_vectors, monkeypatch):
     """A GPU where the kernels cannot be built (simulated: they raise) starts on the plain ops and
     serves the same codes; the reason is kept for the logs."""
-    from support.runner_helpers import drive
+    from bench.lib.drive import drive
 
     prompt = tiny_lm_vectors["B_voice_clone_zh.input_ids"].numpy()
     args = ([prompt], [5], [0], SamplingParams())

@@ -42,7 +42,7 @@ def test_fp16_weights_keep_greedy_codes_and_the_waveform(tiny, prompt):
 
 def test_int8_mode_stays_close(tiny, prompt):
     figures = compare_models(tiny, _quantized(tiny, "int8"), prompt, frames=8)
-    # int8 changes numbers by design (figures: bench/fidelity.py); the codec is fp16 in this mode.
+    # int8 changes numbers by design (figures: bench/engine/fidelity.py); the codec is fp16 in this mode.
     assert figures["top1_agreement"] > 0.8, figures
     assert figures["codec_snr_db"] > 40, figures
 

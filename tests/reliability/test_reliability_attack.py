@@ -1,7 +1,7 @@
 """Issue 14's combined attack on `python app.py` as a user starts it (tiny checkpoints, default
 connection limits): 4 stalled uploads + 1,000 idle connections + the /dev/zero payload on every
 file input, all at once, while a normal listener still gets audio; a flood of garbage requests
-leaves a few log lines; SIGTERM still stops the server. bench/reliability_figures.py measures the
+leaves a few log lines; SIGTERM still stops the server. bench/reliability/figures.py measures the
 listener's time to first audio against the idle figure; here only that audio comes is asserted.
 """
 
@@ -15,12 +15,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from support.reliability_attacks import combined_attack
-from support.reliability_clients import listen
 from support.reliability_common import ARTIFACTS, port_of
-from support.reliability_servers import AppProc, launch_app
 from support.server_helpers import wait_until_ready
 
+from bench.lib.app import AppProc, launch_app
+from bench.lib.reliability_attacks import combined_attack
+from bench.lib.reliability_clients import listen
 from studio.limits.connections import raise_open_files_limit
 
 pytestmark = pytest.mark.slow

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from support.reliability_attacks import HeldSockets, stalled_upload_head
-from support.reliability_clients import listen, raw_http, read_reply
 from support.reliability_common import INPROC_MAX_UPLOAD, port_of
 
+from bench.lib.reliability_attacks import HeldSockets, stalled_upload_head
+from bench.lib.reliability_clients import listen, raw_http, read_reply
 from studio.limits.guards import BodyDeadlines
 from studio.limits.logstorm import LogStormFilter
 

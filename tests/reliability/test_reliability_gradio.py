@@ -12,8 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.reliability_attacks import EVENT_ROUTES, file_data, file_events, post_file_payload
 from support.reliability_common import REPO_ROOT, assert_clean, error_of, run_coro
+
+from bench.lib.reliability_attacks import EVENT_ROUTES, file_data, file_events, post_file_payload
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,6 @@ import json
 
 import numpy as np
 import pytest
-from support.reliability_clients import raw_http
 from support.reliability_common import (
     INPROC_MAX_REF_S,
     INPROC_MAX_TEXT,
@@ -20,6 +19,7 @@ from support.reliability_common import (
     wav_bytes,
 )
 
+from bench.lib.reliability_clients import raw_http
 from studio.settings import ServerSettings
 
 pytestmark = pytest.mark.slow

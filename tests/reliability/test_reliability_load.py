@@ -1,5 +1,5 @@
 """Load, disconnects, queueing and a soak against `python app.py` (tiny checkpoints, 4 streams, a
-queue of 12), measured from outside with psutil. Clients are shared with bench/reliability_figures.py
+queue of 12), measured from outside with psutil. Clients are shared with bench/reliability/figures.py
 (`reliability_clients`); every loop is bounded in count and in time."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ import time
 
 import httpx
 import pytest
-from support.reliability_clients import abort_client, load_client, soak_request
 from support.reliability_common import PROC_MAX_ACTIVE, PROC_MAX_QUEUE, b64, run_coro
 
-from bench.reliability_scenarios import leave_while_queued
+from bench.lib.reliability_clients import abort_client, leave_while_queued, load_client, soak_request
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +94,7 @@ def test_clients_leaving_while_queued(app_proc, figures) -> None:
     app_proc.wait_idle()
     before = app_proc.health()
 
-    # The bench measures the same scenario (bench/reliability_scenarios.py): one client for both.
+    # The bench measures the same scenario (bench/lib/reliability_clients.py): one client for both.
     results, still_queued, _ = run_coro(leave_while_queued(app_proc.url, PROC_MAX_ACTIVE, 6))
     assert results == ["gave up"] * 6
     health = app_proc.wait_idle(timeout_s=30)

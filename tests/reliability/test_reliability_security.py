@@ -7,9 +7,9 @@ from __future__ import annotations
 import httpx
 import pytest
 from fastapi import FastAPI
-from support.reliability_clients import raw_http
 from support.reliability_common import REPO_ROOT, assert_clean, error_of, port_of, run_coro
 
+from bench.lib.reliability_clients import raw_http
 from studio.errors import install_error_handlers, sanitize_health, scrub_paths
 from studio.limits import netguard
 from studio.limits.guards import install_http_guards

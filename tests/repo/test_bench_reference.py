@@ -1,4 +1,4 @@
-"""The side-by-side reference harness (bench/reference.py), minus the reference itself.
+"""The side-by-side reference harness (bench/engine/reference.py), minus the reference itself.
 
 The upstream code cannot be in CI, so these cover what runs around it: argument handling, finding
 the upstream files in a folder, the figures' summary and the JSON record, and the two instance
@@ -17,11 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from bench.engine import reference, reference_upstream
 
-from bench import reference, reference_upstream  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -81,7 +79,7 @@ def test_missing_reference_dir_and_configs_are_reported(monkeypatch):
 
 def test_script_refuses_without_reference_dir(configs):
     env = {k: v for k, v in os.environ.items() if k != "MOSS_TTS_REFERENCE_DIR"}
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "reference.py"), *configs], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "bench.engine.reference", *configs], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "--reference-dir is required" in done.stderr

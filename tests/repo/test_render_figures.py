@@ -4,24 +4,17 @@ same records always give the same text, and the committed documents match the co
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
+from support.figures import render_figures
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "figures"
 
 
-def _load_renderer():
-    spec = importlib.util.spec_from_file_location("render_figures", REPO_ROOT / "scripts" / "render_figures.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render = _load_renderer()
+render = render_figures()
 BLOCKS = ("cpu-bench", "gpu-bench", "reliability")
 TEMPLATE = "# Doc\n\n" + "".join(f"<!-- figures:{n}:start -->\nstale {n}\n<!-- figures:{n}:end -->\n\ntext\n"
                                   for n in BLOCKS)
@@ -100,7 +93,7 @@ def test_reliability_tables_come_from_the_record():
 
 
 def test_precision_and_reference_tables_name_their_figures():
-    fidelity = {"kind": "fidelity", "command": "python bench/fidelity.py --device cpu", "date": "2026-01-02T03:04:05Z",
+    fidelity = {"kind": "fidelity", "command": "python -m bench.engine.fidelity --device cpu", "date": "2026-01-02T03:04:05Z",
                 "machine": {"cpu_model": "Test CPU", "usable_cpus": 2, "torch": "2.13.0", "gpus": []},
                 "setup": {"device": "cpu", "frames": 12},
                 "modes": {"fp16": {"parity": {"top1_agreement": 1.0, "codebook0_agreement": 1.0, "max_abs_dlogit": 0.05,

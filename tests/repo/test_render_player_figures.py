@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from support.figures import render_figures
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from figures_player import render_player
+render_player = render_figures().render_player
 
 
 def _row(transport: str, rebuffers: list[int], played: bool = True) -> dict:

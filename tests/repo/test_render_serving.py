@@ -3,13 +3,11 @@ side-by-side change table, rendered from records (fixtures built here, not measu
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from support.figures import render_figures
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from figures_serving import render_serving, render_serving_changes, render_serving_gpu  # noqa: E402
+render_serving = render_figures().render_serving
+render_serving_changes = render_figures().render_serving_changes
+render_serving_gpu = render_figures().render_serving_gpu
 
 
 def _run(**figures) -> dict:
@@ -23,7 +21,7 @@ def _run(**figures) -> dict:
 def _gpu_record() -> dict:
     inproc = {"x_realtime": 1000.0, "rtf_max": 0.16, "ttfp_p50_ms": 50.0, "ttfp_p95_ms": 200.0}
     return {
-        "kind": "http_load", "date": "2026-12-03T10:00:00Z", "command": "python bench/http_load.py --fixture",
+        "kind": "http_load", "date": "2026-12-03T10:00:00Z", "command": "python -m bench.http.load --fixture",
         "load_average_1m": 0.5, "notes": ["a fixture, not a measurement"], "complete": True,
         "args": {"repeats": 3},
         "machine": {"cpu_model": "Test CPU", "usable_cpus": 12, "logical_cpus": 16, "torch_threads": 12,

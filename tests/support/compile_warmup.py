@@ -6,7 +6,6 @@ unit itself, and the terminal summary says so."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,7 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from support.folders import child_env
 from tts_core.model.lm_step import StepUnits
 
 WARM_COMPILE = Path(__file__).resolve().parent / "warm_compile.py"
@@ -61,7 +61,7 @@ class Warmup:
 
 def start(lm_config: Path, num_slots: int, max_rows: int) -> Warmup:
     logs_dir = Path(tempfile.mkdtemp(prefix="compile-warmup-"))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCHINDUCTOR_COMPILE_THREADS": COMPILE_THREADS}
+    env = child_env(PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS=COMPILE_THREADS)
     procs, logs = {}, {}
     for unit in UNITS:
         logs[unit] = logs_dir / f"{unit}.log"

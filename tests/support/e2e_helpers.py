@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from typing import NoReturn
 import httpx
 import pytest
 
-from support.server_helpers import app_process, wait_for_idle, wait_until_ready
+from support.server_helpers import app_process, free_port, wait_for_idle, wait_until_ready
 from tts_core.env import env_flag
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -145,12 +144,6 @@ class AppServer:
     def wait_for_idle(self, timeout_s: float = 10.0) -> dict:
         """Poll /health until no stream is active or queued; returns the last health."""
         return wait_for_idle(self.health, timeout_s)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def app_command(data_dir: Path) -> list[str]:

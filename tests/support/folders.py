@@ -1,5 +1,5 @@
-"""Folder-wide marks (each test folder's conftest marks what the folder holds) and where the
-shared data lives."""
+"""Folder-wide marks (each test folder's conftest marks what the folder holds), where the shared
+data lives, and the environment of a child `python` that imports this checkout."""
 
 from __future__ import annotations
 
@@ -17,6 +17,14 @@ def mark_folder(items: list[pytest.Item], folder: Path, *marks: pytest.MarkDecor
         if folder in Path(item.path).parents:
             for mark in marks:
                 item.add_marker(mark)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the repository first on PYTHONPATH (and `extra`), for a
+    child `python SCRIPT` that imports tts_core / studio: a script's own folder is what Python
+    puts on its path, not the working directory."""
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
 
 
 def parity_root() -> Path:

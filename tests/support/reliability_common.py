@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+# app_proc's engine (`bench.lib.app.launch_app`): PROC_MAX_ACTIVE streams decoded together,
+# PROC_MAX_QUEUE more may wait, the rest get 503.
+from bench.lib.app import PROC_MAX_ACTIVE, PROC_MAX_QUEUE  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 SAMPLES_PER_FRAME = 3840  # per channel, 80 ms at 48 kHz
 
-# app_proc's engine: 4 streams decoded together, 12 more may wait, the rest get 503.
-PROC_MAX_ACTIVE = 4
-PROC_MAX_QUEUE = 12
 # inproc's limits
 INPROC_MAX_TEXT = 500
 INPROC_MAX_UPLOAD = 256 * 1024

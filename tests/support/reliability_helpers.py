@@ -28,6 +28,7 @@ import httpx
 import pytest
 import soundfile as sf
 
+from bench.lib.app import AppProc, launch_app
 from support.reliability_common import (
     ARTIFACTS,
     INPROC_FETCH_TIMEOUT_S,
@@ -36,7 +37,6 @@ from support.reliability_common import (
     INPROC_MAX_UPLOAD,
     wav_bytes,
 )
-from support.reliability_servers import AppProc, launch_app
 from support.server_helpers import ServerThread, wait_until_ready
 
 STARTUP_TIMEOUT_S = 150

@@ -1,19 +1,19 @@
-"""Servers the tests run: uvicorn in a thread, or `python app.py` as a subprocess."""
+"""Servers the tests run: uvicorn in a thread, or `python app.py` as a subprocess (launched and
+watched by `bench.lib.app`, which the benches share)."""
 
 from __future__ import annotations
 
 import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
 
-import httpx
 import pytest
 import uvicorn
+
+# The launcher is bench.lib.app's (the benches share it); the tests take these names from here.
+from bench.lib.app import AppFailed, AppLike, app_process, free_port, stop_process, wait_ready  # noqa: F401
+from bench.lib.app import wait_idle as wait_for_idle  # noqa: F401
 
 
 def tiny_synthesizer_factory(data_dir: Path, cache_dir: Path, engine_config=None, *, warmup: bool = False):
@@ -64,66 +64,9 @@ class ServerThread:
         self._sock.close()
 
 
-class _AppLike(Protocol):
-    process: subprocess.Popen
-    url: str
-
-    def health(self) -> dict: ...
-
-    def log_tail(self, num_chars: int = 4000) -> str: ...
-
-
-@contextmanager
-def app_process(command: list[str], *, cwd: Path, env: dict, log_path: Path) -> Iterator[subprocess.Popen]:
-    """Start `python app.py ...` with its output in `log_path`; terminate it on exit."""
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+def wait_until_ready(server: AppLike, timeout_s: float) -> None:
+    """`bench.lib.app.wait_ready`, failing the test (with the app's log) instead of raising."""
     try:
-        yield process
-    finally:
-        stop_process(process)
-
-
-def stop_process(process: subprocess.Popen, timeout_s: float = 15) -> None:
-    """Terminate `process`, and kill it when it has not exited within `timeout_s`."""
-    process.terminate()
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def wait_until_ready(server: _AppLike, timeout_s: float) -> None:
-    """Poll /health until the model is ready and the page served (app.py builds it once the model
-    is ready, `studio/page_slot.py`); fail with the app's log when it exits or fails."""
-    deadline = time.monotonic() + timeout_s
-    status = "no answer"
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"app.py exited with {server.process.returncode}:\n{server.log_tail()}")
-        try:
-            health = server.health()
-            status = health.get("status")
-            if status == "ready" and health.get("page") == "failed":
-                pytest.fail(f"the page failed to build:\n{server.log_tail()}")
-            if status == "ready" and health.get("page") != "building":
-                return
-            if status == "failed":
-                pytest.fail(f"model failed to load: {health.get('error')}\n{server.log_tail()}")
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    pytest.fail(f"app not ready after {timeout_s} s (last status: {status}):\n{server.log_tail()}")
-
-
-def wait_for_idle(health: Callable[[], dict], timeout_s: float) -> dict:
-    """Poll `health()` until no stream is active or queued; returns the last health."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        current = health()
-        if current["active_streams"] == 0 and current["queued"] == 0:
-            return current
-        if time.monotonic() > deadline:
-            raise AssertionError(f"engine still busy after {timeout_s} s: {current}")
-        time.sleep(0.05)
+        wait_ready(server, timeout_s)
+    except AppFailed as exc:
+        pytest.fail(str(exc), pytrace=False)

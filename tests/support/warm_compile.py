@@ -7,24 +7,20 @@ runner's batch buckets and KV columns, the fp32 LM of the real config) but only 
 the others run plain. The compiled graphs do not depend on the weights' values (they are inputs),
 so the LM keeps its initial weights.
 
-usage: python tests/support/warm_compile.py LM_CONFIG NUM_SLOTS MAX_ROWS UNIT[,UNIT...] [DEVICE]
+usage: PYTHONPATH=. python tests/support/warm_compile.py LM_CONFIG NUM_SLOTS MAX_ROWS UNIT[,UNIT...] [DEVICE]
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from tts_core.engine.cuda.buckets import bucket_sizes, kv_columns  # noqa: E402
-from tts_core.engine.cuda.static_step import compile_on_scratch  # noqa: E402
-from tts_core.model import lm_step  # noqa: E402
-from tts_core.model.lm import MossTTSNanoLM  # noqa: E402
-from tts_core.model.lm_config import LMConfig  # noqa: E402
+from tts_core.engine.cuda.buckets import bucket_sizes, kv_columns
+from tts_core.engine.cuda.static_step import compile_on_scratch
+from tts_core.model import lm_step
+from tts_core.model.lm import MossTTSNanoLM
+from tts_core.model.lm_config import LMConfig
 
 
 def units_with_compiled(names: list[str]) -> lm_step.StepUnits:

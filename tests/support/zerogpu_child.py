@@ -3,7 +3,7 @@
 process, while every generation runs in the harness's forked GPU workers. (Inside a pytest session
 that already used CUDA a fork could not use the GPU, so the test starts this instead.)
 
-usage: python tests/support/zerogpu_child.py DATA_DIR AOTI_CACHE_DIR  -> one JSON line on stdout
+usage: PYTHONPATH=. python tests/support/zerogpu_child.py DATA_DIR AOTI_CACHE_DIR  -> one JSON line on stdout
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from studio.zerogpu.aoti import failed_reason  # noqa: E402
-from studio.zerogpu.harness import GPU, parent_cuda_initialized  # noqa: E402
-from studio.zerogpu.worker import load_gpu_weights, make_gpu_stream, place_weights  # noqa: E402
-from tts_core import SynthesisRequest, Synthesizer  # noqa: E402
-from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
+from studio.zerogpu.aoti import failed_reason
+from studio.zerogpu.harness import GPU, parent_cuda_initialized
+from studio.zerogpu.worker import load_gpu_weights, make_gpu_stream, place_weights
+from tts_core import SynthesisRequest, Synthesizer
+from tts_core.config import EngineConfig, SamplingParams
 
 
 def codes_of(chunks) -> list:

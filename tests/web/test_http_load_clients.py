@@ -1,11 +1,10 @@
-"""bench/http_clients.py and bench/http_runs.py: the load bench's client processes against a real
+"""bench/http/clients.py and bench/http/runs.py: the load bench's client processes against a real
 server (`create_app` on uvicorn, tiny checkpoints), with the official openai SDK and raw httpx; the
-CPU split of bench/http_server.py on a real process; the listener target. No timing is asserted:
+CPU split of bench/http/server.py on a real process; the listener target. No timing is asserted:
 only that every request is read whole, counted once, and summarised consistently."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,17 +13,13 @@ import psutil
 import pytest
 from support.server_helpers import ServerThread, tiny_synthesizer_factory
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-from http_clients import ClientPool, RequestSpec  # noqa: E402
-from http_runs import Target, median_run  # noqa: E402
-from http_server import cpu_snapshot, cpu_split  # noqa: E402
-
-from studio.app import create_app  # noqa: E402
-from studio.service import SynthesizerService  # noqa: E402
-from studio.settings import ServerSettings  # noqa: E402
-from tts_core.config import EngineConfig  # noqa: E402
+from bench.http.clients import ClientPool, RequestSpec
+from bench.http.runs import Target, median_run
+from bench.http.server import cpu_snapshot, cpu_split
+from studio.app import create_app
+from studio.service import SynthesizerService
+from studio.settings import ServerSettings
+from tts_core.config import EngineConfig
 
 FRAMES = 6
 TEXT = "Every listener gets the whole answer."
@@ -98,7 +93,7 @@ def test_the_target_and_the_median_of_runs() -> None:
 
 
 def test_profile_summary_shares_samples_by_thread_role(tmp_path) -> None:
-    from http_profile import summarize
+    from bench.http.profile import summarize
 
     raw = tmp_path / "server.pyspy"  # py-spy's raw format: collapsed stacks, then a sample count
     raw.write_text(

@@ -4,7 +4,6 @@ compile cache, run.sh's torch choice, the full-size random checkpoint and the tw
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,7 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.figures import render_figures
 
+from bench.deploy import cold_start
 from studio.flags import engine_config, parse_args, zerogpu_enabled
 from tts_core.config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
 from tts_core.loader import COMPILE_CACHE_ENV, persist_compile_cache
@@ -22,15 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "figures"
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render = _load(REPO_ROOT / "scripts" / "render_figures.py", "render_figures_spaces")
-cold_start = _load(REPO_ROOT / "bench" / "cold_start.py", "cold_start_bench")
+render = render_figures()
 
 
 def front_matter() -> dict:
@@ -175,7 +168,7 @@ def test_hardware_table_shows_measured_figures_with_their_machine():
 
 def test_hardware_table_says_pending_without_records(tmp_path):
     block = render.render_spaces([])
-    assert "pending: `python bench/zerogpu_gpu.py" in block and "Process start → first audio: pending" in block
+    assert "pending: `python -m bench.deploy.zerogpu" in block and "Process start → first audio: pending" in block
     cpu_only = [(n, r) for n, r in render.load_records(FIXTURES) if n == "cpu-fp32.json"]
     zerogpu_on_cpu = {**_zerogpu_record(), "machine": {**_zerogpu_record()["machine"], "gpus": []}}
     assert "pending" in render.render_spaces([*cpu_only, ("z.json", zerogpu_on_cpu)]).splitlines()[2]
@@ -211,7 +204,7 @@ def test_one_stream_figure_is_the_newest_record_that_measured_one_stream():
 def test_cold_start_command_keeps_no_local_path():
     argv = ["--lm", "/x/lm", "--codec=/x/codec", "--device", "cuda", "--json", "/tmp/r.json", "--app-arg=--quantize=fp32",
             "--app-arg=--tokenizer=/x/t.model"]
-    assert cold_start.command_of(argv) == ("python bench/cold_start.py --device cuda --app-arg=--quantize=fp32 "
+    assert cold_start.command_of(argv) == ("python -m bench.deploy.cold_start --device cuda --app-arg=--quantize=fp32 "
                                            "--app-arg=--tokenizer=<path>")
 
 
@@ -219,7 +212,7 @@ def test_zerogpu_bench_runs_on_the_cpu(tmp_path, data_dir):
     parity = data_dir / "parity"
     out = tmp_path / "zerogpu.json"
     result = subprocess.run(
-        [sys.executable, "bench/zerogpu_gpu.py", "--lm-config", str(parity / "tiny_lm" / "config.json"),
+        [sys.executable, "-m", "bench.deploy.zerogpu", "--lm-config", str(parity / "tiny_lm" / "config.json"),
          "--codec-config", str(parity / "tiny_codec" / "config.json"), "--frames", "6", "--repeats", "1",
          "--json", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -235,7 +228,7 @@ def test_cold_start_bench_runs_on_the_cpu(tmp_path, data_dir):
     out = tmp_path / "cold.json"
     env = {**os.environ, "MOSS_TTS_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, "bench/cold_start.py", "--lm", str(parity / "tiny_lm"), "--codec", str(parity / "tiny_codec"),
+        [sys.executable, "-m", "bench.deploy.cold_start", "--lm", str(parity / "tiny_lm"), "--codec", str(parity / "tiny_codec"),
          f"--app-arg=--tokenizer={data_dir / 'hf_checkpoint_meta' / 'tokenizer.model'}", "--app-arg=--quantize=fp32",
          "--device", "cpu", "--json", str(out)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -252,7 +245,7 @@ def test_cold_start_bench_times_the_engine_alone_where_the_web_stack_is_missing(
     env = {**os.environ, "MOSS_TTS_NUM_THREADS": "1",
            "MOSS_TTS_TOKENIZER": str(data_dir / "hf_checkpoint_meta" / "tokenizer.model")}
     result = subprocess.run(
-        [sys.executable, "bench/cold_start.py", "--engine-only", "--scenarios", "empty", "--lm", str(parity / "tiny_lm"),
+        [sys.executable, "-m", "bench.deploy.cold_start", "--engine-only", "--scenarios", "empty", "--lm", str(parity / "tiny_lm"),
          "--codec", str(parity / "tiny_codec"), "--device", "cpu", "--timeout", "60", "--json", str(out)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

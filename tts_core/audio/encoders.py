@@ -38,7 +38,7 @@ class PyAVFormat:
 
 
 # LAME's quality level 7 (FFmpeg's compression_level; LAME's default is 3) encodes about a third
-# faster with the same measured quality at this bit rate: bench/encoder_check.py, in the
+# faster with the same measured quality at this bit rate: bench/http/encoders.py, in the
 # http-load record. mp3 and aac take planar float, so frames go as fltp (no conversion pass).
 LAME_QUALITY = 7
 _PYAV: dict[str, PyAVFormat] = {

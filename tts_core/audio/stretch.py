@@ -11,7 +11,7 @@ Rubber Band runs need not agree on phase, so the next block first slides (at mos
 waveform best matches the previous one's over the crossfade.
 
 Cost and delay: the first audio waits for FIRST_BLOCK_SAMPLES + CONTEXT_SAMPLES of input (0.3 s of
-speech, a few codec frames); after that one block (0.5 s) at a time. `bench/measure_api.py` compares
+speech, a few codec frames); after that one block (0.5 s) at a time. `bench/http/speech_api.py` compares
 the joins with stretching the whole clip at once. `speed == 1.0` is an exact pass-through.
 """
 

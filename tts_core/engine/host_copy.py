@@ -68,7 +68,7 @@ class PinnedRing:
     one while another thread reads this one out (`PendingPcm.result`). A buffer is reused only once
     its last copy was read out: `copy_async` waits for that, so at most `count` copies are pending.
     At large batch reading a decode out takes about as long as decoding it, and the GPU would sit
-    idle meanwhile (`bench/engine_trace.py` shows both).
+    idle meanwhile (`bench/engine/trace.py` shows both).
     """
 
     def __init__(self, count: int = 3):

@@ -7,7 +7,7 @@ arithmetic stays fp32, only the stored weights shrink.
 
 - "fp16": every linear of the LM (global and local transformers, the 16 audio heads) and of the
   codec decoder's transformer stages stores fp16 weights. Greedy codes matched fp32 teacher-forced on the
-  full-size random model and the codec kept ~64 dB SNR (`bench/fidelity.py` has the table).
+  full-size random model and the codec kept ~64 dB SNR (`bench/engine/fidelity.py` has the table).
 - "int8": as "fp16", but the global transformer's linears hold int8 weights. int8 in the local
   transformer or the heads changed many greedy codes (each local position feeds the next), and in
   the codec cost ~40 dB of SNR, so those stay fp16.
