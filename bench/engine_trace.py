@@ -44,7 +44,7 @@ from bench.lib.trace import EngineTrace, summarize  # noqa: E402
 from tts_core.config import EngineConfig, SamplingParams  # noqa: E402
 from tts_core.devices import configure_cpu_threads, resolve_device, resolve_lm_dtype  # noqa: E402
 from tts_core.engine.engine import Engine  # noqa: E402
-from tts_core.engine.runners import build_runner  # noqa: E402
+from tts_core.engine.runner_types import build_runner  # noqa: E402
 from tts_core.tokenizer import TextTokenizer  # noqa: E402
 
 

@@ -27,7 +27,7 @@ from .devices import available_cpus, configure_cpu_threads, resolve_device, reso
 from .engine.engine import Engine
 from .engine.idle import IdleSignal
 from .engine.pool import EnginePool
-from .engine.runners import build_runner
+from .engine.runner_types import build_runner
 from .env import env_flag, env_str
 from .errors import ModelLoadError, TTSError
 from .model.checkpoint import resolve_checkpoint_dir
