@@ -25,7 +25,7 @@ FLOORS: list[list[str]] = [
     ["tts_core.env", "tts_core.errors", "tts_core.devices", "tts_core.config", "tts_core.types"],
     ["tts_core.model", "tts_core.text", "tts_core.tokenizer", "tts_core.audio", "tts_core.tiny"],
     ["tts_core.prompt", "tts_core.voices", "tts_core.engine"],
-    ["tts_core.cpu_mode", "tts_core.cpu_mode_cache", "tts_core.cpu_mode_settle", "tts_core.segments"],
+    ["tts_core.precision", "tts_core.segments"],
     ["tts_core.loader"],
     ["tts_core.synthesizer", "tts_core.export"],
     ["tts_core", "tts_core.cli"],
