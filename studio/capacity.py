@@ -14,7 +14,7 @@ Beyond the slots, requests wait in the engine's queue (`--max-queue`) and then g
 
 from __future__ import annotations
 
-from tts_core.cpus import available_cpus
+from tts_core.devices import available_cpus
 
 GPU_ACTIVE_STREAMS = 256
 

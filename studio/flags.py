@@ -1,7 +1,7 @@
 """The web server's command line (`python app.py`, `python -m tts_core serve`).
 
 Every flag has an environment twin, named in its help and read through `tts_core.env`; the model
-flags are the ones `python -m tts_core say` takes (`tts_core.cli_flags`).
+flags are the ones `python -m tts_core say` takes (`tts_core.cli.add_model_flags`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tts_core.cli_flags import add_model_flags
+from tts_core.cli import add_model_flags
 from tts_core.config import EngineConfig
 from tts_core.env import env_flag, env_float, env_int, env_str
 

@@ -1,18 +1,34 @@
-"""Device, dtype and thread choices (done once, at Synthesizer construction, never at import)."""
+"""The machine's resources and their defaults: usable CPUs, torch devices, the LM dtype, CPU threads.
+
+torch is imported inside the functions that need it: the web server and the encoder pool ask for
+the CPU count before the engine (and torch with it) is imported. Nothing is chosen at import time.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+from typing import TYPE_CHECKING
 
-import torch
-
-from .cpus import available_cpus
 from .env import env_int
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the host's core count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    import torch
+
     if isinstance(device, torch.device):
         return device
     name = (device or "auto").strip().lower()
@@ -27,19 +43,23 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     return resolved
 
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+           "float16": "float16", "fp16": "float16"}
 
 
 def auto_cuda_dtype(capability: tuple[int, int]) -> torch.dtype:
     """LM dtype for a GPU of compute `capability`: bf16 where it is native (Ampere, sm 8.0, and
     newer); older GPUs (a T4 is sm 7.5) get fp16. `torch.cuda.is_bf16_supported()` is not used: it
     says yes on a T4, where bf16 is emulated and slow."""
+    import torch
+
     return torch.bfloat16 if capability >= (8, 0) else torch.float16
 
 
 def resolve_lm_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
     """LM precision: `auto` = bf16 or fp16 on CUDA by capability (`auto_cuda_dtype`), fp32 on CPU."""
+    import torch
+
     if isinstance(dtype, torch.dtype):
         return dtype
     name = (dtype or "auto").strip().lower()
@@ -49,7 +69,7 @@ def resolve_lm_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dt
         return torch.float32
     if name not in _DTYPES:
         raise ValueError(f"dtype {dtype!r} unknown; use auto, float32, bfloat16 or float16")
-    return _DTYPES[name]
+    return getattr(torch, _DTYPES[name])
 
 
 def default_cpu_threads(cpus: int | None = None) -> int:
@@ -65,6 +85,8 @@ def default_cpu_threads(cpus: int | None = None) -> int:
 
 def configure_cpu_threads(device: torch.device) -> None:
     """Set torch's CPU threads from the CPUs this process may use (not the host's core count)."""
+    import torch
+
     if device.type != "cpu":
         return
     threads = env_int("MOSS_TTS_NUM_THREADS") or default_cpu_threads()

@@ -6,7 +6,6 @@ from the `LoadedParts`; nothing here knows the synthesizer class.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import logging
 import os
@@ -19,15 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import cpu_mode_cache
 from .config import EngineConfig
-from .cpu_mode import FRAME_S, REALTIME_RTF, ModeChoice, measure_frame_s, realtime_reason
-from .cpu_mode_settle import PROVISIONAL, PendingMode
 from .devices import available_cpus, configure_cpu_threads, resolve_device, resolve_lm_dtype
 from .engine.engine import Engine
 from .engine.idle import IdleSignal
 from .engine.pool import EnginePool
-from .engine.runners import build_runner
+from .engine.runner_types import build_runner
 from .env import env_flag, env_str
 from .errors import ModelLoadError, TTSError
 from .model.checkpoint import resolve_checkpoint_dir
@@ -35,7 +31,8 @@ from .model.codec import MossAudioCodec
 from .model.codec_loading import load_codec
 from .model.lm_config import LMConfig
 from .model.lm_loading import load_lm
-from .model.quant import QUANT_MODES, quantize_codec, quantize_lm
+from .model.quant import QUANT_MODES
+from .precision import apply_precision
 from .tokenizer import TextTokenizer
 from .voices import VoiceBank, load_catalog
 
@@ -45,25 +42,13 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class LoadedParts:
     """What the synthesizer is made of: the text tokenizer, the running engine (or one engine per
-    device), the voice bank, a description for /health, the LM's config (special ids), and the CPU
-    precision still to settle after start (`cpu_mode_settle.py`), if any."""
+    device), the voice bank, a description for /health and the LM's config (special ids)."""
 
     tokenizer: TextTokenizer
     engine: Engine | EnginePool
     voices: VoiceBank
     info: dict[str, Any]
     lm_config: LMConfig
-    pending_mode: PendingMode | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Precision:
-    """The models in the precision they serve in, why, and what is left to settle after start."""
-
-    lm: Any
-    codec: Any
-    choice: ModeChoice
-    pending: PendingMode | None = None
 
 
 def default_cache_dir() -> Path:
@@ -141,81 +126,6 @@ def reference_encoder(codec: MossAudioCodec, device: torch.device) -> Callable[[
     return encode
 
 
-def _apply_precision(lm_model, codec_model, quantize: str | None, device: torch.device,
-                     engine_config: EngineConfig, report: Callable[[str], None],
-                     load_fp32: Callable[[], tuple[Any, Any]] | None = None,
-                     measure: Callable[..., float] = measure_frame_s,
-                     measured: Callable[[], None] = lambda: None) -> Precision:
-    """CPU weight precision: None/"fp32" keeps fp32, "fp16"/"int8" forces a mode, "auto" applies the
-    choice an earlier start kept, else measures fp32 and, when it is too slow, serves int8 at once
-    with fp16 left to settle after start (`cpu_mode_settle.py`; `load_fp32` reads fresh fp32 models
-    for that). `measured` runs once no measurement is left to take before serving (other work may
-    then share the CPU); `measure` is for tests."""
-    mode = (quantize or "fp32").strip().lower()
-    if mode not in ("auto", "fp32", *QUANT_MODES):
-        raise ModelLoadError(f"unknown precision {quantize!r}; use auto, fp32, {', '.join(QUANT_MODES)}")
-    if mode != "auto" or device.type != "cpu":
-        measured()
-    if device.type != "cpu":
-        if mode in QUANT_MODES:
-            raise ModelLoadError(f"{mode} weights are a CPU mode; drop --quantize on CUDA (the LM runs in bf16 there)")
-        return Precision(lm_model, codec_model, ModeChoice("fp32", reason=f"{device.type}: LM {lm_model.dtype}, "
-                                                                           f"codec fp32"))
-    if mode == "auto":
-        return _auto_precision(lm_model, codec_model, engine_config, report, load_fp32, measure, measured)
-    if mode in QUANT_MODES:
-        report(f"converting linear layers to {mode} weights…")
-        quantize_lm(lm_model, mode)
-        quantize_codec(codec_model, mode)
-    return Precision(lm_model, codec_model, ModeChoice(mode, reason=f"{mode} (forced)" if mode != "fp32" else "fp32"))
-
-
-def _auto_precision(lm_model, codec_model, engine_config: EngineConfig, report: Callable[[str], None],
-                    load_fp32: Callable[[], tuple[Any, Any]] | None, measure: Callable[..., float],
-                    measured: Callable[[], None]) -> Precision:
-    pipelined = engine_config.pipeline_codec
-    if pipelined is None:
-        pipelined = available_cpus() >= 2
-    key = cpu_mode_cache.choice_key(lm_model.config, pipelined=pipelined)
-    known = cpu_mode_cache.load_choice(default_cache_dir(), key)
-    if known is not None:
-        measured()
-    if known is not None and not known.settled and "fp32" in known.rtf:
-        report(f"fp32 was too slow here at an earlier start: serving {PROVISIONAL} now, fp16 is measured when idle…")
-        return _provisional(lm_model, codec_model, load_fp32, known.rtf["fp32"], pipelined, key)
-    if known is not None:
-        report(f"CPU mode {known.mode}, as measured at an earlier start on this machine")
-        if known.mode in QUANT_MODES:
-            quantize_lm(lm_model, known.mode)
-            quantize_codec(codec_model, known.mode)
-        return Precision(lm_model, codec_model,
-                         ModeChoice(known.mode, known.rtf, f"{known.reason} (measured at an earlier start)"))
-    report("measuring CPU speed in fp32…")
-    fp32_rtf = measure(lm_model, codec_model, pipelined=pipelined) / FRAME_S
-    measured()
-    logger.info("CPU mode fp32: RTF %.2f", fp32_rtf)
-    if fp32_rtf <= REALTIME_RTF:
-        choice = ModeChoice("fp32", {"fp32": fp32_rtf}, realtime_reason("fp32", fp32_rtf))
-        cpu_mode_cache.store_choice(default_cache_dir(), key, choice)
-        return Precision(lm_model, codec_model, choice)
-    report(f"fp32 is too slow here (RTF {fp32_rtf:.2f}): serving {PROVISIONAL} now, fp16 is measured when idle…")
-    return _provisional(lm_model, codec_model, load_fp32, fp32_rtf, pipelined, key)
-
-
-def _provisional(lm_model, codec_model, load_fp32: Callable[[], tuple[Any, Any]] | None, fp32_rtf: float,
-                 pipelined: bool, key: str) -> Precision:
-    """Serve `PROVISIONAL` now; the rest is measured after start. The unsettled choice is kept, so a
-    server stopped before it settles starts this way again without measuring fp32."""
-    if load_fp32 is None:  # (callers holding no checkpoint) keep fp32 copies: the originals are quantised now
-        copies = copy.deepcopy(lm_model), copy.deepcopy(codec_model)
-        load_fp32 = lambda: copies  # noqa: E731
-    pending = PendingMode(load_fp32, fp32_rtf, pipelined, default_cache_dir(), key)
-    cpu_mode_cache.store_choice(default_cache_dir(), key, pending.provisional_choice())
-    quantize_lm(lm_model, PROVISIONAL)
-    quantize_codec(codec_model, PROVISIONAL)
-    return Precision(lm_model, codec_model, pending.provisional_choice(), pending)
-
-
 def _resolve_default_voice(voices: VoiceBank) -> None:
     """Encode the default voice's clip (once per cache) in a thread, beside the rest of the load:
     the likeliest first request needs it, and the load's own work uses one core."""
@@ -267,17 +177,16 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         allow_download=allow_download,
     )
 
-    def measured() -> None:
+    pipelined = engine_config.pipeline_codec
+    if pipelined is None:  # as the engine decides it (`engine/engine.py`)
+        pipelined = torch_device.type == "cuda" or available_cpus() >= 2
+    lm_model, codec_model, precision = apply_precision(lm_model, codec_model, quantize, torch_device,
+                                                       pipelined=pipelined, cache_dir=cache_root, report=report)
+    if torch_device.type == "cpu":
+        # After the precision's measurement (whose CPU it must not share), beside the rest of the load.
         # CPU only: a GPU encodes a clip in milliseconds, and GPU work beside a CUDA graph capture
         # (--no-defer-compile captures during the load) would break the capture.
-        if torch_device.type == "cpu":
-            _resolve_default_voice(voices)
-
-    precision = _apply_precision(lm_model, codec_model, quantize, torch_device, engine_config, report,
-                                 load_fp32=lambda: (load_lm(lm_dir, device=torch_device, dtype=lm_dtype),
-                                                    load_codec(codec_dir, device=torch_device, dtype=torch.float32)),
-                                 measured=measured)
-    lm_model, codec_model = precision.lm, precision.codec
+        _resolve_default_voice(voices)
     if any(d.type == "cuda" for d in engine_devices):
         logger.info("torch.compile cache: %s", persist_compile_cache(cache_root))
     engines, idle = [], IdleSignal()  # one signal: "no stream in progress" over every device
@@ -300,9 +209,9 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         "devices": [str(d) for d in engine_devices],
         "dtype": str(lm_dtype).removeprefix("torch."),
         "codec_dtype": "float32",
-        "quantize": precision.choice.mode if precision.choice.mode in QUANT_MODES else None,
-        "precision": precision.choice.reason,
+        "quantize": precision.mode if precision.mode in QUANT_MODES else None,
+        "precision": precision.reason,
         "threads": torch.get_num_threads() if torch_device.type == "cpu" else None,
     }
     return LoadedParts(tokenizer=text_tokenizer, engine=engine, voices=voices, info=info,
-                       lm_config=lm_model.config, pending_mode=precision.pending)
+                       lm_config=lm_model.config)

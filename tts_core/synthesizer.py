@@ -20,8 +20,6 @@ from pathlib import Path
 import numpy as np
 
 from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
-from .cpu_mode import ModeChoice
-from .cpu_mode_settle import PendingMode, settle_cpu_mode
 from .engine.features import EngineFeatures
 from .engine.idle import QUIET_S
 from .engine.stream import Stream
@@ -29,7 +27,6 @@ from .engine.types import EngineLike, EngineStats
 from .errors import InvalidRequestError, TTSError
 from .loader import load_parts
 from .model.lm_config import LMConfig
-from .model.quant import QUANT_MODES
 from .prompt import PromptTemplate, build_prompt_rows
 from .segments import SegmentPlan, build_segments, continuation_prefix_rows, voice_clone_prefix_rows
 from .text import check_text
@@ -64,7 +61,6 @@ class Synthesizer:
         self.config = config
         self.info = dict(info)
         self.warm = False
-        self._closing = threading.Event()
         # Set once the start-up's background voice warm-up is over (or there is none): work that must
         # not overlap it (the web page's build, studio/page_slot.py) waits for it.
         self.voices_warmed = threading.Event()
@@ -109,12 +105,10 @@ class Synthesizer:
             synth.warmup()
         if not warmup:
             synth.voices_warmed.set()
-        if warmup or parts.pending_mode is not None:
+        if warmup:
             # Preset voices' prompt prefixes are computed in the background, so each preset's
-            # first request is already as fast as its later ones; then a CPU precision left to
-            # settle by a first start is measured at idle moments (`cpu_mode_settle.py`).
-            threading.Thread(target=synth._after_start, args=(warmup, parts.pending_mode), name="voice-warm",
-                             daemon=True).start()
+            # first request is already as fast as its later ones.
+            threading.Thread(target=synth._warm_voices_after_start, name="voice-warm", daemon=True).start()
         logger.info("synthesizer ready: %s", json.dumps(synth.info))
         for features in synth.features():
             logger.info("engine on %s", features.summary())
@@ -234,43 +228,16 @@ class Synthesizer:
         logger.info("queued %d voice prefixes for precomputation", count)
         return count
 
-    def _after_start(self, warm_voices: bool, pending: PendingMode | None) -> None:
-        if warm_voices:
-            try:
-                self.warm_voices(between=self._until_no_stream)
-            finally:
-                self.voices_warmed.set()
-        if pending is not None:
-            settle_cpu_mode(pending, self.engine, stop=self._closing, apply=self._serve_settled)
+    def _warm_voices_after_start(self) -> None:
+        try:
+            self.warm_voices(between=self._until_no_stream)
+        finally:
+            self.voices_warmed.set()
 
     def _until_no_stream(self) -> bool:
         """Wait until no stream has run for QUIET_S (a clip's encoding takes a core, and a request
         often follows another); False once the engine is closing."""
         return self.engine.idle.wait_quiet(QUIET_S)
-
-    def _serve_settled(self, lm, codec, choice: ModeChoice) -> None:
-        """The CPU precision settled after start. With models (another mode than the one served),
-        the engine switches to them at an idle moment, then the voices' prefixes are computed again."""
-        if lm is None:
-            self.info.update(precision=choice.reason)
-            return
-        switched = threading.Event()
-
-        def switch() -> None:  # on the engine thread, with no stream running (errors: logged there)
-            try:
-                self.engine.runner.replace_models(lm, codec)
-                self.info.update(quantize=choice.mode if choice.mode in QUANT_MODES else None,
-                                 precision=choice.reason)
-            finally:
-                switched.set()
-
-        self.engine.when_idle(switch)
-        while not switched.wait(0.5):
-            if self._closing.is_set():
-                return
-        if self.engine.runner.lm is lm:
-            logger.info("now serving in %s weights (%s)", choice.mode, choice.reason)
-            self.warm_voices(between=self._until_no_stream)
 
     def stats(self) -> EngineStats:
         return self.engine.stats()
@@ -284,5 +251,4 @@ class Synthesizer:
                 "engine_features": [f.as_dict() for f in self.features()]}
 
     def close(self) -> None:
-        self._closing.set()
         self.engine.close()

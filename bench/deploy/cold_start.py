@@ -217,7 +217,8 @@ APP_MARKERS = (("model: importing the engine", "engine import begins (model-load
                ("model: loading LM", "LM weights: reading"),
                ("model: loading codec", "codec weights: reading"),
                ("model: measuring CPU speed in fp32", "CPU mode: measuring fp32"),
-               ("serving int8 now", "CPU mode: int8 for now, fp16 measured later"),
+               ("model: measuring CPU speed with fp16 weights", "CPU mode: measuring fp16"),
+               ("model: measuring CPU speed with int8 weights", "CPU mode: measuring int8"),
                ("as measured at an earlier start", "CPU mode: kept from an earlier start"),
                ("model: warming up", "warm-up"),
                ("model: ready", "model ready"),
@@ -225,8 +226,7 @@ APP_MARKERS = (("model: importing the engine", "engine import begins (model-load
                ("Application startup complete", "server answering"),
                ("encoding reference clip", "a voice clip encoded (first request or voice warm-up)"),
                ("building the page", "page: building (Gradio imported now)"),
-               ("the page is served at /", "page served"),
-               ("CPU mode settled", "CPU mode settled (background)"))
+               ("the page is served at /", "page served"))
 PAGE_LINE = "the page is served at /"
 
 

@@ -103,7 +103,7 @@ def bench_level(models, devices, plan: LevelPlan, tokenizer, context_rows: int, 
     from tts_core.config import EngineConfig
     from tts_core.engine.engine import Engine
     from tts_core.engine.pool import EnginePool
-    from tts_core.engine.runners import build_runner
+    from tts_core.engine.runner_types import build_runner
 
     slots = -(-plan.streams // len(devices))  # per engine
     config = EngineConfig(max_active_streams=slots, max_queue=0, max_context_rows=context_rows,

@@ -41,7 +41,7 @@ from bench.lib.trace import EngineTrace, summarize
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.devices import configure_cpu_threads, resolve_device, resolve_lm_dtype
 from tts_core.engine.engine import Engine
-from tts_core.engine.runners import build_runner
+from tts_core.engine.runner_types import build_runner
 from tts_core.tokenizer import TextTokenizer
 
 

@@ -44,7 +44,7 @@ from tts_core.config import EngineConfig
 from tts_core.devices import resolve_lm_dtype
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
-from tts_core.engine.runners import build_runner
+from tts_core.engine.runner_types import build_runner
 from tts_core.engine.stream import Stream
 from tts_core.types import AudioChunk
 

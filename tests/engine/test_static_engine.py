@@ -29,7 +29,7 @@ from tts_core.engine.cuda.static_step import graphs_enabled
 from tts_core.engine.engine import Engine
 from tts_core.engine.idle import IdleSignal
 from tts_core.engine.pool import EnginePool, route_order
-from tts_core.engine.runners import build_runner
+from tts_core.engine.runner_types import build_runner
 from tts_core.engine.stream import Segment, Stream
 from tts_core.engine.types import EngineStats
 from tts_core.errors import EngineStalledError, QueueFullError

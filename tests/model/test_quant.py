@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 from bench.lib.fidelity import compare_models
-from tts_core.cpu_mode import REALTIME_RTF, choose_cpu_mode
 from tts_core.model.codec_loading import load_codec
 from tts_core.model.lm_loading import load_lm
 from tts_core.model.quant import quantize_codec, quantize_lm
+from tts_core.precision import REALTIME_RTF, choose_mode
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -79,7 +79,7 @@ def test_auto_mode_picks_the_most_faithful_real_time_mode(tiny, rtf, want):
     def fake_measure(lm, codec, *, pipelined):  # a fake clock: no dependence on this machine's speed
         return rtf[next(modes)] * 0.08
 
-    lm, codec, choice = choose_cpu_mode(*tiny, pipelined=True, measure=fake_measure)
+    lm, codec, choice = choose_mode(*tiny, pipelined=True, measure=fake_measure)
     assert choice.mode == want
     assert list(choice.rtf) == ["fp32", "fp16", "int8"][: ["fp32", "fp16", "int8"].index(want) + 1]
     assert ("still slower than real time" in choice.reason) == (min(rtf.values()) > REALTIME_RTF)

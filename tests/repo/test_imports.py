@@ -22,11 +22,10 @@ KNOWN_CYCLES: set[frozenset[str]] = set()
 # is the first floors; the web app stacks on it: shared pieces, hardening, bytes, routes, the
 # ZeroGPU relay, the Gradio page, then the wiring.
 FLOORS: list[list[str]] = [
-    ["tts_core.env", "tts_core.errors", "tts_core.config", "tts_core.types", "tts_core.cpus"],
-    ["tts_core.devices", "tts_core.model", "tts_core.text", "tts_core.tokenizer", "tts_core.audio", "tts_core.tiny",
-     "tts_core.cli_flags"],
+    ["tts_core.env", "tts_core.errors", "tts_core.devices", "tts_core.config", "tts_core.types"],
+    ["tts_core.model", "tts_core.text", "tts_core.tokenizer", "tts_core.audio", "tts_core.tiny"],
     ["tts_core.prompt", "tts_core.voices", "tts_core.engine"],
-    ["tts_core.cpu_mode", "tts_core.cpu_mode_cache", "tts_core.cpu_mode_settle", "tts_core.segments"],
+    ["tts_core.precision", "tts_core.segments"],
     ["tts_core.loader"],
     ["tts_core.synthesizer", "tts_core.export"],
     ["tts_core", "tts_core.cli"],

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cpus import available_cpus
+from ..devices import available_cpus
 from .encoder_process import EncoderWorkerError, Replies, WorkerGone, WorkerProcess
 from .encoder_wire import CLOSE, ERROR, FINISH, OPEN, PUSH, STATS, Message, parse_result
 from .encoders import StreamEncoder, check_rate

@@ -27,7 +27,7 @@ from ..model import lm_step
 from ..model.codec_rows import RowDecoder
 from ..model.row_linear import make_rows_independent, rows_independent
 from .host_copy import ReadyPcm
-from .prefix_cache import PrefixCache, prefix_key
+from .prefix_cache import prefix_key
 from .runner_base import SlotRunner
 from .sampler import batch_for_frame
 
@@ -59,12 +59,7 @@ class EagerRunner(SlotRunner):
                  prefix_cache_size: int = 8, batched: bool | None = None):
         super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
                          state_rows=num_slots, cache_len=max_context_rows, prefix_cache_size=prefix_cache_size)
-        self._may_batch = batched is not False
-        self._use_models()
-
-    def _use_models(self) -> None:
-        """Prepare `self.lm` / `self.codec` for stepping: batched where rows come out independent."""
-        self.batched = self._may_batch and self._prepare_batching()
+        self.batched = batched is not False and self._prepare_batching()
         with torch.inference_mode():  # like the state the base made
             # The local transformer's scratch: all slots at once, or one stream at a time.
             self.local = self.lm.new_local_cache(self.num_slots if self.batched else 1, self.device)
@@ -120,18 +115,6 @@ class EagerRunner(SlotRunner):
         self.lm.prefill(torch.as_tensor(rows, dtype=torch.long), scratch, 0)
         self.prefix_cache.store(key, scratch, 0, len(rows))
         return True
-
-    @torch.inference_mode()  # the caches are made of inference tensors
-    def replace_models(self, lm, codec) -> None:
-        """No stream running: serve with other weights of the same model (a CPU precision mode
-        settled after start, `cpu_mode_settle.py`). The prompt-prefix cache is emptied: its KV came
-        from the old weights. Slot state (KV cache, codec rings) is reset when a stream starts."""
-        if any(sampler is not None for sampler in self.samplers):
-            raise RuntimeError("streams are running: models are replaced between requests")
-        self.lm, self.codec = lm, codec
-        self._use_models()  # their linears swapped and checked like the first ones'
-        if self.prefix_cache is not None:
-            self.prefix_cache = PrefixCache(self.prefix_cache.capacity)
 
     def release(self, slot: int) -> None:
         self.samplers[slot] = None

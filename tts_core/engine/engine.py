@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 
 class Engine:
-    """Continuous-batching engine around a `runner_types.Runner` (`runners.build_runner` picks one).
+    """Continuous-batching engine around a `runner_types.Runner` (`runner_types.build_runner` picks one).
 
     Args:
         runner: owns the model, KV cache and codec state for `config.max_active_streams` slots.

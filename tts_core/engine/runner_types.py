@@ -1,9 +1,10 @@
-"""What the engine needs of a runner (the device work over stream slots), as Protocols.
+"""What the engine needs of a runner (the device work over stream slots), as Protocols, and the
+runner for a device (`build_runner`).
 
-Two runners implement it: `eager_runner.EagerRunner` (exact per-slot steps; the CPU's) and
-`static_runner.StaticRunner` (static shapes, buckets, CUDA graphs; the GPU's, also runnable on a
-CPU for tests). `runners.build_runner` picks one by device. A runner whose `can_step_ahead` is True
-is also a `LaunchingRunner`: the engine may launch its next step before reading the last one.
+Two runners implement it: `cpu.EagerRunner` (exact per-slot steps; the CPU's) and
+`cuda.static_runner.StaticRunner` (static shapes, buckets, CUDA graphs; the GPU's). A runner whose
+`can_step_ahead` is True is also a `LaunchingRunner`: the engine may launch its next step before
+reading the last one.
 """
 
 from __future__ import annotations
@@ -93,3 +94,19 @@ class LaunchingRunner(Runner, Protocol):
 
     def drop_launched(self) -> None:
         """Forget launched steps after a failure (their results will never be read)."""
+
+
+def build_runner(lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,
+                 prefix_cache_size: int = 8, enforce_eager: bool = False, compile: str | None = None,
+                 defer: bool = False) -> Runner:
+    """The runner for `device`: a `StaticRunner` on CUDA (`enforce_eager`, `compile` and `defer` are
+    its options), an `EagerRunner` elsewhere (which has neither graphs nor compile to configure)."""
+    from .cpu import EagerRunner
+    from .cuda.static_runner import StaticRunner
+
+    if torch.device(device).type == "cuda":
+        return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
+                            enforce_eager=enforce_eager, compile=compile, prefix_cache_size=prefix_cache_size,
+                            defer=defer)
+    return EagerRunner(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
+                       prefix_cache_size=prefix_cache_size)
