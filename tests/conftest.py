@@ -7,6 +7,8 @@ file dropped into `e2e/`, `gpu/` or `reliability/` is marked like its neighbours
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,16 @@ pytest.register_assert_rewrite("support")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# The session's own cache dir (encoded voices, saved voices, the CPU precision choice, compile caches):
+# the tests and every app they start (children inherit the variable) never read or write the user's
+# ~/.cache/moss_tts_studio, and no result of one run leaks into the next. MOSS_TTS_CACHE_DIR is read
+# before XDG_CACHE_HOME (`tts_core.loader.default_cache_dir`); other tools' XDG caches stay where they are.
+SESSION_CACHE_DIR = Path(tempfile.mkdtemp(prefix="moss-tts-test-cache-"))
+os.environ["MOSS_TTS_CACHE_DIR"] = str(SESSION_CACHE_DIR)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
