@@ -50,9 +50,12 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
 
 def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = True) -> list:
     """Wire the page's events; returns the events that leave a checked request in `w.payload`."""
-    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice, w.marks]
+    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice, w.marks,
+               w.generate_btn, w.audition_btn]
     demo.load(handlers.refresh, outputs=pickers, **_HIDDEN)
     w.timer.tick(handlers.refresh, outputs=pickers, **_HIDDEN)
+    for tab in w.mode_tabs:  # a message is about the tab it came from: it goes when another is opened
+        tab.select(lambda: "", outputs=w.message, **_HIDDEN)
     w.text.change(None, inputs=w.text, outputs=w.char_count, js=_count_js(handlers.settings.max_text_chars),
                   **_HIDDEN)
     w.language.change(handlers.filter_language, inputs=[w.marks, w.language, w.voice], outputs=[w.voice, w.clip],

@@ -85,6 +85,18 @@ def audition_defaults(presets: list, default: str) -> list[str]:
     return compare
 
 
+def unavailable_note(presets: list) -> str:
+    """The presets that cannot speak here, grouped by why (their `unavailable_reason`), for the voice
+    picker's info line: "Not available here: Sora, Kaze: needs …" (empty when every preset can speak)."""
+    groups: dict[str, list[str]] = {}
+    for p in presets:
+        if not p.available:
+            groups.setdefault(scrub_paths(p.unavailable_reason) or "no source", []).append(p.name)
+    if not groups:
+        return ""
+    return "Not available here: " + "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups.items()) + "."
+
+
 def clip_player(name: str | None, presets: list) -> str:
     preset = next((p for p in presets if p.name == name), None)
     if preset is None:
@@ -120,12 +132,17 @@ class PageHandlers:
         self.saved_voices = saved_voices  # the voice library's listing; None: this server keeps no voices
 
     def presets(self) -> list:
-        """The available presets once the model is ready (else none)."""
+        """The available presets once the model is ready (else none): only voices that can speak now
+        are offered; the others are named in the picker's info line (`unavailable_note`)."""
+        return [p for p in self.all_presets() if p.available]
+
+    def all_presets(self) -> list:
         if self.service.state is not ServiceState.READY:
             return []
-        return [p for p in self.service.get().list_voices() if p.available]
+        return self.service.get().list_voices()
 
     def status(self) -> str:
+        """The header's status line; a failed load says what happened, then what to do (offline too)."""
         service = self.service
         if service.state is ServiceState.READY:
             health = service.get().health()
@@ -135,7 +152,7 @@ class PageHandlers:
             return (f"🟢 **Ready** <span class='status-details'>· {engine_summary(health)} · "
                     f"up to {health.get('max_active_streams')} streams at once</span>")
         if service.state is ServiceState.FAILED:
-            return f"🔴 **The model could not be loaded.** {scrub_paths(service.error)}"
+            return f"🔴 **The model could not be loaded:** {scrub_paths(service.error)}"
         return f"⏳ **Loading the model** — {service.status}. You can prepare your text meanwhile."
 
     def saved(self) -> list[dict] | None:
@@ -182,32 +199,40 @@ class PageHandlers:
         """Status line; on the first 'ready' also fill the voice pickers and stop polling.
 
         Outputs: status, voice dropdown, audition voices, language radio, clip player, timer,
-        the "My voices" tab and its dropdown, and the marks box (set once the pickers are filled: its
-        change event labels them with the visitor's marks, which only the browser has).
+        the "My voices" tab and its dropdown, the marks box (set once the pickers are filled: its
+        change event labels them with the visitor's marks, which only the browser has), then the
+        Generate and Compare buttons (disabled for good when the model failed to load).
         """
         status = self.status()
         keep = (gr.skip(),) * 4
+        buttons = (gr.skip(), gr.skip())
         if self.service.state in (ServiceState.LOADING, ServiceState.IDLE):
-            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip(), gr.skip()
-        presets = self.presets()
-        if not presets:
-            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip(), gr.skip()
-        default = self.service.get().default_voice
-        start = page_default_voice(presets, default)
+            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip(), gr.skip(), *buttons
+        if self.service.state is ServiceState.FAILED:  # nothing can be generated: say so, offer nothing
+            off = gr.Button(interactive=False)
+            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip(), gr.skip(), off, off
+        everyone = self.all_presets()
+        presets = [p for p in everyone if p.available]
+        note = unavailable_note(everyone)
+        saved = self.saved()
+        tail = (gr.Timer(active=False), gr.Tab(visible=saved is not None),
+                gr.Dropdown(choices=saved_choices(saved or []), value=None), uuid.uuid4().hex, *buttons)
+        if not presets:  # no preset can speak here (say why); cloning and saved voices still work
+            note += " Clone a voice instead."
+            return (status, gr.Dropdown(choices=[], value=None, info=note),
+                    gr.CheckboxGroup(choices=[], value=[], info=note), gr.skip(), "", *tail)
+        start = page_default_voice(presets, self.service.get().default_voice)
         languages = FIXED_LANGUAGES + sorted({language_name(p.language) for p in presets} - set(FIXED_LANGUAGES))
         num_languages = len({p.language for p in presets})
-        saved = self.saved()
         return (
             status,
             gr.Dropdown(choices=voice_choices(presets), value=start,
-                        info=f"{len(presets)} voices in {num_languages} languages."),
-            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, start)),
+                        info=f"{len(presets)} voices in {num_languages} languages. {note}".strip()),
+            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, start),
+                             info=f"Up to {MAX_AUDITION_VOICES}. {note}".strip()),
             gr.Radio(choices=languages),
             clip_player(start, presets),
-            gr.Timer(active=False),
-            gr.Tab(visible=saved is not None),
-            gr.Dropdown(choices=saved_choices(saved or []), value=None),
-            uuid.uuid4().hex,
+            *tail,
         )
 
     def use_example(self, index: int, voice: str | None, marks: str | None = None) -> tuple:

@@ -41,6 +41,7 @@ class Widgets:
 
     status: gr.Markdown
     timer: gr.Timer
+    mode_tabs: tuple  # Speak, Voice audition
     payload: gr.Textbox
     marks: gr.Textbox
     marks_sync: gr.Button
@@ -115,10 +116,11 @@ def build_layout(settings: ServerSettings, status: Callable[[], str], *,
         parts["source"] = gr.State("preset")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=3, min_width=300, elem_id="form-column"), gr.Tabs(elem_id="mode-tabs"):
-                with gr.Tab("Speak", id="speak"):
+                with gr.Tab("Speak", id="speak") as speak_tab:
                     parts |= _speak_tab(settings, speed)
-                with gr.Tab("Voice audition", id="audition"):
+                with gr.Tab("Voice audition", id="audition") as audition_tab:
                     parts |= _audition_tab(settings)
+                parts["mode_tabs"] = (speak_tab, audition_tab)
             with gr.Column(scale=2, min_width=300, elem_id="player-column"):
                 parts["message"] = gr.Markdown(elem_id="tts-message")
                 gr.HTML(_PLAYER_IFRAME, elem_id="player-panel", js_on_load=None)
