@@ -15,13 +15,16 @@ import random
 import secrets
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import quote
 
+import anyio
 import gradio as gr
 
 from tts_core.errors import TTSError
 
 from ..api.requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
+from ..api.voices_api import SavedVoices
 from ..errors import scrub_paths
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
@@ -35,7 +38,9 @@ MAX_TAKES = 4
 FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
 _LANGUAGES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "jp": "Japanese", "ko": "Korean",
               "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "ru": "Russian"}
-_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text", "window": "The clip window"}
+_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text",
+                "window": "The clip window", "audio_sample": "The clip", "transcript": "The transcript",
+                "name": "The name"}
 
 
 def language_name(code: str) -> str:
@@ -125,11 +130,12 @@ class PageHandlers:
     """The page's event handlers, bound to the service, the HTTP limits and the upload store."""
 
     def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
-                 saved_voices: Callable[[], list[dict]] | None = None):
+                 library: SavedVoices | None = None):
         self.service = service
         self.settings = settings
         self.uploads = uploads
-        self.saved_voices = saved_voices  # the voice library's listing; None: this server keeps no voices
+        self.library = library  # the server's saved voices; None: this server keeps no voices
+        self.saved_voices: Callable[[], list[dict]] | None = library.listing if library is not None else None
 
     def presets(self) -> list:
         """The available presets once the model is ready (else none): only voices that can speak now
@@ -234,6 +240,41 @@ class PageHandlers:
             clip_player(start, presets),
             *tail,
         )
+
+    async def save_voice(self, marks, name, ref_path, ref_text, clip_view=None, clip_start=None, clip_end=None,
+                         use_window=False) -> tuple:
+        """The clone tab's clip (cut to its window when one is used) and transcript saved as a named
+        voice in the server's library. Outputs: the message, the "My voices" tab, its dropdown (the new
+        voice chosen), the name box (emptied once saved)."""
+        keep = (gr.skip(), gr.skip(), gr.skip())
+        if self.library is None or self.service.state is not ServiceState.READY:
+            return page_error("Voices can be saved once the model has loaded."), *keep
+        if not ref_path:
+            return page_error("Upload or record a reference clip first, then name it and save it."), *keep
+        window = clip_check.chosen_window(clip_view, clip_start, clip_end) if use_window else None
+        library, sample = self.library, Path(ref_path).read_bytes()
+        try:
+            voice, _ = await anyio.to_thread.run_sync(lambda: library.create(
+                name=name or "", sample=sample, transcript=(ref_text or "").strip() or None, language=None,
+                consent=None, window=f"{window[0]},{window[1]}" if window else None))
+        except TTSError as exc:
+            return page_error(exc.message), *keep
+        saved = self.saved() or []
+        return (f"✅ Saved “{html.escape(voice.name)}”: it is under My voices.", gr.Tab(visible=True),
+                gr.Dropdown(choices=saved_choices(saved, parse_marks(marks)), value=voice.id), "")
+
+    def delete_voice(self, marks, voice_id) -> tuple:
+        """Delete the voice chosen under "My voices" (None: the visitor declined). Outputs: the
+        message and the "My voices" dropdown (without it)."""
+        if not voice_id or self.library is None:
+            return gr.skip(), gr.skip()
+        try:
+            deleted = self.library.library().delete(voice_id)
+        except TTSError as exc:
+            return page_error(exc.message), gr.skip()
+        saved = self.saved() or []
+        return (f"Deleted “{html.escape(deleted.name)}”.",
+                gr.Dropdown(choices=saved_choices(saved, parse_marks(marks)), value=None))
 
     def use_example(self, index: int, voice: str | None, marks: str | None = None) -> tuple:
         """An example's text, and a voice of its language when the chosen one speaks another.
