@@ -42,9 +42,10 @@ offline_help() {
     cat >&2 <<EOF
 error: could not install $1 (no network to the package index?).
 - Point TORCH_SPEC at a wheel you have, e.g. TORCH_SPEC=/path/to/torch-$TORCH_PIN-...whl ./scripts/run.sh
-- Without the model download: python -m tts_core make-tiny-checkpoint /tmp/tiny --tokenizer /path/to/tokenizer.model
-  writes a small random model (it babbles, but every part of the app runs), then
-  ./scripts/run.sh --lm /tmp/tiny/lm --codec /tmp/tiny/codec   (HF_HUB_OFFLINE=1 keeps it from reaching the Hub)
+- Without the model download, once .venv is set up (README, "Run it"): a small random model (it babbles,
+  but every part of the app runs):
+  .venv/bin/python -m tts_core make-tiny-checkpoint /tmp/tiny
+  ./scripts/run.sh --lm /tmp/tiny/lm --codec /tmp/tiny/codec --voices-dir /tmp/tiny/voices
 EOF
 }
 

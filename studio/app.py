@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from tts_core.audio.encoder_pool import EncoderPool
 
 from .api.browser_build import MOUNT_PATH, IsolatedStaticFiles, check_build
+from .api.docs import install_docs
 from .api.metrics import AppMetrics, RequestMetricsMiddleware
 from .api.openai_api import build_openai_router
 from .api.ops import build_ops_router
@@ -76,7 +77,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
                 pool.close()
         service.close()
 
-    app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan)
+    app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan, docs_url=None, redoc_url=None)
     counters = GuardCounters()
     app.state.guard_counters = counters
     disk = upload_disk_bound(page_files)
@@ -89,6 +90,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     uploads = UploadStore(max_total_bytes=max(256 * 1024 * 1024, 4 * settings.max_upload_bytes))
     app.state.uploads = uploads
 
+    install_docs(app)  # /docs from local files (FastAPI's default loads them from a CDN)
     app.include_router(build_ops_router(service, metrics))
     saved = SavedVoices(service, settings)  # the one view of the voice library, shared by every router
     app.include_router(build_player_router(service, settings, uploads, saved))

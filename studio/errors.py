@@ -1,12 +1,15 @@
 """HTTP error translation: every failure leaves as OpenAI's error shape, never a stack trace.
 
 `{"error": {"message", "type", "param", "code"}}` with the status that `http_status` maps the
-exception class to (400 bad input, 404 unknown voice or model, 413 too large, 503 busy or loading
-+ Retry-After). The engine's exceptions know nothing of HTTP: the mapping lives here, at the boundary.
+exception class to (400 bad input or a voice this server cannot speak, 404 unknown voice or model,
+413 too large, 503 busy or loading + Retry-After: only where a retry can help). A 5xx that no retry
+mends also says `x-should-retry: false`, which the official OpenAI SDKs obey. The engine's
+exceptions know nothing of HTTP: the mapping lives here, at the boundary.
 
 No message reveals a file-system path: `scrub_paths` cuts absolute, home-relative and Windows
 paths down to their last component ("could not load --lm /srv/models/x" -> "... --lm x") before
-any message or health field leaves the server; the full text stays in the server log.
+any message or health field leaves the server; the full text stays in the server log. The one path
+kept is the README's example folder `/tmp/tiny` of its offline recipe, which messages quote.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ _HTTP_STATUS: dict[type[BaseException], tuple[int, str]] = {
     VoiceNotFoundError: (404, "invalid_request_error"),
     ModelNotFoundError: (404, "invalid_request_error"),
     PayloadTooLargeError: (413, "invalid_request_error"),
-    VoiceUnavailableError: (503, "voice_unavailable"),
+    VoiceUnavailableError: (400, "invalid_request_error"),  # no retry helps: choose another voice
     QueueFullError: (503, "server_busy"),
     ModelNotReadyError: (503, "model_loading"),
     ModelLoadError: (500, "model_load_error"),
@@ -78,6 +81,7 @@ _PATH_CHARS = r"[^\s/\\'\"`()\[\]{}<>,;|]"
 _POSIX_PATH = re.compile(rf"(?<![\w.:/~\\-])(?:file://)?(~?/(?:{_PATH_CHARS}+/*)+)")
 _WINDOWS_PATH = re.compile(rf"(?<![\w])(?:[A-Za-z]:[\\/]|\\\\)(?:{_PATH_CHARS}+[\\/]*)+")
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+EXAMPLE_DIR = "/tmp/tiny"  # the README's offline recipe writes the tiny checkpoint there
 
 
 def _last_component(path: str) -> str:
@@ -89,6 +93,8 @@ def _scrub_posix(match: re.Match[str]) -> str:
     path = match.group(1)
     first = path.lstrip("~/").split("/", 1)[0]
     if not path.startswith("~") and first in _ROUTE_ROOTS:
+        return match.group(0)
+    if path == EXAMPLE_DIR or path.startswith(EXAMPLE_DIR + "/"):
         return match.group(0)
     return _last_component(path)
 
@@ -140,6 +146,8 @@ def error_response(exc: TTSError) -> JSONResponse:
     retry_after_s = getattr(exc, "retry_after_s", None)
     if isinstance(exc, QueueFullError) or (retry_after_s is not None and status == 503):
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s or 1.0)))
+    elif status >= 500:
+        headers["x-should-retry"] = "false"  # e.g. a model that failed to load: the SDKs would retry a 5xx
     body = error_body(exc.message, error_type=error_type, param=exc.param, code=exc.code)
     return JSONResponse(body, status_code=status, headers=headers)
 

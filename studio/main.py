@@ -1,6 +1,6 @@
 """`main(argv)`: flags → logging → SynthesizerService → create_app → uvicorn.
 
-Run by `python app.py` and `python -m tts_core serve`. The server is up at once; the model loads
+Run by `python app.py` (and `scripts/run.sh`). The server is up at once; the model loads
 in the service's background thread, so torch is imported off the start-up path, and the Gradio page
 is built once the model is ready and no stream is in progress (`page_slot.py`): importing Gradio
 beside the engine's load would slow both, and the API's first audio needs neither. ZeroGPU mode
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -32,13 +33,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("moss_tts_app")
 
 
-TRY_WITHOUT_DOWNLOAD = ("To try the app without any download: python -m tts_core make-tiny-checkpoint /tmp/tiny "
-                        "--tokenizer /path/to/tokenizer.model writes a small random model (it babbles, but every "
-                        "part of the app runs), then python app.py --lm /tmp/tiny/lm --codec /tmp/tiny/codec.")
+# The README's offline recipe ("Run it"), word for word (a test holds them together).
+RUN_OFFLINE = ("To run offline: .venv/bin/python -m tts_core make-tiny-checkpoint /tmp/tiny, then "
+               "./scripts/run.sh --lm /tmp/tiny/lm --codec /tmp/tiny/codec --voices-dir /tmp/tiny/voices "
+               "(a small random model: it babbles, but every part of the app runs).")
 
 
 def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
-    """What failed and what to do. Names local paths: the server log gets it whole, clients scrubbed."""
+    """The log's account of an unexpected load failure: names local paths and the exception (clients
+    get one short line)."""
     hf_home = env_str("HF_HOME", "~/.cache/huggingface")
     try:
         offline = " HF_HUB_OFFLINE=1 is set, so nothing is downloaded." if env_flag("HF_HUB_OFFLINE") else ""
@@ -47,7 +50,12 @@ def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
     return (f"could not load the model from --lm {args.lm} / --codec {args.codec} "
             f"({type(exc).__name__}: {exc}). Check the network connection to huggingface.co, or that "
             f"HF_HOME ({hf_home}) holds the weights, or pass local directories with --lm and --codec.{offline} "
-            f"{TRY_WITHOUT_DOWNLOAD}")
+            f"{RUN_OFFLINE}")
+
+
+def _from_hub(args: argparse.Namespace) -> bool:
+    """Whether the model comes (in part) from the Hub: then a failure says how to run offline."""
+    return not (os.path.isdir(os.path.expanduser(args.lm)) and os.path.isdir(os.path.expanduser(args.codec)))
 
 
 def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
@@ -79,6 +87,10 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
             if zerogpu is not None:  # its GPU copy was placed before serving (`load_zerogpu_weights`)
                 synth.info["mode"] = zerogpu.describe()
             return synth
+        except ModelLoadError as exc:  # one clause of what happened, then what to do
+            logger.error("model load failed: %s", exc.message)
+            raise ModelLoadError(exc.message.rstrip(".") + "." + (f" {RUN_OFFLINE}" if _from_hub(args) else "")
+                                 ) from None
         except TTSError:
             raise
         except ImportError as exc:
@@ -86,10 +98,10 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
         except Exception as exc:  # network, cache, file or format problem: one line, details at debug level
             from .errors import scrub_paths
 
-            hint = _load_hint(args, exc)
-            logger.error("%s", hint)
+            logger.error("%s", _load_hint(args, exc))
             logger.debug("model load failed", exc_info=True)
-            raise ModelLoadError(scrub_paths(hint)) from None
+            raise ModelLoadError(scrub_paths("the server log has the details."
+                                             + (f" {RUN_OFFLINE}" if _from_hub(args) else ""))) from None
 
     return factory
 

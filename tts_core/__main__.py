@@ -1,4 +1,5 @@
-"""`python -m tts_core {say, make-tiny-checkpoint, make-random-checkpoint, export-onnx, export-web}`."""
+"""`python -m tts_core {say, make-tiny-checkpoint, make-random-checkpoint, bench, export-onnx, export-web}`
+(`cli.py`), from the repository's root with its environment's Python (`.venv/bin/python`)."""
 
 import os
 

@@ -1,5 +1,6 @@
 """Command line of the library: `python -m tts_core {say, make-tiny-checkpoint, make-random-checkpoint,
-export-onnx, export-web}`. The web server is `python app.py`; the benchmarks are `python -m bench`."""
+bench, export-onnx, export-web}`, run from the repository's root with its environment's Python
+(`.venv/bin/python`, which `scripts/run.sh` makes). The web server is `python app.py`."""
 
 from __future__ import annotations
 
@@ -65,18 +66,26 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_tiny(args: argparse.Namespace) -> int:
-    from .tiny import make_tiny_checkpoint
+    from .tiny import make_tiny_checkpoint, shared_data_dir
+    from .voices import load_catalog
+    from .voices.sources import copy_verified_clips
 
-    lm_dir, codec_dir = make_tiny_checkpoint(Path(args.directory), tokenizer=args.tokenizer, seed=args.seed)
+    directory = Path(args.directory)
+    lm_dir, codec_dir = make_tiny_checkpoint(directory, tokenizer=args.tokenizer, seed=args.seed)
     logger.info("tiny LM written to %s, tiny codec to %s", lm_dir, codec_dir)
-    print(f"--lm {lm_dir} --codec {codec_dir}")
+    # The presets' clips beside them (the shared data's, verified), so --voices-dir needs no download.
+    voices = directory / "voices"
+    copied = copy_verified_clips(load_catalog(), shared_data_dir() / "presets", voices)
+    logger.info("%d preset clips copied to %s%s", len(copied), voices, "" if copied else
+                " (none in the shared data: presets are then downloaded on first use; cloning works either way)")
+    print(f"--lm {lm_dir} --codec {codec_dir} --voices-dir {voices}")
     return 0
 
 
 def _cmd_make_random(args: argparse.Namespace) -> int:
-    from .tiny import _find_tokenizer, save_random_checkpoint
+    from .tiny import _find_tokenizer, save_random_checkpoint, shared_data_dir
 
-    data = Path(env_str("MOSS_TTS_PARITY_DIR", str(Path(__file__).resolve().parents[2] / "shared" / "moss_tts_nano_data")))
+    data = shared_data_dir()
     lm_dir, codec_dir = save_random_checkpoint(
         Path(args.directory), lm_config=args.lm_config or data / "hf_checkpoint_meta" / "config.json",
         codec_config=args.codec_config or data / "codec" / "config.json", tokenizer=_find_tokenizer(args.tokenizer))
@@ -106,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     tiny = sub.add_parser("make-tiny-checkpoint", help="write a small random LM + codec pair for offline runs")
     tiny.add_argument("directory")
     tiny.add_argument("--tokenizer", default=env_str("MOSS_TTS_TOKENIZER"),
-                      help="tokenizer.model to put next to the tiny LM (required unless found automatically)")
+                      help="the real tokenizer.model to put next to the tiny LM (default: the shared data's, "
+                           "MOSS_TTS_PARITY_DIR or ../shared/moss_tts_nano_data)")
     tiny.add_argument("--seed", type=int, default=0)
     tiny.set_defaults(func=_cmd_make_tiny)
 

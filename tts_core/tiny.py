@@ -3,6 +3,9 @@
 The configs use the official config.json schema (same keys as the released checkpoints) with
 small widths; the weights are random but engineered so the LM keeps choosing "continue" over
 "stop", so the app has audio to play for a length set by `max_frames` (proportional to the text).
+The real tokenizer comes from `--tokenizer` (a path that is not a file is an error, never replaced)
+or, when that is left out, from the shared data (`shared_data_dir`), whose preset clips the command
+line copies beside the models (`voices.sources.copy_verified_clips`).
 """
 
 from __future__ import annotations
@@ -138,22 +141,29 @@ def quiet_output(codec: torch.nn.Module, rms: float = 0.05) -> None:
             last.output_proj.weight.mul_(rms / level)
 
 
+def shared_data_dir() -> Path:
+    """This project's shared data (real tokenizer, configs, preset clips): MOSS_TTS_PARITY_DIR, else
+    `../shared/moss_tts_nano_data` beside the checkout."""
+    return Path(env_str("MOSS_TTS_PARITY_DIR") or Path(__file__).resolve().parents[2] / "shared" / "moss_tts_nano_data")
+
+
 def _find_tokenizer(tokenizer: str | os.PathLike | None) -> Path:
-    candidates = []
+    """The tokenizer given (which must exist: a wrong path is never swapped for another file), else
+    the shared data's."""
     if tokenizer:
-        candidates.append(Path(tokenizer))
-    parity = env_str("MOSS_TTS_PARITY_DIR")
-    if parity:
-        candidates.append(Path(parity) / "hf_checkpoint_meta" / "tokenizer.model")
-    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "moss_tts_nano_data" / "hf_checkpoint_meta"
-                      / "tokenizer.model")
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
+        path = Path(tokenizer).expanduser()
+        if not path.is_file():
+            raise ModelLoadError(f"--tokenizer {tokenizer}: no such file; pass the path of the real "
+                                 "tokenizer.model, or leave --tokenizer out to use the shared data's")
+        return path
+    shared = shared_data_dir() / "hf_checkpoint_meta" / "tokenizer.model"
+    if shared.is_file():
+        return shared
     raise ModelLoadError(
         "make-tiny-checkpoint needs the real tokenizer.model (the tiny LM keeps the real 16384-token "
-        "vocabulary): pass --tokenizer /path/to/tokenizer.model"
+        f"vocabulary), and the shared data has none at {shared.parent}: pass --tokenizer /path/to/tokenizer.model"
     )
+
 
 
 def make_tiny_checkpoint(directory: Path, *, tokenizer: str | os.PathLike | None = None,

@@ -19,13 +19,12 @@ import { FORMATS, makeDecoder } from './transport.js';
 let serverFrames = true;   // until a server refuses "framing": "events"
 let serverTransports = true;   // until a server refuses "transport"
 
-/** The readable message of an error response (OpenAI's error shape), with the field it names. */
+/** The readable message of an error response (OpenAI's error shape); the field it names in `param`. */
 export async function errorMessage(resp) {
   try {
     const body = await resp.json();
     const e = body.error || {};
-    const field = e.param ? ` (field: ${e.param})` : '';
-    const error = new Error(`${e.message || resp.statusText}${field}`);
+    const error = new Error(e.message || resp.statusText);
     error.param = e.param || null;
     return error;
   } catch (_) {

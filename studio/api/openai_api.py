@@ -7,8 +7,8 @@ Differences from OpenAI's API, all deliberate:
   play it. `sample_rate` (vllm-omni's extension) overrides the rate. `X-Sample-Rate`, `X-Channels`
   and `X-Audio-Format` always say what was sent; `pcm` is 16-bit little-endian, channels interleaved.
 - `voice` names a preset of this server (case-insensitive) or a saved voice id (`voice_...`). OpenAI's
-  built-in names that are not presets (alloy, echo, ...) fall back to the default voice so OpenAI
-  scripts run unchanged; `X-Voice` says which voice spoke. Other unknown names: 404 listing presets.
+  built-in names that are not presets (alloy, echo, ...) pick a preset of the input's language so
+  OpenAI scripts run unchanged; `X-Voice` says which voice spoke. Other unknown names: 404 listing presets.
 - `speed` 0.25-4 is a pitch-preserving time-stretch (`stretch.py`); `instructions` is accepted and
   ignored (the model has no instruction control).
 - The body streams as it is generated (mp3, opus and aac encoded progressively, wav with a

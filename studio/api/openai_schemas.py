@@ -48,8 +48,8 @@ class SpeechRequest(BaseModel):
     input: str = Field(description="Text to speak, at most the server's max_text_chars (default 4096) characters.")
     voice: str | VoiceId | None = Field(None, description=(
         "Preset name from GET /v1/voices, a saved voice id (voice_..., from POST /v1/audio/voices), or "
-        "{\"id\": ...}. OpenAI voice names (alloy, echo, ...) map to the default preset. Omitted: the "
-        "default preset. Ignored when ref_audio is given."))
+        "{\"id\": ...}. OpenAI voice names (alloy, echo, ...) pick a preset that speaks the input's "
+        "language. Omitted: the default preset. Ignored when ref_audio is given."))
     response_format: ResponseFormat = Field("mp3", description=(
         "Audio encoding: mp3, opus (Ogg), aac (ADTS), flac, wav (16-bit) or pcm (raw 16-bit little-endian, "
         "channels interleaved). 48 kHz stereo, except pcm under OpenAI's model names (tts-1, tts-1-hd, "

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tts_core.config import SamplingParams
 from tts_core.errors import InvalidRequestError, VoiceNotFoundError, VoiceUnavailableError
+from tts_core.text import detect_language
 from tts_core.types import SynthesisRequest, Voice
 from tts_core.voices.library import is_voice_id
 
@@ -130,7 +131,8 @@ class Dialect:
         too_long_code: the error code of a text or transcript over the limit.
         preset_aliases: None: `voice` goes to the engine as given and a clip plus a voice is refused.
             Otherwise `voice` is matched against the presets here (case-insensitive), these names
-            mean the default preset, and a clip overrides `voice` (OpenAI clients always send one).
+            (that are no preset's) mean the preset of the input's language (`resolve_preset`), and a
+            clip overrides `voice` (OpenAI clients always send one).
     """
 
     names: Mapping[str, str]
@@ -241,7 +243,7 @@ async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSe
     elif saved is not None and is_voice_id((fields.voice or "").strip()):
         voice, label = await anyio.to_thread.run_sync(saved, (fields.voice or "").strip())
     elif dialect.preset_aliases is not None:
-        label = resolve_preset(synth, fields.voice, dialect.preset_aliases)
+        label = resolve_preset(synth, fields.voice, dialect.preset_aliases, text=fields.text)
         voice = Voice.preset(label)
     else:
         voice, label = fields.voice, fields.voice or synth.default_voice
@@ -255,15 +257,16 @@ async def prepare(fields: Fields, dialect: Dialect, *, synth, settings: ServerSe
     return Prepared(request, label)
 
 
-def resolve_preset(synth, name: str | None, aliases: frozenset[str] = frozenset()) -> str:
-    """The preset to use for `name` (case-insensitive); empty or one of `aliases`: the default preset."""
+def resolve_preset(synth, name: str | None, aliases: frozenset[str] = frozenset(), *, text: str = "") -> str:
+    """The preset to use for `name` (case-insensitive); empty: the default preset; one of `aliases`
+    (OpenAI's voice names): the preset of `text`'s language (`VoiceBank.preset_for_language`)."""
     name = (name or "").strip()
     if not name:
         return synth.default_voice
     preset = synth.preset_info(name)  # one preset looked at, not the whole list: this runs per request
     if preset is None:
         if name.lower() in aliases:
-            return synth.default_voice
+            return synth.voices.preset_for_language(detect_language(text))
         presets = [p.name for p in synth.list_voices()]
         raise VoiceNotFoundError(
             f"unknown voice {name[:80]!r}: choose one of {', '.join(sorted(presets))} "
@@ -272,8 +275,8 @@ def resolve_preset(synth, name: str | None, aliases: frozenset[str] = frozenset(
         )
     if not preset.available:
         raise VoiceUnavailableError(
-            f"voice {preset.name!r} is unavailable ({preset.unavailable_reason or 'no source'}): choose another",
-            param="voice",
+            f"voice {preset.name!r} is unavailable: it {preset.unavailable_reason or 'has no source'}; "
+            "choose another voice", param="voice", code="voice_unavailable",
         )
     return preset.name
 

@@ -39,7 +39,7 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
     """The studio page. Voices appear once the model has loaded (a timer polls the service).
     With a ZeroGPU `relay`, the audio comes through Gradio events instead (`ui/zerogpu.py`)."""
     # "My voices" lists the library folder on every call, so the API's saves show at once
-    handlers = PageHandlers(service, settings, uploads, (saved or SavedVoices(service, settings)).listing)
+    handlers = PageHandlers(service, settings, uploads, saved or SavedVoices(service, settings))
     demo, widgets = build_layout(settings, status=handlers.status, speed=speed_supported())
     with demo:
         prepared = _wire(demo, widgets, handlers, play=relay is None)
@@ -50,9 +50,12 @@ def build_ui(service: SynthesizerService, settings: ServerSettings, uploads: Upl
 
 def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = True) -> list:
     """Wire the page's events; returns the events that leave a checked request in `w.payload`."""
-    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice, w.marks]
+    pickers = [w.status, w.voice, w.audition_voices, w.language, w.clip, w.timer, w.saved_tab, w.saved_voice, w.marks,
+               w.generate_btn, w.audition_btn]
     demo.load(handlers.refresh, outputs=pickers, **_HIDDEN)
     w.timer.tick(handlers.refresh, outputs=pickers, **_HIDDEN)
+    for tab in w.mode_tabs:  # a message is about the tab it came from: it goes when another is opened
+        tab.select(lambda: "", outputs=w.message, **_HIDDEN)
     w.text.change(None, inputs=w.text, outputs=w.char_count, js=_count_js(handlers.settings.max_text_chars),
                   **_HIDDEN)
     w.language.change(handlers.filter_language, inputs=[w.marks, w.language, w.voice], outputs=[w.voice, w.clip],
@@ -67,6 +70,7 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
                        **_HIDDEN)
     _wire_marks(w, handlers)
     w.clone_tab.select(lambda: "clone", outputs=w.source, **_HIDDEN)
+    _wire_library(w, handlers)
     w.ref_audio.change(handlers.describe_upload, inputs=w.ref_audio, outputs=w.ref_info, **_HIDDEN)
     w.ref_audio.change(handlers.check_clip, inputs=w.ref_audio,
                        outputs=[w.clip_view, w.clip_check, w.clip_start, w.clip_end], **_HIDDEN)
@@ -96,6 +100,24 @@ def _wire(demo: gr.Blocks, w: Widgets, handlers: PageHandlers, *, play: bool = T
     w.stop_btn.click(None, js=_JS_STOP, **_HIDDEN)
     w.match_loudness.change(None, inputs=w.match_loudness, js=_JS_OPTIONS, **_HIDDEN)
     return [speak, audition]
+
+
+# Deleting asks first (a browser confirm); declined, the handler gets no voice and does nothing.
+_JS_CONFIRM_DELETE = ("async (m, v) => { const ok = v && confirm('Delete this saved voice? It cannot be undone.'); "
+                      "const marks = window.mossTTS && window.mossTTS.marks ? await window.mossTTS.marks() : ''; "
+                      "return [marks, ok ? v : null]; }")
+
+
+def _wire_library(w: Widgets, handlers: PageHandlers) -> None:
+    """Save the clone tab's clip as a named voice, and delete one under "My voices" (the server's
+    voice library, the same one as POST/DELETE /v1/audio/voices)."""
+    w.save_btn.click(
+        handlers.save_voice,
+        inputs=[w.marks, w.save_name, w.ref_audio, w.ref_text, w.clip_view, w.clip_start, w.clip_end,
+                w.clip_use_window],
+        outputs=[w.message, w.saved_tab, w.saved_voice, w.save_name], js=MARKS_JS, **_HIDDEN)
+    w.delete_btn.click(handlers.delete_voice, inputs=[w.marks, w.saved_voice], outputs=[w.message, w.saved_voice],
+                       js=_JS_CONFIRM_DELETE, **_HIDDEN)
 
 
 def _wire_marks(w: Widgets, handlers: PageHandlers) -> None:

@@ -15,13 +15,16 @@ import random
 import secrets
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from urllib.parse import quote
 
+import anyio
 import gradio as gr
 
 from tts_core.errors import TTSError
 
 from ..api.requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
+from ..api.voices_api import SavedVoices
 from ..errors import scrub_paths
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
@@ -35,7 +38,9 @@ MAX_TAKES = 4
 FIXED_LANGUAGES = ["All", "Chinese", "English", "Japanese"]
 _LANGUAGES = {"zh": "Chinese", "en": "English", "ja": "Japanese", "jp": "Japanese", "ko": "Korean",
               "de": "German", "fr": "French", "es": "Spanish", "it": "Italian", "ru": "Russian"}
-_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text", "window": "The clip window"}
+_FIELD_NAMES = {"ref_audio": "The reference clip", "ref_text": "The transcript", "text": "The text",
+                "window": "The clip window", "audio_sample": "The clip", "transcript": "The transcript",
+                "name": "The name"}
 
 
 def language_name(code: str) -> str:
@@ -85,6 +90,18 @@ def audition_defaults(presets: list, default: str) -> list[str]:
     return compare
 
 
+def unavailable_note(presets: list) -> str:
+    """The presets that cannot speak here, grouped by why (their `unavailable_reason`), for the voice
+    picker's info line: "Not available here: Sora, Kaze: needs …" (empty when every preset can speak)."""
+    groups: dict[str, list[str]] = {}
+    for p in presets:
+        if not p.available:
+            groups.setdefault(scrub_paths(p.unavailable_reason) or "no source", []).append(p.name)
+    if not groups:
+        return ""
+    return "Not available here: " + "; ".join(f"{', '.join(names)} ({reason})" for reason, names in groups.items()) + "."
+
+
 def clip_player(name: str | None, presets: list) -> str:
     preset = next((p for p in presets if p.name == name), None)
     if preset is None:
@@ -113,19 +130,25 @@ class PageHandlers:
     """The page's event handlers, bound to the service, the HTTP limits and the upload store."""
 
     def __init__(self, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
-                 saved_voices: Callable[[], list[dict]] | None = None):
+                 library: SavedVoices | None = None):
         self.service = service
         self.settings = settings
         self.uploads = uploads
-        self.saved_voices = saved_voices  # the voice library's listing; None: this server keeps no voices
+        self.library = library  # the server's saved voices; None: this server keeps no voices
+        self.saved_voices: Callable[[], list[dict]] | None = library.listing if library is not None else None
 
     def presets(self) -> list:
-        """The available presets once the model is ready (else none)."""
+        """The available presets once the model is ready (else none): only voices that can speak now
+        are offered; the others are named in the picker's info line (`unavailable_note`)."""
+        return [p for p in self.all_presets() if p.available]
+
+    def all_presets(self) -> list:
         if self.service.state is not ServiceState.READY:
             return []
-        return [p for p in self.service.get().list_voices() if p.available]
+        return self.service.get().list_voices()
 
     def status(self) -> str:
+        """The header's status line; a failed load says what happened, then what to do (offline too)."""
         service = self.service
         if service.state is ServiceState.READY:
             health = service.get().health()
@@ -135,7 +158,7 @@ class PageHandlers:
             return (f"🟢 **Ready** <span class='status-details'>· {engine_summary(health)} · "
                     f"up to {health.get('max_active_streams')} streams at once</span>")
         if service.state is ServiceState.FAILED:
-            return f"🔴 **The model could not be loaded.** {scrub_paths(service.error)}"
+            return f"🔴 **The model could not be loaded:** {scrub_paths(service.error)}"
         return f"⏳ **Loading the model** — {service.status}. You can prepare your text meanwhile."
 
     def saved(self) -> list[dict] | None:
@@ -182,33 +205,76 @@ class PageHandlers:
         """Status line; on the first 'ready' also fill the voice pickers and stop polling.
 
         Outputs: status, voice dropdown, audition voices, language radio, clip player, timer,
-        the "My voices" tab and its dropdown, and the marks box (set once the pickers are filled: its
-        change event labels them with the visitor's marks, which only the browser has).
+        the "My voices" tab and its dropdown, the marks box (set once the pickers are filled: its
+        change event labels them with the visitor's marks, which only the browser has), then the
+        Generate and Compare buttons (disabled for good when the model failed to load).
         """
         status = self.status()
         keep = (gr.skip(),) * 4
+        buttons = (gr.skip(), gr.skip())
         if self.service.state in (ServiceState.LOADING, ServiceState.IDLE):
-            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip(), gr.skip()
-        presets = self.presets()
-        if not presets:
-            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip(), gr.skip()
-        default = self.service.get().default_voice
-        start = page_default_voice(presets, default)
+            return status, *keep, gr.Timer(active=True), gr.skip(), gr.skip(), gr.skip(), *buttons
+        if self.service.state is ServiceState.FAILED:  # nothing can be generated: say so, offer nothing
+            off = gr.Button(interactive=False)
+            return status, *keep, gr.Timer(active=False), gr.skip(), gr.skip(), gr.skip(), off, off
+        everyone = self.all_presets()
+        presets = [p for p in everyone if p.available]
+        note = unavailable_note(everyone)
+        saved = self.saved()
+        tail = (gr.Timer(active=False), gr.Tab(visible=saved is not None),
+                gr.Dropdown(choices=saved_choices(saved or []), value=None), uuid.uuid4().hex, *buttons)
+        if not presets:  # no preset can speak here (say why); cloning and saved voices still work
+            note += " Clone a voice instead."
+            return (status, gr.Dropdown(choices=[], value=None, info=note),
+                    gr.CheckboxGroup(choices=[], value=[], info=note), gr.skip(), "", *tail)
+        start = page_default_voice(presets, self.service.get().default_voice)
         languages = FIXED_LANGUAGES + sorted({language_name(p.language) for p in presets} - set(FIXED_LANGUAGES))
         num_languages = len({p.language for p in presets})
-        saved = self.saved()
         return (
             status,
             gr.Dropdown(choices=voice_choices(presets), value=start,
-                        info=f"{len(presets)} voices in {num_languages} languages."),
-            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, start)),
+                        info=f"{len(presets)} voices in {num_languages} languages. {note}".strip()),
+            gr.CheckboxGroup(choices=voice_choices(presets), value=audition_defaults(presets, start),
+                             info=f"Up to {MAX_AUDITION_VOICES}. {note}".strip()),
             gr.Radio(choices=languages),
             clip_player(start, presets),
-            gr.Timer(active=False),
-            gr.Tab(visible=saved is not None),
-            gr.Dropdown(choices=saved_choices(saved or []), value=None),
-            uuid.uuid4().hex,
+            *tail,
         )
+
+    async def save_voice(self, marks, name, ref_path, ref_text, clip_view=None, clip_start=None, clip_end=None,
+                         use_window=False) -> tuple:
+        """The clone tab's clip (cut to its window when one is used) and transcript saved as a named
+        voice in the server's library. Outputs: the message, the "My voices" tab, its dropdown (the new
+        voice chosen), the name box (emptied once saved)."""
+        keep = (gr.skip(), gr.skip(), gr.skip())
+        if self.library is None or self.service.state is not ServiceState.READY:
+            return page_error("Voices can be saved once the model has loaded."), *keep
+        if not ref_path:
+            return page_error("Upload or record a reference clip first, then name it and save it."), *keep
+        window = clip_check.chosen_window(clip_view, clip_start, clip_end) if use_window else None
+        library, sample = self.library, Path(ref_path).read_bytes()
+        try:
+            voice, _ = await anyio.to_thread.run_sync(lambda: library.create(
+                name=name or "", sample=sample, transcript=(ref_text or "").strip() or None, language=None,
+                consent=None, window=f"{window[0]},{window[1]}" if window else None))
+        except TTSError as exc:
+            return page_error(exc.message), *keep
+        saved = self.saved() or []
+        return (f"✅ Saved “{html.escape(voice.name)}”: it is under My voices.", gr.Tab(visible=True),
+                gr.Dropdown(choices=saved_choices(saved, parse_marks(marks)), value=voice.id), "")
+
+    def delete_voice(self, marks, voice_id) -> tuple:
+        """Delete the voice chosen under "My voices" (None: the visitor declined). Outputs: the
+        message and the "My voices" dropdown (without it)."""
+        if not voice_id or self.library is None:
+            return gr.skip(), gr.skip()
+        try:
+            deleted = self.library.library().delete(voice_id)
+        except TTSError as exc:
+            return page_error(exc.message), gr.skip()
+        saved = self.saved() or []
+        return (f"Deleted “{html.escape(deleted.name)}”.",
+                gr.Dropdown(choices=saved_choices(saved, parse_marks(marks)), value=None))
 
     def use_example(self, index: int, voice: str | None, marks: str | None = None) -> tuple:
         """An example's text, and a voice of its language when the chosen one speaks another.

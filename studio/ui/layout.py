@@ -41,6 +41,7 @@ class Widgets:
 
     status: gr.Markdown
     timer: gr.Timer
+    mode_tabs: tuple  # Speak, Voice audition
     payload: gr.Textbox
     marks: gr.Textbox
     marks_sync: gr.Button
@@ -58,6 +59,7 @@ class Widgets:
     saved_voice: gr.Dropdown
     saved_star: gr.Checkbox
     saved_note: gr.Textbox
+    delete_btn: gr.Button
     clone_tab: gr.Tab
     ref_audio: gr.Audio
     ref_info: gr.Markdown
@@ -67,6 +69,8 @@ class Widgets:
     clip_end: gr.Number
     clip_use_window: gr.Checkbox
     clip_view: gr.State
+    save_name: gr.Textbox
+    save_btn: gr.Button
     speed: gr.Slider | None
     generate_btn: gr.Button
     stop_btn: gr.Button
@@ -115,10 +119,11 @@ def build_layout(settings: ServerSettings, status: Callable[[], str], *,
         parts["source"] = gr.State("preset")
         with gr.Row(equal_height=False, elem_id="main-row"):
             with gr.Column(scale=3, min_width=300, elem_id="form-column"), gr.Tabs(elem_id="mode-tabs"):
-                with gr.Tab("Speak", id="speak"):
+                with gr.Tab("Speak", id="speak") as speak_tab:
                     parts |= _speak_tab(settings, speed)
-                with gr.Tab("Voice audition", id="audition"):
+                with gr.Tab("Voice audition", id="audition") as audition_tab:
                     parts |= _audition_tab(settings)
+                parts["mode_tabs"] = (speak_tab, audition_tab)
             with gr.Column(scale=2, min_width=300, elem_id="player-column"):
                 parts["message"] = gr.Markdown(elem_id="tts-message")
                 gr.HTML(_PLAYER_IFRAME, elem_id="player-panel", js_on_load=None)
@@ -156,9 +161,12 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
                 parts["voice_star"], parts["voice_note"] = _mark_editor("voice")
         with gr.Tab("My voices", id="saved", visible=False, elem_id="saved-tab") as saved_tab:
             parts["saved_voice"] = gr.Dropdown(label="Saved voice", elem_id="saved-voice-select",
-                                               info="Voices saved through POST /v1/audio/voices.")
-            with gr.Accordion("★ and your note", open=False, elem_id="saved-voice-more"):
+                                               info="Voices saved from the Clone tab (or through the API), kept "
+                                                    "on this server.")
+            with gr.Accordion("★ and your note · delete", open=False, elem_id="saved-voice-more"):
                 parts["saved_star"], parts["saved_note"] = _mark_editor("saved-voice")
+                parts["delete_btn"] = gr.Button("Delete this voice", variant="stop", size="sm",
+                                                elem_id="delete-voice-btn")
         with gr.Tab("Clone a voice", id="clone") as clone_tab:
             parts["ref_audio"] = gr.Audio(sources=["upload", "microphone"], type="filepath", format="wav",
                                           label="Reference clip (3-10 s of clean speech)", elem_id="ref-audio")
@@ -169,6 +177,12 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
                 info="If given, the model continues the clip (continuation mode); "
                      "leave empty to clone the voice only.",
             )
+            with gr.Row(equal_height=True, elem_id="save-voice-row"):
+                parts["save_name"] = gr.Textbox(label="Save as one of my voices", elem_id="save-voice-name",
+                                                placeholder="Name, e.g. Narrator", max_lines=1, scale=3, min_width=180,
+                                                info="The clip (its window) and transcript, kept on this server "
+                                                     "under My voices.")
+                parts["save_btn"] = gr.Button("Save voice", elem_id="save-voice-btn", scale=1, min_width=110)
     with gr.Row(equal_height=True, elem_id="generate-row"):  # side by side even on a phone
         parts["speed"] = gr.Slider(0.5, 2.0, 1.0, step=0.05, label="Speed", elem_id="speed", scale=2,
                                    min_width=150) if speed else None

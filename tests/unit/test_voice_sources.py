@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,13 @@ def test_offline_unavailable_preset_is_reported_and_others_work(tmp_path: Path, 
                      encoder=CountingEncoder())
     infos = {p.name: p for p in bank.list_presets()}
     assert not infos["Ghost"].available
-    assert "missing.wav" in infos["Ghost"].unavailable_reason
-    assert "MOSS_TTS_VOICES_DIR" in infos["Ghost"].unavailable_reason
+    assert infos["Ghost"].unavailable_reason == (
+        "needs its clip missing.wav, which is not in the voices folder, and downloads are off")
     with pytest.raises(VoiceUnavailableError) as info:
         bank.resolve(Voice.preset("ghost"))
-    assert "offline" in info.value.message and info.value.param == "voice"
+    assert info.value.message == ("voice 'Ghost' is unavailable: it needs its clip missing.wav, which is not in "
+                                  "the voices folder, and downloads are off; choose another voice")
+    assert info.value.param == "voice" and info.value.code == "voice_unavailable"
     assert bank.resolve(Voice.preset("Willow")).codes.shape[1] == NUM_CODEBOOKS
     with pytest.raises(VoiceUnavailableError, match="manifest"):
         bank.resolve(Voice.preset("Sora"))
@@ -68,8 +71,9 @@ def test_download_is_verified_and_kept(tmp_path: Path, data_dir: Path) -> None:
     kept = bank.clip_path("Willow")
     assert kept is not None and kept.parent == tmp_path / "cache" / "downloads"
     assert hashlib.sha256(kept.read_bytes()).hexdigest() == clip.sha256
-    with pytest.raises(VoiceUnavailableError, match="sha256 mismatch"):
+    with pytest.raises(VoiceUnavailableError, match="could not be downloaded") as info:
         bank.resolve(Voice.preset("Anchor"))  # manifest and clip both come back wrong
+    assert "https" not in info.value.message and "sha256 mismatch" not in info.value.message  # the log has them
 
 
 def test_manifest_codes_are_used_first(tmp_path: Path, data_dir: Path) -> None:
@@ -103,13 +107,53 @@ def test_a_failed_download_is_not_retried_by_every_request(tmp_path: Path) -> No
         raise OSError("network is unreachable")
 
     bank = make_bank(tmp_path, voices_dir=None, encoder=CountingEncoder(), allow_download=True, fetch=fetch)
-    with pytest.raises(VoiceUnavailableError, match="network is unreachable"):
+    with pytest.raises(VoiceUnavailableError, match=r"could not be downloaded \(no network\?\)"):
         bank.resolve(Voice.preset("Willow"))
     tried = len(requested)
     assert tried >= 1
-    with pytest.raises(VoiceUnavailableError, match="failed recently"):
+    with pytest.raises(VoiceUnavailableError, match=r"no network\?"):
         bank.resolve(Voice.preset("Willow"))
     assert len(requested) == tried
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_after_a_failed_download_the_list_tells_the_truth(tmp_path: Path, data_dir: Path) -> None:
+    """Downloads allowed but no network (a real refused connection): once a download has failed, no
+    preset that needs one is listed as available, each with a reason free of URLs and socket errors;
+    presets with their clip on disk still are; a later successful download brings them back."""
+    network = {"up": False}
+    port = _closed_port()
+
+    def fetch(url: str, max_bytes: int, timeout_s: float) -> bytes:
+        if network["up"]:
+            name = url.rsplit("/", 1)[1]
+            return (data_dir / "presets" / name).read_bytes()
+        return fetch_url(f"https://127.0.0.1:{port}/{url.rsplit('/', 1)[1]}", max_bytes, timeout_s)
+
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    (voices / "en_3.wav").write_bytes((data_dir / "presets" / "en_3.wav").read_bytes())  # Willow's clip
+    bank = make_bank(tmp_path, voices_dir=voices, encoder=CountingEncoder(), allow_download=True, fetch=fetch)
+    assert all(p.available for p in bank.list_presets())  # nothing has failed yet: downloads may work
+    with pytest.raises(VoiceUnavailableError) as info:
+        bank.resolve(Voice.preset("Quill"))  # the manifest, then the clip: both refused
+    assert info.value.message == ("voice 'Quill' is unavailable: it needs its clip en_2.wav, which could not be "
+                                  "downloaded (no network?); choose another voice")
+    infos = {p.name: p for p in bank.list_presets()}
+    assert [name for name, p in infos.items() if p.available] == ["Willow"]
+    assert infos["Sora"].unavailable_reason == ("needs the ONNX release's browser_poc_manifest.json, which could "
+                                                "not be downloaded (no network?)")
+    assert infos["Nova"].unavailable_reason == "needs its clip en_6.wav, which could not be downloaded (no network?)"
+    for info in infos.values():
+        assert "http" not in (info.unavailable_reason or "") and "refused" not in (info.unavailable_reason or "")
+    network["up"] = True
+    assert bank.resolve(Voice.preset("Nova")).codes.shape[1] == NUM_CODEBOOKS  # never tried: a request tries
+    assert {p.name: p for p in bank.list_presets()}["Quill"].available  # a download worked: the network is back
 
 
 def test_fetch_url_refuses_plain_http() -> None:

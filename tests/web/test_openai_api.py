@@ -133,18 +133,29 @@ def test_same_seed_same_audio_and_greedy_is_deterministic(oa_api: httpx.Client, 
     assert_same_audio(*greedy)
 
 
-def test_openai_voice_names_map_to_the_default_preset(oa_api: httpx.Client, oa_voice: str) -> None:
-    mapped = speech(oa_api, "alloy", response_format="pcm", **SMALL)
-    assert mapped.status_code == 200
-    assert urllib.parse.unquote(mapped.headers["x-voice"]) == oa_voice
-    assert_same_audio(mapped.content, speech(oa_api, oa_voice, response_format="pcm", **SMALL).content)
+def test_openai_voice_names_pick_a_preset_of_the_inputs_language(oa_sdk: openai.OpenAI, oa_api: httpx.Client,
+                                                                  oa_voice: str) -> None:
+    """alloy, echo, ... (no preset's names) speak English text with an English preset, Chinese text
+    with the default (Chinese) one, Japanese with a Japanese one; through the official SDK."""
+    voices = {v["name"]: v for v in oa_api.get("/v1/voices").json()["data"] if v["available"]}
+    for text, language in (("Hello there.", "en"), ("你好。", "zh"), ("こんにちは。", "ja")):
+        for name in ("alloy", "echo"):
+            raw = oa_sdk.audio.speech.with_raw_response.create(
+                model="tts-1", voice=name, input=text, response_format="pcm", extra_body={"max_frames": 1})
+            assert raw.status_code == 200
+            spoke = urllib.parse.unquote(raw.headers["x-voice"])
+            assert voices[spoke]["language"] == language, (name, text, spoke)
+    mapped = speech(oa_api, "alloy", response_format="pcm", **SMALL)  # English: the first English preset
+    english = next(name for name, v in voices.items() if v["language"] == "en")
+    assert urllib.parse.unquote(mapped.headers["x-voice"]) == english
+    assert_same_audio(mapped.content, speech(oa_api, english, response_format="pcm", **SMALL).content)
     upper = speech(oa_api, oa_voice.upper(), response_format="pcm", max_frames=1)  # names are case-blind
     assert upper.status_code == 200 and urllib.parse.unquote(upper.headers["x-voice"]) == oa_voice
     presets = {v["name"] for v in oa_api.get("/v1/voices").json()["data"] if v["available"]}
     for name in presets & {"Nova", "Cedar"}:  # a preset that shares an OpenAI name is that preset
         resp = speech(oa_api, name.lower(), response_format="pcm", max_frames=1)
         assert urllib.parse.unquote(resp.headers["x-voice"]) == name
-    as_object = speech(oa_api, {"id": oa_voice}, response_format="pcm", **SMALL)
+    as_object = speech(oa_api, {"id": english}, response_format="pcm", **SMALL)
     assert as_object.status_code == 200
     assert_same_audio(as_object.content, mapped.content)
 

@@ -117,6 +117,26 @@ def test_sdk_raises_typed_errors(oa_sdk: openai.OpenAI, oa_voice: str) -> None:
     assert oa_voice in missing.value.body["message"]  # lists the valid presets
 
 
+def test_an_unavailable_voice_is_refused_once_not_retried(oa_url: str, data_dir: Path) -> None:
+    """A preset this server cannot speak (Sora: its voice data is not here, downloads are off) is a
+    400 that says why in words, which the official SDK raises at once: a 503 would have it retry twice
+    for nothing. Listed as unavailable with the same reason."""
+    sent: list[str] = []
+    with httpx.Client(event_hooks={"request": [lambda r: sent.append(r.url.path)]}, timeout=60) as http:
+        sdk = openai.OpenAI(base_url=f"{oa_url}/v1", api_key="x", max_retries=2, http_client=http)
+        with pytest.raises(openai.BadRequestError) as refused:
+            sdk.audio.speech.create(model="tts-1", voice="Sora", input=TEXT)
+        listed = {v["name"]: v for v in http.get(f"{oa_url}/v1/voices").json()["data"]}
+    assert sent == ["/v1/audio/speech", "/v1/voices"]  # no retry
+    error = refused.value.body
+    assert error["param"] == "voice" and error["code"] == "voice_unavailable"
+    reason = listed["Sora"]["unavailable_reason"]
+    assert not listed["Sora"]["available"] and "browser_poc_manifest.json" in reason
+    assert error["message"] == f"voice 'Sora' is unavailable: it {reason}; choose another voice"
+    for raw in ("http", "urlopen", "Errno", str(data_dir)):
+        assert raw not in error["message"]
+
+
 # ---- busy server and cancellation -------------------------------------------------------------
 
 

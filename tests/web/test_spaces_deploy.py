@@ -106,12 +106,17 @@ def test_run_sh_installs_the_cpu_build_of_torch_without_a_gpu(tmp_path):
 
 
 def test_run_sh_offline_help_names_the_tiny_checkpoint_route():
-    text = (REPO_ROOT / "scripts" / "run.sh").read_text()
-    assert "make-tiny-checkpoint" in text and "--lm /tmp/tiny/lm --codec /tmp/tiny/codec" in text
-    from studio.main import TRY_WITHOUT_DOWNLOAD, _load_hint
+    """run.sh's help and the app's load failure give the README's offline recipe word for word."""
+    from studio.main import RUN_OFFLINE, _load_hint
 
+    readme = (REPO_ROOT / "README.md").read_text()
+    recipe = [".venv/bin/python -m tts_core make-tiny-checkpoint /tmp/tiny",
+              "./scripts/run.sh --lm /tmp/tiny/lm --codec /tmp/tiny/codec --voices-dir /tmp/tiny/voices"]
+    text = (REPO_ROOT / "scripts" / "run.sh").read_text()
+    for command in recipe:
+        assert f"\n{command}\n" in readme and command in text and command in RUN_OFFLINE, command
     hint = _load_hint(parse_args(["--lm", "a/b"]), OSError("offline"))
-    assert hint.endswith(TRY_WITHOUT_DOWNLOAD) and "make-tiny-checkpoint" in hint
+    assert hint.endswith(RUN_OFFLINE)
 
 
 def test_random_checkpoint_is_written_in_the_official_layout(tmp_path, data_dir):

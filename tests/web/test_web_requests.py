@@ -101,7 +101,7 @@ def test_http_status_is_decided_at_the_boundary() -> None:
         (VoiceNotFoundError("x"), (404, "invalid_request_error")),
         (ModelNotFoundError("x"), (404, "invalid_request_error")),
         (PayloadTooLargeError("x"), (413, "invalid_request_error")),
-        (VoiceUnavailableError("x"), (503, "voice_unavailable")),
+        (VoiceUnavailableError("x"), (400, "invalid_request_error")),  # a retry would not help
         (QueueFullError("x"), (503, "server_busy")),
         (ModelNotReadyError("x"), (503, "model_loading")),
         (ModelLoadError("x"), (500, "model_load_error")),
@@ -121,11 +121,13 @@ def test_a_voice_name_resolves_to_its_preset(tmp_path, data_dir):
 
     bank = make_bank(tmp_path, voices_dir=data_dir / "presets", encoder=forbid_encoding)
     synth = SimpleNamespace(preset_info=bank.preset_info, list_voices=bank.list_presets,
-                            default_voice=bank.default_voice)
+                            default_voice=bank.default_voice, voices=bank)
     assert resolve_preset(synth, "cedar") == "Cedar"
     assert resolve_preset(synth, " HUTONG ") == "Hutong"
     assert resolve_preset(synth, "") == resolve_preset(synth, None) == bank.default_voice
-    assert resolve_preset(synth, "Alloy", frozenset({"alloy"})) == bank.default_voice
+    assert resolve_preset(synth, "Alloy", frozenset({"alloy"}), text="你好") == bank.default_voice
+    assert resolve_preset(synth, "Alloy", frozenset({"alloy"}), text="Hello") == "Quill"  # English text
+    assert resolve_preset(synth, "Alloy", frozenset({"alloy"}), text="こんにちは") == "Hoshi"
     with pytest.raises(VoiceNotFoundError) as info:
         resolve_preset(synth, "nobody")
     assert info.value.param == "voice" and "Cedar" in info.value.message and "/v1/voices" in info.value.message

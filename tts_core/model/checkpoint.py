@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..env import env_str
+from ..env import env_flag, env_str
 from ..errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,8 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, *, what: str = "chec
 
     A path that exists is used as is. Anything else is treated as a Hub id and fetched with
     `huggingface_hub.snapshot_download` into the standard HF cache (honours HF_HOME,
-    HF_HUB_OFFLINE). Failures raise `ModelLoadError` with what to do about them.
+    HF_HUB_OFFLINE). Failures raise `ModelLoadError`: one clause of what happened, for people (the
+    Hub's own exception goes to the log).
     """
     path = Path(os.fspath(name_or_path)).expanduser()
     if path.is_dir():
@@ -43,12 +44,16 @@ def resolve_checkpoint_dir(name_or_path: str | os.PathLike, *, what: str = "chec
 
         logger.info("fetching %s %s from the Hugging Face Hub (cache: %s)", what, name, _hf_cache_hint())
         local = snapshot_download(repo_id=name, allow_patterns=list(WEIGHT_PATTERNS))
-    except Exception as exc:  # network, auth, offline mode: all become one actionable message
-        raise ModelLoadError(
-            f"could not get {what} {name!r} from the Hugging Face Hub ({type(exc).__name__}: {exc}). "
-            "Check the network (and that HF_HUB_OFFLINE is not set), or download it once elsewhere and "
-            f"pass the local directory instead (HF cache: {_hf_cache_hint()})."
-        ) from exc
+    except Exception as exc:  # network, auth, offline mode: all become one short message
+        logger.warning("could not get %s %s from the Hugging Face Hub (cache: %s): %s: %s", what, name,
+                       _hf_cache_hint(), type(exc).__name__, exc)
+        try:
+            offline = env_flag("HF_HUB_OFFLINE")
+        except ValueError:  # a malformed value must not hide the load error itself
+            offline = False
+        why = ("HF_HUB_OFFLINE=1 is set and it is not in the Hugging Face cache" if offline
+               else "no network, or not in the Hugging Face cache")
+        raise ModelLoadError(f"the {what} {name} could not be downloaded from Hugging Face ({why})") from exc
     return Path(local)
 
 

@@ -3,6 +3,10 @@
 A preset takes the first of its sources that works (`sources.py`); a clip, preset or upload, is
 encoded once by our codec and kept in the on-disk cache (`cache.py`). Audio decoding and the
 codec are injected callables, so importing this module needs neither torch nor the codec.
+
+A preset is listed as available only when it can speak now: its codes are at hand, or a source is
+on this machine, or a download is allowed and not known to fail. Otherwise its listing carries the
+reason, the same clause its requests' error gives (`VoiceUnavailableError`: no retry helps).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from ..errors import InvalidRequestError, PayloadTooLargeError, VoiceUnavailable
 from ..types import SAMPLE_RATE_HZ, SAMPLES_PER_FRAME, Voice, VoiceKind
 from .cache import CodeCache
 from .catalog import Preset, VoiceCatalog, VoiceSource, check_codes
-from .sources import OFFLINE_HINT, Fetch, PresetSources, SourceError, fetch_url
+from .sources import Fetch, PresetSources, SourceError, fetch_url
 
 logger = logging.getLogger(__name__)
+
+_NO_ENCODER = "needs the codec's encoder, which is not loaded"
 
 _FINGERPRINT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # never "." or "..": no escape
 
@@ -122,6 +128,16 @@ class VoiceBank:
         return PresetInfo(preset.name, preset.language, preset.gender, preset.description,
                           reason is None, reason, self.sources.local_clip(preset.clip) is not None)
 
+    def preset_for_language(self, language: str) -> str:
+        """The preset that speaks `language` when a client names none in particular (OpenAI's voice
+        names): the default voice if it speaks it and is available, else the first available preset
+        of that language in catalog order, else the default voice."""
+        default = self.catalog.get(self.catalog.default)
+        for preset in (default, *(p for p in self.catalog.presets if p is not default)):
+            if preset.language == language and self._unavailable_reason(preset) is None:
+                return preset.name
+        return default.name
+
     def clip_path(self, name: str) -> Path | None:
         """The local, sha256-verified reference clip of a preset (for audition), if there is one."""
         return self.sources.local_clip(self.catalog.get(name).clip)
@@ -153,9 +169,9 @@ class VoiceBank:
                     except SourceError as exc:
                         problems.append(str(exc))
                 else:
-                    hint = "" if self.allow_download else f" ({OFFLINE_HINT})"
+                    reason = self._unavailable_reason(preset) or "; ".join(problems)
                     raise VoiceUnavailableError(
-                        f"voice {preset.name!r} is unavailable: {'; '.join(problems)}{hint}", param="voice",
+                        f"voice {preset.name!r} is unavailable: it {reason}; choose another voice", param="voice",
                         code="voice_unavailable",
                     )
                 with self._state_lock:
@@ -166,14 +182,14 @@ class VoiceBank:
         if source.type == "onnx_manifest":
             codes = self.sources.manifest_codes(download=self.allow_download).get(source.voice or "")
             if codes is None:
-                raise SourceError(f"the ONNX manifest has no voice {source.voice!r}")
+                raise SourceError(f"needs voice {source.voice!r}, which the ONNX release's manifest lacks")
             return codes
         assert source.sha256 is not None and source.file is not None
         cached = self.code_cache.get(source.sha256)
         if cached is not None:
             return cached
         if self._encoder is None:
-            raise SourceError(f"clip {source.file} needs the codec encoder, which is not loaded")
+            raise SourceError(_NO_ENCODER)
         data = self.sources.clip_bytes(source)
         logger.info("encoding reference clip %s (%d bytes)", source.file, len(data))
         codes = self._encode(self._prepare_audio(data))
@@ -181,31 +197,42 @@ class VoiceBank:
         return codes
 
     def _unavailable_reason(self, preset: Preset) -> str | None:
+        """None when the preset can speak now, else why not, as what it "needs" (one clause, no
+        URL or path): its clip's problem when it has a clip (the source a user can supply), else
+        its other source's."""
         if preset.name.casefold() in self._preset_codes:
             return None
         problems = []
         for source in preset.sources:
-            if source.type == "onnx_manifest":
-                try:
-                    manifest = self.sources.manifest_codes(download=False)
-                except SourceError as exc:
-                    if self.allow_download:
-                        return None  # fetched on first use
-                    problems.append(str(exc))
-                    continue
-                if source.voice in manifest:
-                    return None
-                problems.append(f"the ONNX manifest has no voice {source.voice!r}")
-            elif source.sha256 and source.sha256 in self.code_cache:
+            problem = self._source_problem(source)
+            if problem is None:
                 return None
-            elif self._encoder is None:
-                problems.append(f"clip {source.file} needs the codec encoder, which is not loaded")
-            elif self.sources.local_clip(source) is not None or self.allow_download:
+            problems.append((source.type == "clip", problem))
+        return max(problems, key=lambda p: p[0])[1]
+
+    def _source_problem(self, source: VoiceSource) -> str | None:
+        """None when `source` gives codes now (or after a download not known to fail), else why not."""
+        if source.type == "onnx_manifest":
+            try:
+                manifest = self.sources.manifest_codes(download=False)
+            except SourceError as exc:
+                if not self.allow_download:
+                    return f"{exc}, and downloads are off"
+                failed = self.sources.download_problem(self.catalog.manifest.url)
+                return None if failed is None else f"needs the ONNX release's {self.catalog.manifest.file}, which {failed}"
+            if source.voice in manifest:
                 return None
-            else:
-                problems.append(self.sources.clip_problem(source))
-        hint = "" if self.allow_download else f" ({OFFLINE_HINT})"
-        return "; ".join(problems) + hint
+            return f"needs voice {source.voice!r}, which the ONNX release's manifest lacks"
+        if source.sha256 and source.sha256 in self.code_cache:
+            return None
+        if self._encoder is None:
+            return _NO_ENCODER
+        if self.sources.local_clip(source) is not None:
+            return None
+        if not self.allow_download:
+            return f"{self.sources.clip_problem(source)}, and downloads are off"
+        failed = self.sources.download_problem(source.url or "")
+        return None if failed is None else f"needs its clip {source.file}, which {failed}"
 
     # ---- uploads --------------------------------------------------------------------------------
     def _resolve_upload(self, voice: Voice) -> ResolvedVoice:

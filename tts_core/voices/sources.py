@@ -2,7 +2,10 @@
 
 Every byte used is checked against the sha256 pinned in the catalog, whether it comes from the
 voices folder, the download folder or the network. Downloads are capped in size and time, and a
-failed one is not retried by every request.
+failed one is not retried by every request. A failure is remembered until a download succeeds: a
+preset that needs a download which failed is not listed as available (`download_problem`); one
+failed for want of a network counts for every download not yet made, until one succeeds. Messages in `SourceError` are
+clauses for people (no URL, no path); the details go to the log.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -19,23 +23,20 @@ from pathlib import Path
 import numpy as np
 
 from .cache import write_atomic
-from .catalog import ManifestRef, VoiceSource, check_codes
+from .catalog import ManifestRef, VoiceCatalog, VoiceSource, check_codes
 
 logger = logging.getLogger(__name__)
 
 MAX_CLIP_DOWNLOAD_BYTES = 16 * 1024 * 1024
 DOWNLOAD_TIMEOUT_S = 30.0
 DOWNLOAD_RETRY_S = 60.0  # a failed download is not retried by every request
-OFFLINE_HINT = (
-    "offline: set MOSS_TTS_VOICES_DIR to a folder with the reference clips (and browser_poc_manifest.json), "
-    "or allow downloads"
-)
+NO_NETWORK = "could not be downloaded (no network?)"
 
 Fetch = Callable[[str, int, float], bytes]  # (url, max_bytes, timeout_s) -> body
 
 
 class SourceError(Exception):
-    """A source of a preset could not be used; the message says why, in one clause."""
+    """A source of a preset could not be used; the message says why, in one clause for people."""
 
 
 def fetch_url(url: str, max_bytes: int, timeout_s: float) -> bytes:
@@ -62,6 +63,22 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def copy_verified_clips(catalog: VoiceCatalog, source: Path, voices_dir: Path) -> list[str]:
+    """Copy the catalog's preset clips found in `source` into `voices_dir` (made, even when empty),
+    each only when its bytes match its pinned sha256; returns the file names copied."""
+    voices_dir.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for preset in catalog.presets:
+        clip = preset.clip
+        if clip is None or clip.file is None or not (source / clip.file).is_file():
+            continue
+        data = (source / clip.file).read_bytes()
+        if sha256_hex(data) == clip.sha256:
+            (voices_dir / clip.file).write_bytes(data)
+            copied.append(clip.file)
+    return copied
+
+
 def _suffix_for(data: bytes) -> str:
     """File suffix from content: several upstream "*.wav" clips are really FLAC or MP3."""
     if data[:4] == b"fLaC":
@@ -83,7 +100,8 @@ def _parse_manifest(data: bytes) -> dict[str, np.ndarray]:
     try:
         entries = json.loads(data)["builtin_voices"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise SourceError(f"the ONNX manifest cannot be read ({exc})") from exc
+        logger.warning("the ONNX manifest cannot be read: %s", exc)
+        raise SourceError("needs the ONNX release's manifest, which cannot be read") from exc
     voices = {}
     for entry in entries if isinstance(entries, list) else []:
         try:
@@ -119,7 +137,8 @@ class PresetSources:
         self._download_lock = threading.Lock()
         self._manifest_codes: dict[str, np.ndarray] | None = None
         self._file_sha: dict[tuple[str, int, int], str] = {}
-        self._failed_downloads: dict[str, float] = {}
+        self._failed_downloads: dict[str, tuple[float, str]] = {}  # url -> (when, why), until a success
+        self._network_problem: str | None = None  # the last download failed for want of a network
 
     # ---- clips ----------------------------------------------------------------------------------
     def local_clip(self, source: VoiceSource | None) -> Path | None:
@@ -131,13 +150,20 @@ class PresetSources:
         return next((p for p in candidates if p.is_file() and self._verified_sha(p) == source.sha256), None)
 
     def clip_problem(self, source: VoiceSource) -> str:
-        """Why the clip is not usable from the voices folder, in one clause."""
+        """Why the clip is not usable from the voices folder, as what a preset "needs" (one clause)."""
         if self.voices_dir is None:
-            return f"clip {source.file} not found (no voices folder configured)"
+            return "needs its reference clip, but no voices folder is set (--voices-dir)"
         path = self.voices_dir / str(source.file)
         if not path.is_file():
-            return f"clip {source.file} not found in {self.voices_dir}"
-        return f"clip {path} does not match its pinned sha256 {source.sha256[:12]}… (not used)"
+            return f"needs its clip {source.file}, which is not in the voices folder"
+        return f"needs its clip {source.file}, and the file in the voices folder is not the published one (sha256)"
+
+    def download_problem(self, url: str) -> str | None:
+        """Why a download of `url` would fail now, as far as is known (None: not known to fail): its
+        last attempt failed, or the last download of any failed for want of a network."""
+        with self._state_lock:
+            failed = self._failed_downloads.get(url)
+            return failed[1] if failed is not None else self._network_problem
 
     def clip_bytes(self, source: VoiceSource) -> bytes:
         """The clip's bytes from the voices folder, the download cache or its URL; sha256 verified."""
@@ -148,7 +174,8 @@ class PresetSources:
             if sha256_hex(data) == source.sha256:  # re-checked on the bytes actually used
                 return data
         if self.voices_dir is not None and (self.voices_dir / str(source.file)).is_file():
-            logger.warning("%s", self.clip_problem(source))  # a changed or corrupted local clip
+            logger.warning("%s does not match its pinned sha256 %s; not used", self.voices_dir / str(source.file),
+                           source.sha256)  # a changed or corrupted local clip
         if not self.allow_download:
             raise SourceError(self.clip_problem(source))
         data = self._download(source.url, MAX_CLIP_DOWNLOAD_BYTES, source.sha256)
@@ -174,18 +201,26 @@ class PresetSources:
 
     def _download(self, url: str, max_bytes: int, sha256: str) -> bytes:
         with self._state_lock:
-            failed_at = self._failed_downloads.get(url)
-        if failed_at is not None and time.monotonic() - failed_at < DOWNLOAD_RETRY_S:
-            raise SourceError(f"download of {url} failed recently; retrying later")
+            failed = self._failed_downloads.get(url)
+        if failed is not None and time.monotonic() - failed[0] < DOWNLOAD_RETRY_S:
+            raise SourceError(failed[1])
         logger.info("downloading %s", url)
         try:
             data = self._fetch(url, max_bytes, DOWNLOAD_TIMEOUT_S)
             if sha256_hex(data) != sha256:
                 raise ValueError(f"sha256 mismatch (expected {sha256[:12]}…)")
         except (OSError, ValueError) as exc:  # URLError and TimeoutError are OSErrors
+            network = isinstance(exc, OSError) and not isinstance(exc, urllib.error.HTTPError)
+            why = NO_NETWORK if network else "could not be downloaded (its server sent something else)"
+            logger.warning("download of %s failed: %s", url, exc)
             with self._state_lock:
-                self._failed_downloads[url] = time.monotonic()
-            raise SourceError(f"download of {url} failed: {exc}") from exc
+                self._failed_downloads[url] = (time.monotonic(), why)
+                if network:
+                    self._network_problem = why
+            raise SourceError(why) from exc
+        with self._state_lock:  # the network works: what failed for want of one may work too
+            self._failed_downloads = {u: f for u, f in self._failed_downloads.items() if f[1] != NO_NETWORK and u != url}
+            self._network_problem = None
         return data
 
     # ---- manifest -------------------------------------------------------------------------------
@@ -200,7 +235,7 @@ class PresetSources:
             if self._manifest_codes is not None:
                 return self._manifest_codes
         if not download:
-            raise SourceError(f"the ONNX manifest {ref.file} is not available locally")
+            raise SourceError(f"needs the ONNX release's {ref.file}, which is not in the voices folder")
         with self._download_lock:  # one download at a time; never taken while holding _manifest_lock
             with self._manifest_lock:
                 if self._manifest_codes is not None:
