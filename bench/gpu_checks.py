@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from support.runner_helpers import drive  # noqa: E402
+from support.runners import static_runner  # noqa: E402
 
 from bench.lib import build_random_models, default_config_path, make_prompt  # noqa: E402
 from bench.lib.machine import machine_info  # noqa: E402
@@ -75,12 +76,11 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def determinism(models, lm_config, device, batch_invariant: bool, streams: int, frames: int, solo: int) -> dict:
-    lm, codec = models
     prompts = [make_prompt(lm_config, 150 + 10 * (i % 8), seed=i) for i in range(streams)]
     seeds = [1000 + i for i in range(streams)]
     params = SamplingParams()
-    kwargs = dict(num_slots=streams, max_context_rows=260 + frames, device=device, batch_invariant=batch_invariant)
-    graphed = StaticRunner(lm, codec, **kwargs)
+    kwargs = dict(max_context_rows=260 + frames, device=device, batch_invariant=batch_invariant)
+    graphed = static_runner(models, streams, **kwargs)
     together, _ = drive(graphed, prompts, seeds, list(range(streams)), params, frames)
     same, first = 0, []
     for i in range(solo):
@@ -88,7 +88,7 @@ def determinism(models, lm_config, device, batch_invariant: bool, streams: int, 
         same += int(np.array_equal(alone[0], together[i]))
         first.append(_first_difference(alone[0], together[i]))
     del graphed
-    eager = StaticRunner(lm, codec, enforce_eager=True, **kwargs)
+    eager = static_runner(models, streams, enforce_eager=True, **kwargs)
     eager_codes, _ = drive(eager, prompts, seeds, list(range(streams)), params, frames)
     return {"streams": streams, "frames": frames, "solo_equal_batch": f"{same}/{solo}",
             "first_differing_frame": first,

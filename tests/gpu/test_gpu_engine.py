@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 from support.gpu_runners import CUDA, build_runner
 from support.runner_helpers import drive
+from support.runners import Synchronous
 from support.streams import read, wait_ended
 
 from bench.lib import make_prompt
@@ -204,7 +205,8 @@ def _engine_run(runners, dtype, jobs, audio: list | None = None, **config) -> li
     """Each job's codes (and, into `audio`, each job's whole audio [2, S]), and the runner."""
     runner = runners(dtype, 4, **config.pop("runner", {}))
     step_ahead = config.pop("step_ahead", True)
-    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config), step_ahead=step_ahead)
+    engine = Engine(runner if step_ahead else Synchronous(runner), EngineConfig(max_active_streams=4, max_queue=8,
+                                                                                 **config))
     try:
         handles = [engine.submit(job) for job in jobs]
         chunks = [[] for _ in handles]
