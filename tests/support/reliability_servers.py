@@ -12,14 +12,15 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
 import psutil
 import uvicorn
 
-from studio.limits.connections import ConnectionLimits, uvicorn_config
+from studio.limits.connections import uvicorn_config
+from studio.settings import ServerSettings
 from support.reliability_common import INPROC_MAX_TEXT, PROC_MAX_ACTIVE, PROC_MAX_QUEUE, REPO_ROOT
 from support.server_helpers import ServerThread, app_process, tiny_synthesizer_factory, wait_for_idle
 
@@ -38,14 +39,15 @@ def tiny_service(data_dir: Path, cache_dir: Path, *, max_active: int = 2, max_qu
 
 
 class GuardedServer(ServerThread):
-    """`app` served by uvicorn through `GuardedH11Protocol` on a free 127.0.0.1 port, in a thread."""
+    """`app` served by uvicorn through `GuardedH11Protocol` on a free 127.0.0.1 port, in a thread,
+    with the connection limits of `settings`."""
 
-    def __init__(self, app, limits: ConnectionLimits):
-        self.limits = limits
+    def __init__(self, app, settings: ServerSettings):
+        self.settings = settings
         super().__init__(app)
 
     def config(self, app) -> uvicorn.Config:
-        return uvicorn_config(app, host="127.0.0.1", port=self.port, limits=self.limits,
+        return uvicorn_config(app, replace(self.settings, host="127.0.0.1", port=self.port),
                               counters=app.state.guard_counters, log_level="warning", lifespan="on",
                               timeout_graceful_shutdown=2)
 
