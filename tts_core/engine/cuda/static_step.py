@@ -21,14 +21,13 @@ from ...model.kv_cache import KVCache, LocalKVCache, StaticDecodeAttender
 from ..sampler import packed_batch, param_row
 from .codec_passes import RING_KERNEL_ROWS, codec_attention
 
-COMPILE_MODES = ("inductor", "aot_eager", "off")
+COMPILE_MODES = ("inductor", "off")
 
 
 def compile_mode(device: torch.device, requested: str | None = None) -> str:
-    """How the LM step's units run: "inductor" (torch.compile), "aot_eager" (traced but not
-    compiled: tests check tracing quickly on the CPU) or "off" (plain functions).
+    """How the LM step's units run: "inductor" (torch.compile) or "off" (plain functions).
 
-    Default: "inductor" on CUDA, "off" on CPU (the CPU path never compiles).
+    Default: "inductor" on CUDA, "off" elsewhere (the CPU path never compiles).
     """
     if requested is not None:
         if requested not in COMPILE_MODES:
