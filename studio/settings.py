@@ -66,6 +66,8 @@ class ServerSettings:
         encoder_processes: worker processes that encode the compressed stream formats (mp3, opus,
             aac, flac; `audio/encoder_pool.py`); 0 = in this process. The command line resolves
             its default (`encoder_pool.default_encoder_processes`).
+        api_key: when set, the voice-agent sockets (`studio/agents/`) admit only clients that send
+            it (X-API-Key, Authorization: Bearer/Token, or ?api_key=). None = open.
     """
 
     max_text_chars: int = 4096
@@ -86,6 +88,7 @@ class ServerSettings:
     browser_build: str | None = None
     model_name: str = "moss-tts-nano"
     encoder_processes: int = 0
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         _positive_int("max_text_chars", self.max_text_chars)
