@@ -9,7 +9,7 @@ abbreviation, which wait for the next character. `take(force=True)` (a flush, th
 hands out everything; once the oldest unspoken character is older than the buffer's delay, what is
 there goes at the last word boundary (all of it when there is none).
 
-Invariant: the concatenation of everything taken equals everything pushed, in order.
+Invariant: everything taken, then what is left, concatenated, equals everything pushed, in order.
 """
 
 from __future__ import annotations
@@ -128,24 +128,24 @@ class TextBuffer:
     def take(self, now: float, *, force: bool = False) -> Cut | None:
         """The text speech can start on now (None when there is none): see the module docstring."""
         if not self._text.strip():
-            if force:
-                self.clear()  # whitespace alone is never spoken
-            return None
-        over = len(self._text) > self.max_piece_chars
+            return None  # whitespace alone is never spoken (it stays, for the text after it)
+        lead = len(self._text) - len(self._text.lstrip())  # leading whitespace rides along, uncounted
+        limit = lead + self.max_piece_chars
+        over = len(self._text) > limit
         if force and not over:
             return self._cut(len(self._text), "forced", now)
-        reach = [b for b in boundaries(self._text) if b[0] <= self.max_piece_chars and self._text[: b[0]].strip()]
+        reach = [b for b in boundaries(self._text) if b[0] <= limit and self._text[: b[0]].strip()]
         if reach:
             return self._cut(*reach[-1], now)
         deadline = self.deadline()
         if not (force or over or (deadline is not None and now >= deadline)):
             return None
         reason = "forced" if force else "deadline"
-        if not over and not force and self.max_delay_s == 0:
+        if not over and self.max_delay_s == 0:
             return self._cut(len(self._text), reason, now)  # the client cuts its own text
-        window = self._text[: self.max_piece_chars]
-        space = max(window.rfind(" "), window.rfind("\n"))
-        if space > 0 and window[:space].strip():
+        window = self._text[:limit]
+        space = max(window.rfind(" ", lead), window.rfind("\n", lead))
+        if space > lead and window[:space].strip():
             return self._cut(space, reason, now)
         return self._cut(len(window), reason, now)
 
@@ -153,6 +153,4 @@ class TextBuffer:
         """Hand out text[:end]; what is left waits from now on."""
         text, self._text = self._text[:end], self._text[end:]
         self._since = now if self._text.strip() else None
-        if not self._text.strip():
-            self._text = ""
         return Cut(text, reason)
