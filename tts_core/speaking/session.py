@@ -1,7 +1,8 @@
 """`SpeakingSession`: one client's utterances (`SpeechContext`s) by id, within the session's limits.
 
 A protocol adapter opens a context for each new id, finds it again for continuations, cancels or
-forgets it. The session bounds how many contexts are open at once and remembers the ids it cancelled
+forgets it. The session bounds how many contexts are open at once (at the bound, the oldest context
+that has spoken and waits for more text is ended to make room) and remembers the ids it cancelled
 recently, so text that was already on its way for a cancelled utterance is dropped instead of
 starting it again. Thread-safe; `close()` cancels every open context (the client left).
 """
@@ -82,6 +83,8 @@ class SpeakingSession:
             if context_id in self._contexts:
                 raise InvalidRequestError(f"context {context_id[:64]!r} is already open", param="context_id")
             if len(self._contexts) >= self.limits.max_contexts:
+                self._end_oldest_idle()
+            if len(self._contexts) >= self.limits.max_contexts:
                 raise InvalidRequestError(
                     f"{len(self._contexts)} contexts are open on this connection, the most allowed: end or cancel "
                     "one (continue: false, or cancel: true) before starting another",
@@ -91,6 +94,15 @@ class SpeakingSession:
             self._contexts[context_id] = context
             self.opened += 1
             return context
+
+    def _end_oldest_idle(self) -> None:
+        """Make room: the oldest context that waits for text with nothing to speak ends (its client left
+        it open: LiveKit, interrupted, never ends its contexts). Holds the lock."""
+        for context_id, context in self._contexts.items():
+            if context.idle and context.pieces:
+                del self._contexts[context_id]
+                context.end_input()
+                return
 
     def cancel(self, context_id: str) -> bool:
         """Cancel the utterance now and forget it; False when no such context was open."""
