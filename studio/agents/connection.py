@@ -2,7 +2,8 @@
 
 `AgentConnection.run(handler)` reads the client's messages one at a time, in order, and hands each
 text to the protocol's handler; a message over the size limit, not text, or failing the handler's
-checks gets the protocol's error message and the socket stays usable. Each context's audio is read
+checks gets the protocol's error message and the socket stays usable. A socket that receives nothing for `idle_timeout_s` while none
+of its contexts speaks is closed. Each context's audio is read
 by a `StreamPump` (a thread from the pump pool: the context's chunks through the protocol's writer,
 a `SpeechRender` inside) and sent by a task of this connection; `cancel(context_id)` stops that at
 once: the pump's thread stops writing, the task stops sending, the engine frees the slot. Sends go
@@ -140,7 +141,7 @@ class AgentConnection:
                 try:
                     message = await asyncio.wait_for(self.websocket.receive(), self.limits.idle_timeout_s)
                 except asyncio.TimeoutError:
-                    if self._deliveries:
+                    if not all(d.context.idle for d in self._deliveries.values()):
                         continue  # speaking: not idle
                     await self._close(1000, "idle timeout")
                     return

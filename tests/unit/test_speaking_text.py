@@ -139,3 +139,19 @@ def test_stream_encoder_sends_one_g711_byte_per_sample(fmt, silence):
     encoder = StreamEncoder(fmt, 8000, 1)
     data = encoder.encode(np.zeros((1, 160), np.float32)) + encoder.finish()
     assert data == bytes([silence]) * 160
+
+
+def test_a_mark_ends_a_piece_where_it_came_whatever_follows():
+    buffer = TextBuffer(max_delay_s=3.0, max_piece_chars=1000)
+    buffer.push("No boundary here", now=0.0)
+    buffer.mark(1)
+    buffer.push(" and more. Then", now=0.0)
+    first = buffer.take(0.0)
+    assert (first.text, first.reason, first.marks) == ("No boundary here", "forced", (1,))
+    assert buffer.take(0.0).text == " and more."
+    buffer.mark(2)  # a flush with only " Then" before it
+    assert buffer.take(0.0).marks == (2,)
+    buffer.mark(3)  # nothing before it: a cut with no text
+    empty = buffer.take(0.0)
+    assert (empty.text, empty.reason, empty.marks) == ("", "mark", (3,))
+    assert buffer.take(0.0) is None and buffer.text == ""

@@ -206,3 +206,22 @@ def test_limits_contexts_message_size_and_buffered_text(agent_url):
             ws.send(json.dumps({"context_id": f"ctx{index}", "cancel": True}))
         ws.send(_request("after", "Still fine.", False))
         assert _until_done(ws, {"after"})[-1]["context_id"] == "after"
+
+
+def test_pieces_join_at_silence_with_the_pause_between_sentences(agent_url):
+    output = {"container": "raw", "encoding": "pcm_s16le", "sample_rate": 48000}  # no resampling: exact samples
+    with _socket(agent_url) as ws:
+        ws.send(_request("j", "Hello there.", True, flush=True, output_format=output))  # piece 1: a sentence
+        ws.send(_request("j", " Bye now.", False, output_format=output))  # piece 2
+        messages = _until_done(ws, {"j"})
+    audio = np.frombuffer(_audio(messages, "j"), "<i2").astype(np.int32)
+    stamps = [m["word_timestamps"] for m in messages if m["type"] == "timestamps"]
+    assert [s["words"] for s in stamps] == [["Hello", "there."], ["Bye", "now."]]
+    silent = np.flatnonzero(audio == 0)
+    runs = np.split(silent, np.flatnonzero(np.diff(silent) != 1) + 1)
+    pause = max(runs, key=len)  # the silence between the pieces: 0.40 s after a short sentence
+    assert len(pause) >= 0.40 * 48000
+    assert abs(pause[0] / 48000 - stamps[0]["end"][-1]) < 0.01 and abs(pause[-1] / 48000 - stamps[1]["start"][0]) < 0.01
+    loudest = np.abs(audio).max()
+    # No step into or out of the silence: the pieces fade to it (the codec's own edges need not be quiet).
+    assert abs(audio[pause[0] - 1]) <= 0.02 * loudest and abs(audio[pause[-1] + 1]) <= 0.02 * loudest

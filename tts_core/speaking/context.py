@@ -12,8 +12,8 @@ The chunks the reader gets are re-tagged for the utterance: `seq` counts over th
 `segment` is the piece's index and `segment_text` its text as pushed; every piece ends with one
 pause chunk (`is_pause=True`, maybe empty) and the utterance with an empty `is_last` chunk, so a
 `timeline.CaptionTimeline` over them gives one span per piece. `flush()` returns an id that
-belongs to the next piece (`Piece.flush_ids`); a flush with nothing buffered makes a piece with no
-text. `cancel()` (any thread) ends the utterance at once: buffered text is dropped, the piece in the
+ends a piece where it came (`Piece.flush_ids`: the text before it is spoken now, whatever follows);
+a flush with nothing buffered makes a piece with no text. `cancel()` (any thread) ends the utterance at once: buffered text is dropped, the piece in the
 engine is cancelled (its slot freed) and the reader stops. Like a `Stream`, `close()` cancels it
 unless it finished.
 """
@@ -49,7 +49,8 @@ class Piece:
     Args:
         index: its place in the utterance (0, 1, ...): the `segment` of its chunks.
         text: the text as pushed (whitespace included).
-        reason: why it was cut there: sentence, clause, forced (flush, end of input), deadline, flush.
+        reason: why it was cut there: sentence, clause, forced (a flush, the end of input), deadline,
+            mark (a flush with no text before it).
         flush_ids: flushes done once this piece's audio is out.
     """
 
@@ -77,9 +78,7 @@ class SpeechContext:
         self._cond = threading.Condition()
         self._buffer = TextBuffer(max_delay_s=max_delay_s, max_piece_chars=max_piece_chars)
         self.max_buffered_chars = max_buffered_chars
-        self._flushes: list[int] = []  # flush ids waiting for the next piece
         self._next_flush = 1
-        self._force = False  # a flush: speak everything buffered now
         self._input_done = False
         self._cancelled = False
         self._finished = False
@@ -142,8 +141,7 @@ class SpeechContext:
             flush_id = self._next_flush
             self._next_flush += 1
             if not self._cancelled:
-                self._flushes.append(flush_id)
-                self._force = True
+                self._buffer.mark(flush_id)
                 self._cond.notify_all()
             return flush_id
 
@@ -160,7 +158,6 @@ class SpeechContext:
                 return
             self._cancelled = True
             self._buffer.clear()
-            self._flushes.clear()
             self._out.clear()
             stream = self._stream
             self._cond.notify_all()
@@ -223,14 +220,9 @@ class SpeechContext:
         with self._cond:
             while not self._cancelled:
                 now = self._clock()
-                cut = self._buffer.take(now, force=self._force or self._input_done)
-                if not self._buffer.text.strip():
-                    self._force = False
-                if cut is not None or (self._flushes and not self._buffer.text.strip()):
-                    flushes = tuple(self._flushes) if not self._buffer.text.strip() else ()
-                    if flushes:
-                        self._flushes.clear()
-                    piece = Piece(len(self.pieces), cut.text if cut else "", cut.reason if cut else "flush", flushes)
+                cut = self._buffer.take(now, force=self._input_done)
+                if cut is not None:
+                    piece = Piece(len(self.pieces), cut.text, cut.reason, cut.marks)
                     self.pieces.append(piece)
                     return piece
                 if self._input_done:
@@ -255,7 +247,7 @@ class SpeechContext:
         if tail.shape[1]:
             out.append(self._chunk(tail, piece=piece))
         with self._cond:
-            done = self._input_done and not self._buffer.text.strip() and not self._flushes
+            done = self._input_done and not self._buffer.text.strip()
             pause_s = 0.0 if done else pause_after_piece_s(piece)
             out.append(self._chunk(np.zeros((NUM_CHANNELS, round(pause_s * SAMPLE_RATE_HZ)), np.float32),
                                    piece=piece, is_pause=True))

@@ -5,9 +5,11 @@ spoken yet and hands out, when asked, everything up to its last place where spee
 a sentence or clause mark (the marks of `text.chunking`, closers included), never after a decimal
 point ("3.5"), a thousands comma ("1,000") or a common abbreviation ("Mr."). A mark at the very end
 of the buffer counts at once (the next token may be a while), except after a digit or an
-abbreviation, which wait for the next character. `take(force=True)` (a flush, the end of input)
-hands out everything; once the oldest unspoken character is older than the buffer's delay, what is
-there goes at the last word boundary (all of it when there is none).
+abbreviation, which wait for the next character. `mark(tag)` (a flush) makes the text so far a piece
+of its own, whatever follows: the next `take` ends there and carries the tag (a mark with no text
+before it gives a cut with no text). `take(force=True)` (the end of input) hands out everything;
+once the oldest unspoken character is older than the buffer's delay, what is there goes at the last
+word boundary (all of it when there is none).
 
 Invariant: everything taken, then what is left, concatenated, equals everything pushed, in order.
 """
@@ -29,10 +31,11 @@ _ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """What `take` hands out: the text and why it was cut there."""
+    """What `take` hands out: the text, why it was cut there, and the marks it ends (their tags)."""
 
     text: str
-    reason: str  # "sentence", "clause", "forced" (flush or end of input), "deadline"
+    reason: str  # "sentence", "clause", "forced" (a mark or the end of input), "deadline", "mark" (no text)
+    marks: tuple[int, ...] = ()
 
 
 def _word_before(text: str, index: int) -> str:
@@ -101,6 +104,7 @@ class TextBuffer:
         self.max_piece_chars = int(max_piece_chars)
         self._text = ""
         self._since: float | None = None  # when the oldest unspoken character arrived
+        self._marks: list[tuple[int, int]] = []  # (position in the text, tag), in order
 
     @property
     def text(self) -> str:
@@ -117,7 +121,11 @@ class TextBuffer:
         self._text += text
 
     def clear(self) -> None:
-        self._text, self._since = "", None
+        self._text, self._since, self._marks = "", None, []
+
+    def mark(self, tag: int) -> None:
+        """The text so far ends a piece (see the module docstring)."""
+        self._marks.append((len(self._text), tag))
 
     def deadline(self) -> float | None:
         """When the buffered text is spoken even without a boundary (None: nothing buffered)."""
@@ -127,10 +135,14 @@ class TextBuffer:
 
     def take(self, now: float, *, force: bool = False) -> Cut | None:
         """The text speech can start on now (None when there is none): see the module docstring."""
-        if not self._text.strip():
-            return None  # whitespace alone is never spoken (it stays, for the text after it)
         lead = len(self._text) - len(self._text.lstrip())  # leading whitespace rides along, uncounted
         limit = lead + self.max_piece_chars
+        if self._marks and not self._text[: self._marks[0][0]].strip():
+            return self._cut(self._marks[0][0], "mark", now)  # a flush with no text before it
+        if self._marks and self._marks[0][0] <= limit:
+            return self._cut(self._marks[0][0], "forced", now)
+        if not self._text.strip():
+            return None  # whitespace alone is never spoken (it stays, for the text after it)
         over = len(self._text) > limit
         if force and not over:
             return self._cut(len(self._text), "forced", now)
@@ -150,7 +162,15 @@ class TextBuffer:
         return self._cut(len(window), reason, now)
 
     def _cut(self, end: int, reason: str, now: float) -> Cut:
-        """Hand out text[:end]; what is left waits from now on."""
+        """Hand out text[:end]; what is left waits from now on. A forced cut that ends at a boundary
+        is named after the boundary (the pause after it depends on that)."""
         text, self._text = self._text[:end], self._text[end:]
+        ended = tuple(tag for position, tag in self._marks if position <= end)
+        self._marks = [(position - end, tag) for position, tag in self._marks if position > end]
+        if reason in ("forced", "deadline"):
+            stripped = text.rstrip()
+            found = boundaries(stripped)
+            if found and found[-1][0] == len(stripped):
+                reason = found[-1][1]
         self._since = now if self._text.strip() else None
-        return Cut(text, reason)
+        return Cut(text, reason, ended)
