@@ -23,7 +23,6 @@ server's model name.
 from __future__ import annotations
 
 import base64
-import collections
 import dataclasses
 import json
 import re
@@ -33,17 +32,17 @@ from dataclasses import dataclass
 from tts_core.audio.encoders import check_rate
 from tts_core.audio.stretch import check_speed
 from tts_core.errors import InvalidRequestError, TTSError
-from tts_core.speaking import SpeechContext, estimate_word_times
-from tts_core.types import AudioChunk, SynthesisRequest
+from tts_core.speaking import Piece, SpeechContext, estimate_word_times
+from tts_core.types import SynthesisRequest
 
 from ..api.openai_schemas import OPENAI_VOICES
 from ..api.requests import Dialect, Fields, prepare
 from ..delivery.speech_output import OutputSpec, SpeechRender
 from ..errors import http_status
 from .connection import AgentConnection
+from .writer import PieceWriter
 
 ENCODINGS = {"pcm_s16le": "pcm", "pcm_f32le": "float32", "pcm_mulaw": "mulaw", "pcm_alaw": "alaw"}
-SAMPLE_BYTES = {"pcm": 2, "float32": 4, "mulaw": 1, "alaw": 1}
 MAX_CONTEXT_ID_CHARS = 128
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 # The engine's field names as this protocol spells them (errors name the client's field).
@@ -142,75 +141,19 @@ def context_settings(message: dict, model_name: str) -> ContextSettings:
                            None if delay_ms is None else delay_ms / 1000)
 
 
-class CartesiaWriter:
-    """One context's chunks -> Cartesia's messages (runs in the context's pump thread).
-
-    Audio goes out as `chunk` messages as it comes. Each piece's `SegmentSpan` (from the render's
-    caption timeline, released once its audio is out) gives its estimated word times and the flushes
-    done after it, sent right after the piece's last sample: a chunk message that holds the end of
-    one piece and the start of the next is cut there (raw samples only, so the cut is exact). Pieces
-    with no audio report their flushes after the pieces before them.
-    """
+class CartesiaWriter(PieceWriter):
+    """One context's chunks -> Cartesia's messages (see `writer.PieceWriter`)."""
 
     def __init__(self, render: SpeechRender, context: SpeechContext, context_id: str, *, timestamps: bool):
-        self.render = render
-        self.context = context
+        super().__init__(render, context)
         self.context_id = context_id
         self.timestamps = timestamps
-        self._width = SAMPLE_BYTES[render.spec.fmt] * render.spec.channels
-        self._sent = 0  # output samples in the chunk messages so far
-        self._ended: collections.deque[int] = collections.deque()  # pieces whose audio has all been pushed
-        self._voiced: set[int] = set()
-        self._spans: dict[int, tuple[float, float]] = {}
-        self._epoch: dict[int, int] = {}  # piece -> the flush_id its chunks carry
-        self._flushes = 0
 
-    def __call__(self, chunk: AudioChunk) -> list[str]:
-        piece = chunk.segment
-        if piece >= 0 and piece not in self._epoch:
-            self._epoch[piece] = self._flushes + 1
-            self._flushes += len(self.context.pieces[piece].flush_ids)
-        if chunk.pcm.shape[1] and not chunk.is_pause:
-            self._voiced.add(piece)
-        data, spans = self.render.push(chunk)
-        if chunk.is_pause and piece >= 0:
-            self._ended.append(piece)
-        return self._messages(data, spans, self._epoch.get(piece, self._flushes + 1))
-
-    def finish(self) -> list[str]:
-        data, spans = self.render.finish()
-        out = self._messages(data, spans, self._flushes + 1, everything=True)
-        return [*out, _message("done", self.context_id, done=True, status_code=206)]
-
-    def close(self) -> None:
-        self.render.close()
-
-    def _messages(self, data: bytes, spans, epoch: int, everything: bool = False) -> list[str]:
-        """`data` as chunk messages, with each finished piece's reports right after its last sample."""
-        for span in spans:
-            self._spans[span.index] = (span.start, span.end)
-        out, at = [], 0
-        while self._ended and (everything or self._ended[0] in self._spans or self._ended[0] not in self._voiced):
-            index = self._ended.popleft()
-            span = self._spans.pop(index, None)
-            if span is not None:  # the piece's samples before its reports
-                end = round(span[1] * self.render.spec.sample_rate) - self._sent
-                cut = min(len(data), at + max(0, end) * self._width)
-                out += self._chunk(data[at:cut], self._epoch.get(index, epoch))
-                self._sent += (cut - at) // self._width
-                at = cut
-            out += self._reports(self.context.pieces[index], span)
-        out += self._chunk(data[at:], epoch)
-        self._sent += (len(data) - at) // self._width
-        return out
-
-    def _chunk(self, data: bytes, flush_id: int) -> list[str]:
-        if not data:
-            return []
+    def audio(self, data: bytes, flush_id: int) -> list[str]:
         return [_message("chunk", self.context_id, data=base64.b64encode(data).decode(), done=False,
                          status_code=206, flush_id=flush_id)]
 
-    def _reports(self, piece, span: tuple[float, float] | None) -> list[str]:
+    def reports(self, piece: Piece, span: tuple[float, float] | None) -> list[str]:
         out = []
         if self.timestamps and span is not None:
             words = estimate_word_times(piece.text, *span)
@@ -221,6 +164,9 @@ class CartesiaWriter:
                                                      "end": [w.end for w in words]}))
         return out + [_message("flush_done", self.context_id, done=False, flush_done=True, flush_id=flush_id,
                                status_code=206) for flush_id in piece.flush_ids]
+
+    def done(self) -> list[str]:
+        return [_message("done", self.context_id, done=True, status_code=206)]
 
 
 class CartesiaHandler:
