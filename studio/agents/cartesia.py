@@ -23,7 +23,6 @@ server's model name.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import re
 import uuid
@@ -33,13 +32,13 @@ from tts_core.audio.encoders import check_rate
 from tts_core.audio.stretch import check_speed
 from tts_core.errors import InvalidRequestError, TTSError
 from tts_core.speaking import Piece, SpeechContext, estimate_word_times
-from tts_core.types import SynthesisRequest
 
 from ..api.openai_schemas import OPENAI_VOICES
 from ..api.requests import Dialect, Fields, prepare
 from ..delivery.speech_output import OutputSpec, SpeechRender
 from ..errors import http_status
 from .connection import AgentConnection
+from .starter import piece_starter
 from .writer import PieceWriter
 
 ENCODINGS = {"pcm_s16le": "pcm", "pcm_f32le": "float32", "pcm_mulaw": "mulaw", "pcm_alaw": "alaw"}
@@ -64,8 +63,8 @@ def error_message(context_id: str | None, exc: TTSError) -> str:
     return _message("error", context_id or "", **fields)
 
 
-def is_audio(message: str) -> bool:
-    return message.startswith('{"type":"chunk"')
+def is_audio(message: str | bytes) -> bool:
+    return isinstance(message, str) and message.startswith('{"type":"chunk"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,27 +225,11 @@ class CartesiaHandler:
         # the text stands in for the pieces to come (a context may start with none).
         fields = Fields(text=transcript.strip() or "Hello.", voice=settings.voice)
         prepared = await prepare(fields, CARTESIA, synth=self.synth, settings=self.settings, saved=self.saved.voice)
-        context = conn.session.open(context_id, self._starter(prepared.request), max_delay_s=settings.delay_s)
+        context = conn.session.open(context_id, piece_starter(self.synth, prepared.request, self.metrics),
+                                   max_delay_s=settings.delay_s)
         if self.metrics is not None:
             self.metrics.agent_contexts.labels("cartesia").inc()
         render = SpeechRender(settings.output)
         conn.deliver(context_id, context, CartesiaWriter(render, context, context_id, timestamps=settings.timestamps),
                      is_audio=is_audio)
         return context
-
-    def _starter(self, base: SynthesisRequest):
-        synth, metrics = self.synth, self.metrics
-
-        def start(text: str):  # on the context's pump thread
-            try:
-                stream = synth.submit(dataclasses.replace(base, text=text))
-            except InvalidRequestError:
-                if metrics is not None:
-                    metrics.rejected()
-                raise
-            if metrics is not None:
-                metrics.watch(stream)
-            return stream
-
-        return start
-

@@ -31,8 +31,8 @@ from .limits import AgentLimits
 logger = logging.getLogger(__name__)
 
 # What a protocol supplies: the writer of one context's chunks (runs in the pump's thread; each
-# call returns the messages to send), and its error message for a context (or the socket).
-Writer = Callable[..., list[str]]
+# call returns the messages to send: text, or bytes sent as binary), and its error message.
+Writer = Callable[..., list]
 ErrorMessage = Callable[[str | None, TTSError], str]
 
 
@@ -69,13 +69,16 @@ class AgentConnection:
 
     # ---- sending --------------------------------------------------------------------------------
 
-    async def send(self, text: str) -> None:
-        """Send one message; SlowClient when the client does not take it within send_timeout_s."""
+    async def send(self, message: str | bytes) -> None:
+        """Send one message (bytes as a binary one); SlowClient when the client does not take it within
+        send_timeout_s."""
         async with self._send_lock:
             if self._closed:
                 raise WebSocketDisconnect(1006)
+            sending = self.websocket.send_bytes(message) if isinstance(message, bytes) else \
+                self.websocket.send_text(message)
             try:
-                await asyncio.wait_for(self.websocket.send_text(text), self.limits.send_timeout_s)
+                await asyncio.wait_for(sending, self.limits.send_timeout_s)
             except asyncio.TimeoutError:
                 raise SlowClient(f"a message waited {self.limits.send_timeout_s:g} s for the client") from None
 
@@ -85,7 +88,8 @@ class AgentConnection:
 
     # ---- contexts -------------------------------------------------------------------------------
 
-    def deliver(self, context_id: str, context: SpeechContext, writer: Writer, *, is_audio: Callable[[str], bool]) -> None:
+    def deliver(self, context_id: str, context: SpeechContext, writer: Writer, *,
+                is_audio: Callable[[str | bytes], bool]) -> None:
         """Start sending `context`'s audio, written by `writer` (`is_audio(message)`: for the bench's
         record of the last audio sent)."""
         delivery = Delivery(context)
@@ -95,7 +99,7 @@ class AgentConnection:
         delivery.task = asyncio.create_task(self._send_context(context_id, delivery, is_audio),
                                             name=f"agent-{self.protocol}-{context_id[:16]}")
 
-    async def _send_context(self, context_id: str, delivery: Delivery, is_audio: Callable[[str], bool]) -> None:
+    async def _send_context(self, context_id: str, delivery: Delivery, is_audio: Callable[[str | bytes], bool]) -> None:
         pump = delivery.pump
         assert pump is not None
         try:
@@ -116,6 +120,16 @@ class AgentConnection:
             self.session.forget(context_id, delivery.context)
             if self._deliveries.get(context_id) is delivery:
                 del self._deliveries[context_id]
+
+    async def finished(self, context_id: str) -> None:
+        """Wait until the context's audio is all sent (or it was cancelled)."""
+        delivery = self._deliveries.get(context_id)
+        if delivery is not None and delivery.task is not None:
+            await asyncio.wait({delivery.task})
+
+    async def close(self, code: int = 1000, reason: str = "bye") -> None:
+        """Close the socket (the read loop then ends)."""
+        await self._close(code, reason)
 
     def cancel(self, context_id: str) -> bool:
         """Stop a context now: nothing more of it is sent; its stream is cancelled, its slot freed."""

@@ -1,5 +1,7 @@
-"""The voice-agent routes: `/tts/websocket` (Cartesia's protocol). Each socket is admitted (API key,
-socket cap, model ready), then served by an `AgentConnection` with its protocol's handler; `/metrics`
+"""The voice-agent routes: `/tts/websocket` (Cartesia's protocol) and `/v1/speak` (Deepgram's).
+
+Each socket is admitted (API key, socket cap, model ready; Deepgram's also its query and voice, which
+its handshake carries), then served by an `AgentConnection` with its protocol's handler; `/metrics`
 counts sockets, contexts, cancels and refusals (`api/metrics.py`).
 """
 
@@ -7,12 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, WebSocket
+from starlette.responses import JSONResponse
+
+from tts_core.errors import TTSError
 
 from ..api.voices_api import SavedVoices
+from ..errors import error_body, http_status
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
+from . import deepgram
 from .access import SocketCount, busy, key_accepted, unauthorized
 from .cartesia import CartesiaHandler, error_message
 from .connection import AgentConnection
@@ -31,34 +40,74 @@ def build_agents_router(service: SynthesizerService, settings: ServerSettings, s
     router = APIRouter(tags=["Voice agents"])
     sockets = SocketCount(limits.max_sockets)
 
-    @router.websocket("/tts/websocket")
-    async def cartesia_socket(websocket: WebSocket) -> None:
-        metrics = getattr(websocket.app.state, "metrics", None)
-        refusal = None
+    def refusal(websocket: WebSocket) -> tuple[JSONResponse, str] | None:
         if not key_accepted(websocket, settings.api_key):
-            refusal, reason = unauthorized(), "unauthorized"
-        elif service.state is not ServiceState.READY:
-            refusal, reason = busy(f"the model is not ready ({service.status}); try again shortly"), "not_ready"
-        elif not sockets.try_open():
-            refusal, reason = busy(f"{sockets.cap} agent sockets are open, the most this server takes"), "busy"
-        if refusal is not None:
-            if metrics is not None:
-                metrics.agent_refused.labels("cartesia", reason).inc()
-            await websocket.send_denial_response(refusal)
-            return
+            return unauthorized(), "unauthorized"
+        if service.state is not ServiceState.READY:
+            return busy(f"the model is not ready ({service.status}); try again shortly"), "not_ready"
+        return None
+
+    def full() -> tuple[JSONResponse, str] | None:
+        """None when the socket took a place under the cap."""
+        if sockets.try_open():
+            return None
+        return busy(f"{sockets.cap} agent sockets are open, the most this server takes"), "busy"
+
+    @asynccontextmanager
+    async def admitted(websocket: WebSocket, protocol: str) -> AsyncIterator[object | None]:
+        """Counts the socket while it is open (`sockets.try_open()` took its place)."""
+        metrics = getattr(websocket.app.state, "metrics", None)
         if metrics is not None:
-            metrics.agent_sessions.labels("cartesia").inc()
+            metrics.agent_sessions.labels(protocol).inc()
             metrics.agent_sessions_open.inc()
         try:
-            await websocket.accept()
-            on_cancel = (lambda: metrics.agent_cancels.labels("cartesia").inc()) if metrics is not None else None
-            conn = AgentConnection(websocket, limits, protocol="cartesia", error_message=error_message,
-                                   on_cancel=on_cancel)
-            await conn.run(CartesiaHandler(synth=service.get(), settings=settings, saved=saved, metrics=metrics))
+            yield metrics
         finally:
             sockets.closed()
             if metrics is not None:
                 metrics.agent_sessions_open.dec()
 
-    return router
+    async def refuse(websocket: WebSocket, protocol: str, response: JSONResponse, reason: str) -> None:
+        metrics = getattr(websocket.app.state, "metrics", None)
+        if metrics is not None:
+            metrics.agent_refused.labels(protocol, reason).inc()
+        await websocket.send_denial_response(response)
 
+    def connection(websocket: WebSocket, protocol: str, metrics, error) -> AgentConnection:
+        on_cancel = (lambda: metrics.agent_cancels.labels(protocol).inc()) if metrics is not None else None
+        return AgentConnection(websocket, limits, protocol=protocol, error_message=error, on_cancel=on_cancel)
+
+    @router.websocket("/tts/websocket")
+    async def cartesia_socket(websocket: WebSocket) -> None:
+        if (refused := refusal(websocket) or full()) is not None:
+            await refuse(websocket, "cartesia", *refused)
+            return
+        async with admitted(websocket, "cartesia") as metrics:
+            await websocket.accept()
+            conn = connection(websocket, "cartesia", metrics, error_message)
+            await conn.run(CartesiaHandler(synth=service.get(), settings=settings, saved=saved, metrics=metrics))
+
+    @router.websocket("/v1/speak")
+    async def deepgram_socket(websocket: WebSocket) -> None:
+        if (refused := refusal(websocket)) is not None:
+            await refuse(websocket, "deepgram", *refused)
+            return
+        synth = service.get()
+        try:
+            speak = deepgram.speak_settings(websocket.query_params)
+            base = await deepgram.prepared_request(speak, synth=synth, server_settings=settings, saved=saved)
+        except TTSError as exc:
+            status, kind = http_status(exc)
+            body = error_body(exc.message, error_type=kind, param=exc.param, code=exc.code)
+            await refuse(websocket, "deepgram", JSONResponse(body, status_code=status), "invalid")
+            return
+        if (refused := full()) is not None:
+            await refuse(websocket, "deepgram", *refused)
+            return
+        async with admitted(websocket, "deepgram") as metrics:
+            await websocket.accept()
+            conn = connection(websocket, "deepgram", metrics, deepgram.warning)
+            await conn.send(deepgram.metadata(speak, settings.model_name))
+            await conn.run(deepgram.DeepgramHandler(synth=synth, base=base, settings=speak, metrics=metrics))
+
+    return router

@@ -21,7 +21,7 @@ tests, do not collide). What it holds:
 - the voice-agent sockets (`studio/agents/`), by protocol: `tts_agent_sessions_total` (sockets
   accepted), `tts_agent_sessions_open`, `tts_agent_contexts_total` (utterances opened),
   `tts_agent_cancels_total` (utterances the client cancelled: barge-in), and
-  `tts_agent_refused_total{reason}` (unauthorized, not_ready, busy). Each piece an utterance speaks
+  `tts_agent_refused_total{reason}` (unauthorized, not_ready, busy, invalid). Each piece an utterance speaks
   is a synthesis stream, counted as any other.
 """
 
@@ -140,7 +140,7 @@ class AppMetrics:
         self.agent_cancels = Counter("tts_agent_cancels", "voice-agent utterances cancelled by their client "
                                      "(barge-in), by protocol", ["protocol"], registry=self.registry)
         self.agent_refused = Counter("tts_agent_refused", "voice-agent sockets refused at the handshake, by protocol "
-                                     "and reason (unauthorized, not_ready, busy)", ["protocol", "reason"],
+                                     "and reason (unauthorized, not_ready, busy, invalid)", ["protocol", "reason"],
                                      registry=self.registry)
         self.registry.register(_Live(read_live))
 

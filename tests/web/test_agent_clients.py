@@ -1,6 +1,6 @@
 """The stock voice-agent clients, unchanged but for their base URL, against `python app.py` started as
-a user starts it (tiny checkpoints, an API key from MOSS_TTS_API_KEY): Pipecat's CartesiaTTSService
-and OpenAITTSService, LiveKit's cartesia.TTS and openai.TTS (the released packages pinned in
+a user starts it (tiny checkpoints, an API key from MOSS_TTS_API_KEY): Pipecat's CartesiaTTSService,
+DeepgramTTSService and OpenAITTSService, LiveKit's cartesia.TTS and openai.TTS (the released packages pinned in
 requirements-dev.txt). Events are counted, never timed."""
 
 from __future__ import annotations
@@ -79,6 +79,20 @@ def test_pipecat_cartesia_service_speaks_with_word_timestamps(agent_app):
     assert [f.text for f in words] == split_words(TEXT)
     assert [f.pts for f in words] == sorted(f.pts for f in words)
     assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1
+    _idle(agent_app)
+
+
+def test_pipecat_deepgram_service_speaks(agent_app):
+    from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame, TTSStoppedFrame
+    from pipecat.services.deepgram.tts import DeepgramTTSService
+
+    tts = DeepgramTTSService(api_key=KEY, base_url=agent_app.url.replace("http", "ws", 1).rstrip("/"),
+                             sample_rate=16000)  # its default voice, an aura-2 name: the default preset
+    down, up = asyncio.run(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
+    audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
+    assert not [f for f in [*down, *up] if isinstance(f, ErrorFrame)]
+    assert audio and {f.sample_rate for f in audio} == {16000} and sum(len(f.audio) for f in audio) % 2 == 0
+    assert sum(isinstance(f, TTSStoppedFrame) for f in down) == 1  # its end of turn: our Flushed
     _idle(agent_app)
 
 

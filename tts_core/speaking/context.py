@@ -6,7 +6,7 @@ last boundary (`cutting.TextBuffer`: clause or sentence mark, a flush, the end o
 buffer's delay) becomes the next piece and goes to the engine as one `Stream` (`start(text)`), so a
 context holds at most one engine slot and text that arrived meanwhile rides along in one piece.
 The pieces' audio is joined into one utterance: faded edges (`joins.PieceEdges`) and, after a
-sentence or clause, the pause `text.chunking` puts between sentences of one request.
+sentence, the pause `text.chunking` puts between sentences of one request (a shorter one otherwise).
 
 The chunks the reader gets are re-tagged for the utterance: `seq` counts over the whole context,
 `segment` is the piece's index and `segment_text` its text as pushed; every piece ends with one
@@ -38,7 +38,9 @@ from .joins import PieceEdges
 
 logger = logging.getLogger(__name__)
 
-CLAUSE_PAUSE_S = 0.12  # after a piece cut at a comma: half the shortest pause between sentences
+# Between pieces that do not end a sentence: half the shortest pause between sentences. The silence
+# also carries a resampling client's last samples of the piece out (soxr holds up to 0.11 s at 8 kHz).
+MIN_PAUSE_S = 0.12
 _NO_CODES = np.zeros((0, 16), np.int64)
 
 
@@ -273,10 +275,8 @@ class SpeechContext:
 
 
 def pause_after_piece_s(piece: Piece) -> float:
-    """Silence after a piece: as between sentences of one request (`pause_after_chunk_s`) after a
-    sentence, `CLAUSE_PAUSE_S` after a clause, none where the text was cut mid-phrase."""
+    """Silence after a piece that more may follow: as between sentences of one request
+    (`pause_after_chunk_s`) after a sentence, `MIN_PAUSE_S` after anything else."""
     if piece.reason == "sentence":
         return pause_after_chunk_s(piece.text)
-    if piece.reason == "clause":
-        return CLAUSE_PAUSE_S
-    return 0.0
+    return MIN_PAUSE_S
