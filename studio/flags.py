@@ -74,8 +74,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                         "core (PyAV's mp3 encoder holds the interpreter lock); 0 encodes in the server's process "
                         "(default: usable CPUs - 1, at most 8) [MOSS_TTS_ENCODER_PROCESSES]")
     p.add_argument("--api-key", default=env_str("MOSS_TTS_API_KEY"),
-                   help="a key the voice-agent sockets (/tts/websocket) require, as X-API-Key, Authorization: "
-                        "Bearer, or ?api_key= (default: none required) [MOSS_TTS_API_KEY]")
+                   help="a key the voice-agent sockets (/tts/websocket, /v1/speak) require, as X-API-Key, "
+                        "Authorization: Bearer/Token, or ?api_key= (default: none required) [MOSS_TTS_API_KEY]")
     p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p
 

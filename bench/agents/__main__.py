@@ -1,7 +1,10 @@
 """Voice agents against the server, with the real clients: first audio and barge-in.
 
     python -m bench.agents --json bench/results/agents-cpu.json             # starts python app.py (tiny)
-    python -m bench.agents --url http://HOST:PORT --sessions 64 --json ...   # a running server (GPU)
+    python -m tts_core make-random-checkpoint /tmp/ckpt                      # on the GPU machine, then:
+    python -m bench.agents --lm /tmp/ckpt/lm --codec /tmp/ckpt/codec --sessions 64 --machine h200 \
+        --json bench/results/agents-h200.json                                # 64 agents, full-size weights
+    python -m bench.agents --url http://HOST:PORT ...                        # a server already running
 
 Measured, each `--repeats` times (medians and min-max in the record; nothing asserts a timing):
 - `engine_ttfp_s`: a whole sentence sent at once on /tts/websocket, to its first audio: the engine's
@@ -150,8 +153,8 @@ async def pipecat_openai(base_url: str, key: str) -> tuple[float, float]:
     return times["audio"] - times["start"], times["stop"] - times["start"]
 
 
-def start_server(key: str):
-    """`python app.py` on the tiny checkpoints, as the tests start it."""
+def start_server(key: str, lm: str | None, codec: str | None):
+    """`python app.py` as the tests start it: the tiny checkpoints unless `lm` / `codec` are given."""
     import socket
     import subprocess
 
@@ -161,8 +164,8 @@ def start_server(key: str):
         port = s.getsockname()[1]
     env = {**os.environ, "PORT": str(port), "MOSS_TTS_API_KEY": key, "HF_HUB_OFFLINE": "1",
            "MOSS_TTS_CACHE_DIR": tempfile.mkdtemp(), "MOSS_TTS_NUM_THREADS": os.environ.get("MOSS_TTS_NUM_THREADS", "1")}
-    command = [sys.executable, "app.py", "--no-ui", "--lm", str(data / "parity" / "tiny_lm"),
-               "--codec", str(data / "parity" / "tiny_codec"), "--tokenizer",
+    command = [sys.executable, "app.py", "--no-ui", "--lm", lm or str(data / "parity" / "tiny_lm"),
+               "--codec", codec or str(data / "parity" / "tiny_codec"), "--tokenizer",
                str(data / "hf_checkpoint_meta" / "tokenizer.model"), "--voices-dir", str(data / "presets")]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -210,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running server (default: start python app.py on the tiny checkpoints)")
     parser.add_argument("--api-key", default=os.environ.get("MOSS_TTS_API_KEY", "bench-key"))
+    parser.add_argument("--lm", help="the LM checkpoint app.py serves (default: the tiny one)")
+    parser.add_argument("--codec", help="the codec checkpoint app.py serves (default: the tiny one)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--words-per-s", type=float, default=20.0, help="an LLM's pace")
@@ -220,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     process = None
     url = args.url
     if url is None:
-        process, url = start_server(args.api_key)
+        process, url = start_server(args.api_key, args.lm, args.codec)
     load_before = os.getloadavg()
     try:
         figures = asyncio.run(run(args, url.rstrip("/"), args.api_key))
@@ -231,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             process.wait(30)
     record = {"kind": "agents", "machine": args.machine, "when": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
               "command": "python -m bench.agents " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "server": "started here (tiny checkpoints)" if args.url is None else "given",
+              "server": "given" if args.url else "started here (" + ("tiny checkpoints" if args.lm is None
+                                                                     else "checkpoints given") + ")",
               "engine": {k: health.get(k) for k in ("device", "dtype", "threads", "max_active_streams", "lm")},
               "load_average": {"before": [round(x, 2) for x in load_before],
                                "after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()},
