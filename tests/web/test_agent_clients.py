@@ -82,6 +82,26 @@ def test_pipecat_cartesia_service_speaks_with_word_timestamps(agent_app):
     _idle(agent_app)
 
 
+def _cancels(server: AppServer) -> float:
+    for line in httpx.get(server.url + "metrics", timeout=10).text.splitlines():
+        if line.startswith('tts_agent_cancels_total{protocol="cartesia"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_pipecat_cartesia_barge_in_cancels_the_context_on_the_server(agent_app):
+    from pipecat.frames.frames import InterruptionFrame, TTSSpeakFrame
+    from pipecat.services.cartesia.tts import CartesiaTTSService
+
+    before = _cancels(agent_app)
+    tts = CartesiaTTSService(api_key=KEY, url=_ws_url(agent_app), sample_rate=24000)
+    long_text = " ".join(["This reply goes on and on, for quite a long while yet, until it is interrupted."] * 5)
+    frames = [TTSSpeakFrame(long_text), pipecat_tests.SleepFrame(sleep=1.0), InterruptionFrame()]
+    asyncio.run(pipecat_tests.run_test(tts, frames_to_send=frames))  # speaking for far longer than 1 s
+    assert _cancels(agent_app) == before + 1  # Pipecat sent its cancel; the server counted it
+    _idle(agent_app)  # and the slot is free
+
+
 def test_pipecat_deepgram_service_speaks(agent_app):
     from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame, TTSStoppedFrame
     from pipecat.services.deepgram.tts import DeepgramTTSService
