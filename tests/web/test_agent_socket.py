@@ -15,6 +15,7 @@ from support.server_helpers import ServerThread, tiny_synthesizer_factory, wait_
 from websockets.sync.client import connect
 
 from studio.app import create_app
+from studio.flags import parse_args, server_settings
 from studio.service import SynthesizerService
 from studio.settings import ServerSettings
 from tts_core.config import EngineConfig
@@ -225,3 +226,10 @@ def test_pieces_join_at_silence_with_the_pause_between_sentences(agent_url):
     loudest = np.abs(audio).max()
     # No step into or out of the silence: the pieces fade to it (the codec's own edges need not be quiet).
     assert abs(audio[pause[0] - 1]) <= 0.02 * loudest and abs(audio[pause[-1] + 1]) <= 0.02 * loudest
+
+
+def test_the_api_key_flag_and_its_environment_twin(monkeypatch):
+    assert server_settings(parse_args([])).api_key is None
+    assert server_settings(parse_args(["--api-key", "from-flag"])).api_key == "from-flag"
+    monkeypatch.setenv("MOSS_TTS_API_KEY", "from-env")
+    assert server_settings(parse_args([])).api_key == "from-env"
