@@ -229,6 +229,7 @@ def test_pieces_join_at_silence_with_the_pause_between_sentences(agent_url):
 
 
 def test_the_api_key_flag_and_its_environment_twin(monkeypatch):
+    monkeypatch.delenv("MOSS_TTS_API_KEY", raising=False)
     assert server_settings(parse_args([])).api_key is None
     assert server_settings(parse_args(["--api-key", "from-flag"])).api_key == "from-flag"
     monkeypatch.setenv("MOSS_TTS_API_KEY", "from-env")
