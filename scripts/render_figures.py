@@ -30,6 +30,7 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
     docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
                                        (bench/browser_engine.py)
+    docs/API.md           agents       the voice-agent socket and clients (python -m bench.agents)
 
 A figure under a heading comes from a record that measured it (the newest such record), never from
 another row. Records in bench/results/archive/ (superseded by newer runs) are not rendered.
@@ -48,6 +49,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from figures_agents import render_agents
 from figures_browser import render_browser
 from figures_common import _caption, _date, _memory, _ms, _ranged, _rtf, _times
 from figures_deploy import render_aoti, render_cold_start
@@ -70,7 +72,7 @@ DOCUMENTS = {"README.md": ("headline",),
              "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving", "serving-gpu", "serving-changes",
                                                                               "serving-encoder-pool"),
              "docs/PLAYER.md": ("player-links",),
-             "docs/BROWSER_ENGINE.md": ("browser-engine",)}
+             "docs/BROWSER_ENGINE.md": ("browser-engine",), "docs/API.md": ("agents",)}
 GPU_COMMAND = ("python -m bench.engine --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
                "--json bench/results/gpu-h200.json")
 
@@ -348,7 +350,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "serving": render_serving(records), "serving-gpu": render_serving_gpu(records),
             "serving-changes": render_serving_changes(records),
             "serving-encoder-pool": render_serving_encoder_pool(records), "player-links": render_player(records),
-            "browser-engine": render_browser(records)}
+            "browser-engine": render_browser(records), "agents": render_agents(records)}
 
 
 def replace_block(text: str, name: str, body: str) -> str:

@@ -22,6 +22,7 @@ from fastapi.staticfiles import StaticFiles
 
 from tts_core.audio.encoder_pool import EncoderPool
 
+from .agents.router import build_agents_router
 from .api.browser_build import MOUNT_PATH, IsolatedStaticFiles, check_build
 from .api.docs import install_docs
 from .api.metrics import AppMetrics, RequestMetricsMiddleware
@@ -93,6 +94,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     saved = SavedVoices(service, settings)  # the one view of the voice library, shared by every router
     app.include_router(build_player_router(service, settings, uploads, saved))
     app.include_router(build_openai_router(service, settings, saved))
+    app.include_router(build_agents_router(service, settings, saved))  # the voice-agent sockets
     app.state.results = ResultStore()  # the page's recent generations, for download
     app.include_router(build_results_router(app.state.results))
     app.mount("/player", StaticFiles(directory=STATIC_DIR), name="player")

@@ -76,6 +76,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
                    help="worker processes that encode mp3/opus/aac/flac streams, so their encoding uses every "
                         "core (PyAV's mp3 encoder holds the interpreter lock); 0 encodes in the server's process "
                         "(default: usable CPUs - 2, - 1 on 2-3 CPUs) [MOSS_TTS_ENCODER_PROCESSES]")
+    p.add_argument("--api-key", default=env_str("MOSS_TTS_API_KEY"),
+                   help="a key the voice-agent sockets (/tts/websocket, /v1/speak) require, as X-API-Key, "
+                        "Authorization: Bearer/Token, or ?api_key= (default: none required) [MOSS_TTS_API_KEY]")
     p.add_argument("--log-level", default=env_str("MOSS_TTS_LOG_LEVEL", "INFO"), help="[MOSS_TTS_LOG_LEVEL]")
     return p
 
@@ -107,7 +110,7 @@ def studio_config(args: argparse.Namespace) -> StudioConfig:
         allow_remote_audio=args.allow_remote_audio, lm_id=load.lm, codec_id=load.codec,
         browser_build=args.browser_build,
         cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
-        encoder_processes=_encoder_processes(args.encoder_processes),
+        encoder_processes=_encoder_processes(args.encoder_processes), api_key=args.api_key,
         **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
         **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),
     )

@@ -75,6 +75,8 @@ class ServerSettings:
             the average rate counts; `limits/guards.py`).
         body_min_rate_bps: a body must arrive at this average rate or faster, measured over the
             time spent waiting for it beyond `body_idle_s` (16 KiB/s: a 13 MiB body may take 14 min).
+        api_key: when set, the voice-agent sockets (`studio/agents/`) admit only clients that send
+            it (X-API-Key, Authorization: Bearer/Token, or ?api_key=). None = open.
     """
 
     host: str = "127.0.0.1"
@@ -97,6 +99,7 @@ class ServerSettings:
     keep_alive_s: float = 5.0
     body_idle_s: float = 10.0
     body_min_rate_bps: float = 16 * 1024
+    api_key: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_text_chars", "max_upload_bytes", "max_connections"):

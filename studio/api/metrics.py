@@ -18,6 +18,11 @@ tests, do not collide). What it holds:
   over `tts_audio_out_seconds_total` (audio sent) is the encoder's cost per audio second;
   `tts_response_bytes_total`; `tts_delivered_real_time_factor` (request reaching the engine to the
   last byte, over the audio's length: above 1, listeners of that format fall behind).
+- the voice-agent sockets (`studio/agents/`), by protocol: `tts_agent_sessions_total` (sockets
+  accepted), `tts_agent_sessions_open`, `tts_agent_contexts_total` (utterances opened),
+  `tts_agent_cancels_total` (utterances the client cancelled: barge-in), and
+  `tts_agent_refused_total{reason}` (unauthorized, not_ready, busy, invalid). Each piece an utterance speaks
+  is a synthesis stream, counted as any other.
 """
 
 from __future__ import annotations
@@ -25,7 +30,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -36,7 +48,7 @@ from tts_core.errors import InvalidRequestError, QueueFullError
 TTFP_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 # Route groups (a fixed set, so labels stay few); anything else is "page" (Gradio and static files).
-_ROUTES = (("/v1/audio/speech", "speech"), ("/api/tts/stream", "stream"), ("/health", "health"),
+_ROUTES = (("/v1/audio/speech", "speech"), ("/api/tts/stream", "stream"), ("/health", "health"), ("/tts/", "agents"),
            ("/metrics", "metrics"), ("/v1/", "api"), ("/api/", "api"), ("/gradio_api/upload", "upload"),
            ("/gradio_api/", "page_events"), ("/player/", "player"))
 
@@ -119,6 +131,17 @@ class AppMetrics:
         self.delivered_rtf = Histogram("tts_delivered_real_time_factor", "request reaching the engine to its last "
                                        "byte / audio length, per finished response, by format", ["format"],
                                        buckets=RTF_BUCKETS, registry=self.registry)
+        self.agent_sessions = Counter("tts_agent_sessions", "voice-agent sockets accepted, by protocol", ["protocol"],
+                                      registry=self.registry)
+        self.agent_sessions_open = Gauge("tts_agent_sessions_open", "voice-agent sockets open now",
+                                         registry=self.registry)
+        self.agent_contexts = Counter("tts_agent_contexts", "voice-agent utterances (contexts) opened, by protocol",
+                                      ["protocol"], registry=self.registry)
+        self.agent_cancels = Counter("tts_agent_cancels", "voice-agent utterances cancelled by their client "
+                                     "(barge-in), by protocol", ["protocol"], registry=self.registry)
+        self.agent_refused = Counter("tts_agent_refused", "voice-agent sockets refused at the handshake, by protocol "
+                                     "and reason (unauthorized, not_ready, busy, invalid)", ["protocol", "reason"],
+                                     registry=self.registry)
         self.registry.register(_Live(read_live))
 
     def observe_delivery(self, fmt: str, *, audio_s: float, bytes_out: int, encode_s: float, elapsed_s: float,

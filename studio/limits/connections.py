@@ -16,6 +16,9 @@ deadlines, idle keep-alive. uvicorn has the keep-alive timeout but no deadline f
 - **idle keep-alive**: uvicorn's own `timeout_keep_alive` (`keep_alive_s`), closing a kept-alive
   connection that stays silent.
 
+A connection upgraded to a WebSocket leaves the deadline (the socket's own protocol and limits
+take over: `studio/agents/`); it still counts against the cap while open.
+
 Body deadlines are enforced by `guards.BodyLimitMiddleware` (the body is read by the app). Built
 by `uvicorn_config` from the server's settings, used by `main.py`; what it refuses is counted in
 `guards.GuardCounters`.
@@ -92,6 +95,7 @@ class GuardedH11Protocol(H11Protocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._head_bytes = False  # part of a request head arrived since the timer was armed
         self._refused = False
+        self._upgraded = False  # handed to the WebSocket protocol: no more request heads here
 
     # ---- the cap ------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -146,8 +150,14 @@ class GuardedH11Protocol(H11Protocol):
         super().on_response_complete()
         self._sync_head_timer()
 
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._upgraded = True  # the socket is the WebSocket protocol's now (its own pings and limits)
+        self._cancel_head_timer()
+        super().handle_websocket_upgrade(event)
+
     def _between_requests(self) -> bool:
-        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+        return not self._upgraded and not self.transport.is_closing() and (
+            self.cycle is None or self.cycle.response_complete)
 
     def _sync_head_timer(self) -> None:
         if self._between_requests():

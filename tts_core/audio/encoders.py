@@ -4,7 +4,8 @@
 for (soxr's streaming resampler, which gives the same samples however the stream is cut).
 `StreamEncoder` turns float32 [C, n] pieces into the bytes of one format as they come: raw pcm
 (s16le) and float32, WAV with a streaming header, and mp3 / opus (Ogg) / aac (ADTS) / flac through
-PyAV (FFmpeg's libmp3lame, libopus, aac and flac encoders), each packet handed out as soon as the
+PyAV (FFmpeg's libmp3lame, libopus, aac and flac encoders), and telephony's 8-bit mu-law / A-law
+(`g711.py`), each packet handed out as soon as the
 encoder has it, so the first bytes leave one encoder frame after the first audio.
 """
 
@@ -17,9 +18,11 @@ from fractions import Fraction
 import numpy as np
 
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
+from .g711 import alaw_bytes, mulaw_bytes
 from .io import pcm_to_int16_bytes, to_int16, wav_stream_header
 
-STREAM_FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "aac", "flac", "float32")
+STREAM_FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "aac", "flac", "float32", "mulaw", "alaw")
+_G711 = {"mulaw": mulaw_bytes, "alaw": alaw_bytes}  # telephony's 8-bit companded samples (`g711.py`)
 # Rates every format accepts; opus only the five of its codec.
 SAMPLE_RATES: tuple[int, ...] = (8000, 12000, 16000, 22050, 24000, 32000, 44100, 48000)
 OPUS_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
@@ -181,6 +184,9 @@ class StreamEncoder:
         if self.fmt == "float32":
             self.encoded_samples += pcm.shape[1]
             return np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()
+        if self.fmt in _G711:
+            self.encoded_samples += pcm.shape[1]
+            return _G711[self.fmt](np.frombuffer(pcm_to_int16_bytes(pcm), "<i2"))
         return self._mux(to_int16(pcm))
 
     def encode_int16(self, samples: np.ndarray) -> bytes:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-_SENTENCE_END = frozenset(".!?。！？；;")
-_CLAUSE_END = frozenset(",，、；;：:")
-_CHUNK_CLOSERS = frozenset("\"'”’)]}）】》」』")
+SENTENCE_END = frozenset(".!?。！？；;")
+CLAUSE_END = frozenset(",，、；;：:")
+CLOSERS = frozenset("\"'”’)]}）】》」』")
 
 
 def pause_after_chunk_s(chunk: str) -> float:
@@ -30,7 +30,7 @@ def _prepare_for_chunking(text: str) -> str:
     if not text:
         return text
     if _has_cjk_or_hangul(text):
-        return text if text[-1] in _SENTENCE_END else text + "。"
+        return text if text[-1] in SENTENCE_END else text + "。"
     if text[0].islower():
         text = text[0].upper() + text[1:]
     # (Upstream also prepends 8 spaces to texts under 5 words; they are stripped again later.)
@@ -43,7 +43,7 @@ def _split_after(text: str, marks: frozenset[str]) -> list[str]:
     while index < len(text):
         if text[index] in marks:
             index += 1
-            while index < len(text) and text[index] in _CHUNK_CLOSERS:
+            while index < len(text) and text[index] in CLOSERS:
                 index += 1
             pieces.append(text[start:index].strip())
             while index < len(text) and text[index].isspace():
@@ -57,7 +57,7 @@ def _split_after(text: str, marks: frozenset[str]) -> list[str]:
 
 def _cut_to_budget(text: str, count_tokens: Callable[[str], int], max_tokens: int) -> list[str]:
     """Greedy cut: longest prefix within budget, moved back to a boundary in its last 24 chars."""
-    boundaries = _CLAUSE_END | _SENTENCE_END | {" "}
+    boundaries = CLAUSE_END | SENTENCE_END | {" "}
     pieces, rest = [], text.strip()
     while rest:
         if count_tokens(rest) <= max_tokens:
@@ -96,12 +96,12 @@ def split_text(text: str, count_tokens: Callable[[str], int], max_tokens: int = 
         return [original]
     prepared = _prepare_for_chunking(original)
     pieces: list[tuple[int, str]] = []
-    for sentence in _split_after(prepared, _SENTENCE_END):
+    for sentence in _split_after(prepared, SENTENCE_END):
         count = count_tokens(sentence)
         if count <= max_tokens:
             pieces.append((count, sentence))
             continue
-        for clause in _split_after(sentence, _CLAUSE_END):
+        for clause in _split_after(sentence, CLAUSE_END):
             count = count_tokens(clause)
             if count <= max_tokens:
                 pieces.append((count, clause))

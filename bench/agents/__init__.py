@@ -1,0 +1,1 @@
+"""Voice-agent benchmarks (`python -m bench.agents`): see `__main__`."""
