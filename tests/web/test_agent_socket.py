@@ -15,7 +15,7 @@ from support.server_helpers import ServerThread, tiny_synthesizer_factory, wait_
 from websockets.sync.client import connect
 
 from studio.app import create_app
-from studio.flags import parse_args, server_settings
+from studio.flags import parse_config
 from studio.service import SynthesizerService
 from studio.settings import ServerSettings
 from tts_core.config import EngineConfig
@@ -230,7 +230,7 @@ def test_pieces_join_at_silence_with_the_pause_between_sentences(agent_url):
 
 def test_the_api_key_flag_and_its_environment_twin(monkeypatch):
     monkeypatch.delenv("MOSS_TTS_API_KEY", raising=False)
-    assert server_settings(parse_args([])).api_key is None
-    assert server_settings(parse_args(["--api-key", "from-flag"])).api_key == "from-flag"
+    assert parse_config([]).server.api_key is None
+    assert parse_config(["--api-key", "from-flag"]).server.api_key == "from-flag"
     monkeypatch.setenv("MOSS_TTS_API_KEY", "from-env")
-    assert server_settings(parse_args([])).api_key == "from-env"
+    assert parse_config([]).server.api_key == "from-env"
