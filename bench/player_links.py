@@ -1,14 +1,12 @@
-"""The player on slow links (issue 32), in headless Chromium, written as a JSON record.
+"""The player on slow links, in headless Chromium, written as a JSON record.
 
 Starts `python app.py` with the tiny checkpoints, opens the player page (player.html, as a visitor
 would) and throttles its network with Chromium's own emulation (DevTools protocol,
 `Network.emulateNetworkConditions`): unthrottled, 2 Mbit/s + 50 ms, 1 Mbit/s + 100 ms, 500 kbit/s +
-150 ms. For each link it plays a short utterance (2 s) with each transport forced (f32, s16, opus)
-and in automatic mode, and a long one (30 s) with Opus and in automatic mode: rebuffers, seconds of
-silence, time to first sound, bytes per audio second, whether all audio was played. "auto" is the
-page after one utterance has measured the link (a visitor's second click); "auto, first" is that
-first, measuring utterance (float32: nothing is known yet). Plus Opus at the player's bit rate
-against its source: a real speech clip (a preset's reference) and the tiny model's output.
+150 ms. For each link it plays a short utterance (2 s) with each transport (s16, opus) and a long
+one (30 s) with Opus: rebuffers, seconds of silence, time to first sound, bytes per audio second,
+whether all audio was played. Plus Opus at the player's bit rate against its source: a real speech
+clip (a preset's reference) and the tiny model's output.
 
     python bench/player_links.py --json bench/results/player-links.json [--repeats 3] [--long-repeats 1]
     python scripts/render_figures.py     # then rewrite docs/PLAYER.md's table
@@ -33,6 +31,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from support.reliability_servers import launch_app  # noqa: E402
 from support.server_helpers import wait_until_ready  # noqa: E402
+from support.stream_decoding import player_stream  # noqa: E402
 
 from bench.lib.args import default_config_path  # noqa: E402
 from bench.lib.machine import machine_info  # noqa: E402
@@ -51,7 +50,7 @@ TEXT = " ".join(f"Sentence number {i} of a long passage keeps the stream going f
 PLAY = ("([text, frames]) => window.mossPlayer.play({items: [{label: 'bench', request: "
         "{text, seed: 5, max_frames: frames}}]})")
 FIGURES = ("transport", "underruns", "underrunFrames", "framesReceived", "framesRendered", "ttfpMs", "streamBytes",
-           "audioSeconds", "startBufferedFrames", "linkBytesPerS", "state", "error")
+           "audioSeconds", "startBufferedFrames", "state", "error")
 
 
 def open_player(browser, url: str, link, transport: str | None):
@@ -81,16 +80,13 @@ def figures(s: dict) -> dict:
             "ttfp_ms": round(s["ttfpMs"], 1) if s["ttfpMs"] is not None else None,
             "bytes_per_audio_s": round(s["streamBytes"] / audio_s) if audio_s else None,
             "all_played": s["state"] == "finished" and s["framesReceived"] == s["framesRendered"] > 0,
-            "audio_s": round(audio_s, 3), "link_bytes_per_s": s["linkBytesPerS"]}
+            "audio_s": round(audio_s, 3)}
 
 
 def measure(browser, url: str, link, utterance: str, transport: str) -> dict:
-    """One run: forced transports on a fresh page; auto after a short measuring utterance."""
-    context, page = open_player(browser, url, link, None if transport == "auto" else transport)
+    """One run on a fresh page, the transport forced."""
+    context, page = open_player(browser, url, link, transport)
     try:
-        if transport == "auto":
-            first = figures(play(page, UTTERANCES["short"], 1))
-            return {**figures(play(page, UTTERANCES[utterance], 2)), "first": first}
         return figures(play(page, UTTERANCES[utterance], 1))
     finally:
         context.close()
@@ -124,13 +120,15 @@ def opus_quality(data_dir: Path, url: str) -> dict:
         return round(float(10 * np.log10((ref.astype(np.float64) ** 2).sum() / ((ref - test).astype(np.float64) ** 2).sum())), 1)
 
     body = {"text": TEXT[:200], "seed": 5, "max_frames": 50}
-    f32 = np.frombuffer(httpx.post(url + "api/tts/stream", json=body, timeout=120).content, "<f4").reshape(-1, 2).T
-    opus = httpx.post(url + "api/tts/stream", json={**body, "transport": "opus"}, timeout=120).content
+
+    def stream(transport: str) -> np.ndarray:  # the route's event frames, decoded as the player does
+        response = httpx.post(url + "api/tts/stream", json={**body, "transport": transport}, timeout=120)
+        return player_stream(response.content, response.headers["x-sample-format"])[0]
+
     return {"bit_rate": OPUS_BIT_RATE,
             "speech_snr_db": snr(speech, decode(data)), "speech_clip": "presets/en_2.wav",
             "speech_bytes_per_audio_s": round(len(data) / (speech.shape[1] / 48_000)),
-            "tiny_snr_db_vs_clipped": snr(np.clip(f32, -1, 1), decode(opus)),
-            "tiny_peak": round(float(np.abs(f32).max()), 2)}
+            "tiny_snr_db_vs_clipped": snr(stream("s16"), stream("opus"))}
 
 
 def main() -> int:
@@ -151,7 +149,7 @@ def main() -> int:
         "checkpoint": "tiny parity checkpoints", "threads": THREADS, "browser": "headless Chromium",
         "links": {k: (None if v is None else {"bytes_per_s": v[0], "latency_ms": v[1]}) for k, v in LINKS.items()},
         "utterances_s": {k: v * 0.08 for k, v in UTTERANCES.items()}}, program="python bench/player_links.py")
-    cases = [(u, t) for u in ("short",) for t in ("f32", "s16", "opus", "auto")] + [("long", "opus"), ("long", "auto")]
+    cases = [("short", "s16"), ("short", "opus"), ("long", "opus")]
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="moss-links-") as work, \
             launch_app(data_dir, Path(work), log_path=Path(work) / "app.log", threads=THREADS) as app, \
@@ -167,10 +165,7 @@ def main() -> int:
                     repeats = args.repeats if utterance == "short" else args.long_repeats
                     started = time.monotonic()
                     runs = [measure(browser, url, link, utterance, transport) for _ in range(repeats)]
-                    firsts = [r.pop("first") for r in runs if "first" in r]
                     results.setdefault(link_name, {}).setdefault(utterance, {})[transport] = summary(runs)
-                    if utterance == "short" and transport == "auto":  # the measuring utterance, as first heard
-                        results[link_name][utterance]["auto-first"] = summary(firsts)
                     print(f"{link_name} {utterance} {transport}: {summary(runs)['transports']} "
                           f"{time.monotonic() - started:.0f} s", flush=True)
         finally:

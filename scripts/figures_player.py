@@ -30,6 +30,10 @@ def _kb(value: float | None) -> str:
     return "–" if value is None else f"{value / 1000:.1f}"
 
 
+def _peak(quality: dict) -> str:
+    return f"peaking at {quality['tiny_peak']:g}× full scale" if "tiny_peak" in quality else "over full scale"
+
+
 def render_player(records: list[tuple[str, dict]]) -> str:
     chosen = [(s, r) for s, r in records if r.get("kind") == "player-links"]
     if not chosen:
@@ -71,7 +75,7 @@ def render_player(records: list[tuple[str, dict]]) -> str:
         "decoder agrees with FFmpeg's within 2e-3 per sample, `tests/e2e/test_player_opus.py`): real speech "
         f"(`{quality['speech_clip']}`, resampled to 48 kHz) **{quality['speech_snr_db']:.1f} dB SNR** at "
         f"{quality['speech_bytes_per_audio_s'] / 1000:.1f} kB per audio second; the tiny checkpoints' output "
-        f"(full-band noise peaking at {quality['tiny_peak']:g}× full scale, compared after clipping to it) "
+        f"(full-band noise {_peak(quality)}, compared after clipping to it) "
         f"{quality['tiny_snr_db_vs_clipped']:.1f} dB, a figure of that noise, not of speech.",
     ]
     return "\n".join(lines)

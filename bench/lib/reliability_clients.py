@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import struct
 import time
 
 import httpx
@@ -16,13 +17,35 @@ SAMPLES_PER_FRAME = 3840  # per channel, 80 ms at 48 kHz
 LONG_TEXT = " ".join(f"This is sentence number {i}, and it keeps the stream busy for a while." for i in range(6))
 
 
+PLAYER_ROUTE = "/api/tts/stream"
+
+
 def stream_body(index: int, *, max_frames: int | None, text: str | None = None) -> tuple[str, dict, int]:
-    """(route, JSON body, bytes per stereo sample), alternating the two streaming routes."""
+    """(route, JSON body, bytes per sample), alternating the two streaming routes, both 16-bit stereo."""
     text = text or f"Load test number {index}, please stand by."
     extra = {"max_frames": max_frames} if max_frames else {}
-    if index % 2:
-        return "/api/tts/stream", {"text": text, "seed": index, **extra}, 8  # float32 stereo
-    return "/v1/audio/speech", {"input": text, "response_format": "pcm", "stream": True, "seed": index, **extra}, 4
+    if index % 2:  # 16-bit stereo in the player's event frames
+        return PLAYER_ROUTE, {"text": text, "seed": index, "transport": "s16", **extra}, 2
+    return "/v1/audio/speech", {"input": text, "response_format": "pcm", "stream": True, "seed": index, **extra}, 2
+
+
+def audio_of(route: str, data: bytes) -> bytes:
+    """The audio bytes of a response body: the player's route frames them (docs/PROTOCOL.md §2.3)."""
+    if route != PLAYER_ROUTE:
+        return data
+    return b"".join(payload for kind, payload in _frames(data) if kind == 0)
+
+
+def _frames(body: bytes) -> list[tuple[int, bytes]]:
+    """[u32 LE length][u8 kind][payload] frames; a truncated last frame is left out."""
+    frames, at = [], 0
+    while len(body) - at >= 5:
+        length, kind = struct.unpack_from("<IB", body, at)
+        if len(body) - at - 5 < length:
+            break
+        frames.append((kind, body[at + 5: at + 5 + length]))
+        at += 5 + length
+    return frames
 
 
 async def load_client(client: httpx.AsyncClient, index: int, max_frames: int = 6) -> tuple[str, str]:
@@ -35,10 +58,11 @@ async def load_client(client: httpx.AsyncClient, index: int, max_frames: int = 6
     except httpx.HTTPError as exc:
         return "broken", f"{index}: {type(exc).__name__} {exc}"
     if response.status_code == 200:
-        whole = len(data) > 0 and len(data) % (2 * sample_bytes) == 0
-        if whole and len(data) <= max_frames * sample_bytes * SAMPLES_PER_FRAME:
+        audio = audio_of(route, data)
+        whole = len(audio) > 0 and len(audio) % (2 * sample_bytes) == 0
+        if whole and len(audio) <= max_frames * 2 * sample_bytes * SAMPLES_PER_FRAME:
             return "served", ""
-        return "broken", f"{index}: 200 with {len(data)} bytes"
+        return "broken", f"{index}: 200 with {len(audio)} bytes of audio"
     if response.status_code == 503:
         retry = response.headers.get("retry-after", "")
         if json.loads(data)["error"]["code"] == "queue_full" and retry.isdigit() and int(retry) >= 1:
@@ -55,7 +79,7 @@ async def abort_client(client: httpx.AsyncClient, index: int) -> str:
         received = 0
         async for chunk in response.aiter_raw():
             received += len(chunk)
-            if received >= sample_bytes * 2:  # audio is flowing: leave mid-stream
+            if received >= sample_bytes * 2 * 8:  # audio is flowing (past a frame header): leave mid-stream
                 return "aborted"
     return "finished"  # the whole stream arrived before we left (a very short babble)
 

@@ -17,13 +17,9 @@
 // measured over more data by then, and if the stream is already longer than its estimate, at least
 // half of what has played is assumed to be still to come (estimates err short more than long).
 
-// The rate planned with is the slower of what arrives and what the link can carry: `linkRate`, the
-// audio seconds per second the last utterance's link measurement allows in this stream's transport
-// (link.js), caps the measured rate from the first arrival on, so a first lump that came fast (a
-// burst into the socket's buffers before the link's pace shows) cannot make a slow link look fast.
-// After an underrun `recentRate`, the arrival rate over the last RECENT_WINDOW_S, caps it too: a
-// link (or generator) that slowed down mid-way is planned for at its new pace, not its average, so
-// the one rebuffer is long enough for the rest.
+// After an underrun `recentRate`, the arrival rate over the last RECENT_WINDOW_S, caps the measured
+// rate: a link (or generator) that slowed down mid-way is planned for at its new pace, not its
+// average, so the one rebuffer is long enough for the rest.
 
 export const SHORT_START_S = 0.2;
 export const SAFETY = 1.15;          // plan as if generation ran this much slower than measured
@@ -45,7 +41,6 @@ export const RECENT_WINDOW_S = 1.5;
  * @param {boolean} p.ended         no more audio will come
  * @param {boolean} p.rebuffering   true after an underrun
  * @param {number} [p.shortStartS]  the start used when generation is fast
- * @param {number|null} [p.linkRate]  audio s per s the link is known to carry (null: unknown)
  * @param {number|null} [p.recentRate]  audio s per s over the last RECENT_WINDOW_S (recentRate())
  * @returns {{start: boolean, targetS: number|null, waitS: number|null, rate: number|null}}
  *   targetS: the buffer to wait for; waitS: the expected wait from now (null when it cannot be told).
@@ -54,7 +49,6 @@ export function planStart(p) {
   const shortStart = p.shortStartS ?? SHORT_START_S;
   if (p.ended) return { start: p.bufferedS > 0, targetS: 0, waitS: 0, rate: null };
   let rate = arrivalRate(p);
-  if (rate != null && p.linkRate > 0) rate = Math.min(rate, p.linkRate);
   if (rate != null && p.rebuffering && p.recentRate > 0) rate = Math.min(rate, p.recentRate);
   if (p.estimatedS == null || !(p.estimatedS > 0)) {
     const start = p.bufferedS > 0 && p.bufferedS >= shortStart;

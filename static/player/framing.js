@@ -1,13 +1,12 @@
-// Byte streams of POST /api/tts/stream -> PCM and events (docs/PROTOCOL.md §2.3).
+// The body of POST /api/tts/stream -> the transport's audio bytes and events (docs/PROTOCOL.md §2.3).
 //
-// Raw (no `framing`): little-endian float32, interleaved, whole frames only. Framed (`"framing":
-// "events"`): frames of [uint32 LE payload length L][1 byte kind][L bytes]; kind 0 = PCM as above,
-// kind 1 = a UTF-8 JSON event. Network reads split both at arbitrary bytes, so each parser keeps the
+// Frames of [uint32 LE payload length L][1 byte kind][L bytes]: kind 0 = the next bytes of the
+// transport's audio (16-bit PCM, or a piece of the Ogg/Opus stream, cut anywhere), kind 1 = a
+// UTF-8 JSON event. Network reads split frames at arbitrary bytes, so the parser keeps the
 // incomplete rest for the next read.
 
-export const KIND_PCM = 0;
+export const KIND_AUDIO = 0;
 export const KIND_EVENT = 1;
-export const KIND_PROGRESS = 2;   // f64 LE: the chunk's server time since the request (transports.py)
 const HEADER = 5;
 const MAX_PAYLOAD = 64 * 1024 * 1024;   // a corrupt length must not make us wait for gigabytes
 
@@ -20,37 +19,10 @@ export function joined(rest, bytes) {
   return all;
 }
 
-// A fresh, 4-byte-aligned copy (a network read may start at any offset).
-function floats(bytes, start, end) {
-  return new Float32Array(bytes.buffer.slice(bytes.byteOffset + start, bytes.byteOffset + end));
-}
-
-/** Raw interleaved float32: push(bytes) -> [{kind: 'pcm', data}] of whole frames (frameBytes each). */
-export class RawParser {
-  constructor(frameBytes) {
-    this.frameBytes = frameBytes;
-    this.rest = null;
-  }
-
-  push(value) {
-    const bytes = joined(this.rest, value);
-    const usable = bytes.length - (bytes.length % this.frameBytes);
-    this.rest = usable < bytes.length ? bytes.slice(usable) : null;
-    return usable === 0 ? [] : [{ kind: 'pcm', data: floats(bytes, 0, usable) }];
-  }
-
-  get pendingBytes() { return this.rest ? this.rest.length : 0; }
-}
-
-/**
- * Framed stream: push(bytes) -> [{kind: 'pcm', data} | {kind: 'event', event}] in order.
- * With `{bytes: true}` the audio frames come as {kind: 'bytes', data: Uint8Array}, undecoded: the
- * transport's bytes (16-bit PCM, a piece of an Ogg/Opus stream), for a decoder of transport.js.
- */
+/** push(bytes) -> [{kind: 'bytes', data: Uint8Array} | {kind: 'event', event}] in order. */
 export class FrameParser {
-  constructor({ bytes = false } = {}) {
+  constructor() {
     this.rest = null;
-    this.bytes = bytes;
     this.decoder = new TextDecoder();
   }
 
@@ -65,16 +37,13 @@ export class FrameParser {
       if (length > MAX_PAYLOAD) throw new Error(`the stream is corrupt (a frame of ${length} bytes)`);
       if (bytes.length - at - HEADER < length) break;
       const start = at + HEADER, end = start + length;
-      if (kind === KIND_PCM && this.bytes) {
+      if (kind === KIND_AUDIO) {
         if (length > 0) out.push({ kind: 'bytes', data: bytes.slice(start, end) });
-      } else if (kind === KIND_PCM) {
-        if (length % 8 !== 0) throw new Error(`the stream is corrupt (PCM frame of ${length} bytes)`);
-        if (length > 0) out.push({ kind: 'pcm', data: floats(bytes, start, end) });
       } else if (kind === KIND_EVENT) {
         out.push({ kind: 'event', event: JSON.parse(this.decoder.decode(bytes.subarray(start, end))) });
-      } else if (kind === KIND_PROGRESS && length === 8) {
-        out.push({ kind: 'progress', serverS: view.getFloat64(start, true) });
-      }   // other kinds: a later server's additions, skipped
+      } else {
+        throw new Error(`the stream is corrupt (a frame of kind ${kind})`);
+      }
       at = end;
     }
     this.rest = at < bytes.length ? bytes.slice(at) : null;

@@ -1,25 +1,19 @@
 // Where the player's audio comes from. Every source is an async iterator of messages:
 //   {type: 'start', rate, channels, requestId, estimatedS, transport, bitRate}   before any audio
 //   {type: 'pcm', data}     interleaved float32 at `rate`, `channels` wide (whole frames), decoded
-//                           from the wire's transport (transport.js: float32, 16-bit or Opus)
+//                           from the wire's transport (transport.js: Opus or 16-bit)
 //   {type: 'event', event}  a caption event (docs/PROTOCOL.md §2.4) or speech.done
-//   {type: 'read', bytes, at}  (fetch only) one network read (performance.now()), for the stats and
-//                           the link measurement
-//   {type: 'progress', serverS, at}  (fetch only) the server's time of the next chunk, and when it came
+//   {type: 'read', bytes, at}  (fetch only) one network read (performance.now()), for the stats
 //   {type: 'end', trailingBytes}
 // and throws on failure (an AbortError when stopped).
 //
-// fetchSource: POST /api/tts/stream, framed with events when the server supports it (a server that
-// refuses the `framing` field is asked again without it, once per page). PushSource: the parent page
-// posts the audio itself (docs/PROTOCOL.md §3.2), e.g. from Gradio events.
+// fetchSource: POST /api/tts/stream (event frames, docs/PROTOCOL.md §2). PushSource: the parent
+// page posts the audio itself (docs/PROTOCOL.md §3.2), e.g. from Gradio events.
 
 import { FrameParser } from './framing.js';
 import { FORMATS, makeDecoder } from './transport.js';
 
-let serverFrames = true;   // until a server refuses "framing": "events"
-let serverTransports = true;   // until a server refuses "transport"
-
-/** The readable message of an error response (OpenAI's error shape); the field it names in `param`. */
+/** The readable message of an error response (OpenAI's error shape), with the field it names. */
 export async function errorMessage(resp) {
   try {
     const body = await resp.json();
@@ -32,51 +26,34 @@ export async function errorMessage(resp) {
   }
 }
 
-async function post(url, body, signal) {
-  return fetch(url, {
-    method: 'POST', headers: { 'Content-Type': 'application/json' }, cache: 'no-store',
-    body: JSON.stringify(body), signal,
-  });
-}
-
 /**
  * @param {string} url  the stream route
  * @param {object} request  its JSON body
  * @param {{signal: AbortSignal, beforeRead?: () => Promise<void>, transport?: string}} options  beforeRead
  *   runs while the request is in flight (the player resumes its audio context there); transport: the
- *   wire format to ask for (transport.js: f32, s16, opus; the server's default f32 when absent)
+ *   wire format to ask for (transport.js: opus or s16)
  */
-export async function* fetchSource(url, request, { signal, beforeRead, transport = 'f32' }) {
-  let framed = serverFrames;
-  const asked = serverTransports ? transport : null;   // named even when f32: progress frames come too
-  const body = () => ({ ...request, ...(framed ? { framing: 'events' } : {}),
-    ...(asked && serverTransports ? { transport: asked } : {}) });
-  const pending = post(url, body(), signal);
+export async function* fetchSource(url, request, { signal, beforeRead, transport = 'opus' }) {
+  const pending = fetch(url, {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, cache: 'no-store',
+    body: JSON.stringify({ ...request, transport }), signal,
+  });
   if (beforeRead) await beforeRead();
-  let resp = await pending;
-  for (let retry = 0; !resp.ok && retry < 2; retry++) {   // an older server: without what it refuses
-    const error = await errorMessage(resp);
-    if (error.param === 'framing' && framed) serverFrames = framed = false;   // raw PCM, no captions
-    else if (error.param === 'transport' && asked && serverTransports) serverTransports = false;   // float32
-    else throw error;
-    resp = await post(url, body(), signal);
-  }
+  const resp = await pending;
   if (!resp.ok) throw await errorMessage(resp);
 
   const rate = Number(resp.headers.get('X-Sample-Rate')) || 48000;
   const channels = Number(resp.headers.get('X-Channels')) || 2;
-  const format = resp.headers.get('X-Sample-Format') || 'f32le';
+  const format = resp.headers.get('X-Sample-Format');
   const estimate = Number(resp.headers.get('X-Estimated-Duration'));
-  if (!FORMATS[format] || channels < 1 || channels > 2 || (channels === 1 && format !== 'f32le')) {
-    throw new Error(`unsupported stream format ${format} × ${channels} channels`);
-  }
-  const decoder = makeDecoder(format, channels);
+  if (!FORMATS[format] || channels !== 2) throw new Error(`unsupported stream format ${format} × ${channels} channels`);
+  const decoder = makeDecoder(format);
   yield {
-    type: 'start', rate, channels, format, transport: FORMATS[format], framed,
+    type: 'start', rate, channels, format, transport: FORMATS[format],
     bitRate: Number(resp.headers.get('X-Bit-Rate')) || null, requestId: resp.headers.get('X-Request-Id'),
     estimatedS: estimate > 0 ? estimate : null,
   };
-  const parser = framed ? new FrameParser({ bytes: true }) : null;
+  const parser = new FrameParser();
   const reader = resp.body.getReader();
   try {
     for (;;) {
@@ -89,11 +66,9 @@ export async function* fetchSource(url, request, { signal, beforeRead, transport
       }
       if (step.done) break;
       yield { type: 'read', bytes: step.value.byteLength, at: performance.now() };
-      const items = parser ? parser.push(step.value) : [{ kind: 'bytes', data: step.value }];
-      for (const item of items) {
+      for (const item of parser.push(step.value)) {
         if (item.kind === 'event') { yield { type: 'event', event: item.event }; continue; }
-        if (item.kind === 'progress') { yield { type: 'progress', serverS: item.serverS, at: performance.now() }; continue; }
-        const data = joinPcm(await decoder.push(item.data));   // one arrival per read, as with raw PCM
+        const data = joinPcm(await decoder.push(item.data));   // one arrival per read
         if (data) yield { type: 'pcm', data };
       }
     }
@@ -103,7 +78,7 @@ export async function* fetchSource(url, request, { signal, beforeRead, transport
     decoder.close();
     reader.releaseLock();
   }
-  yield { type: 'end', trailingBytes: (parser ? parser.pendingBytes : 0) + decoder.pendingBytes };
+  yield { type: 'end', trailingBytes: parser.pendingBytes + decoder.pendingBytes };
 }
 
 function joinPcm(pieces) {
@@ -134,7 +109,7 @@ export class PushSource {
       const opus = m.format === 'opus';
       item = { type: 'start', rate: m.sampleRate || 48000, channels: m.channels || 2, format: opus ? 'opus' : 'f32le',
         transport: opus ? 'opus' : 'f32', bitRate: m.bitRate || null,
-        requestId: m.requestId, estimatedS: m.estimatedDuration > 0 ? m.estimatedDuration : null, framed: true };
+        requestId: m.requestId, estimatedS: m.estimatedDuration > 0 ? m.estimatedDuration : null };
       if (opus) this.decoder = makeDecoder('opus');
     } else if (m.type === 'tts:pcm' && m.bytes) {
       if (!this.decoder) return;

@@ -12,14 +12,14 @@ export function createStats(requestedRate) {
 export function clearRunStats(stats, runId, label, index, count) {
   Object.assign(stats, {
     runId, label, item: index, items: count, error: null, requestId: null,
-    streamSampleRate: null, streamChannels: null, streamFormat: null, framed: false, estimatedS: null,
+    streamSampleRate: null, streamChannels: null, streamFormat: null, estimatedS: null,
     bytesReceived: 0, streamBytes: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
     srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0, arrivals: [], underrunsAt: [], segments: 0,
     framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0,
     rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0, startBufferedFrames: null,
     outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
     ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
-    transport: null, wire: '', linkRate: null, linkBytesPerS: null, liveGainDb: null,
+    transport: null, wire: '', liveGainDb: null,
   });
 }
 

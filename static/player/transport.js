@@ -1,27 +1,14 @@
 // The stream route's wire formats (`"transport"`, studio/delivery/transports.py) -> interleaved float32.
 //
-//   f32  (X-Sample-Format f32le)  4 bytes a sample, 384 kB per audio second: today's stream
-//   s16  (s16le)                  2 bytes a sample, lossless for what downloads keep (16-bit)
-//   opus (opus)                   one Ogg/Opus stream per utterance (opus.js, WebCodecs)
+//   opus (X-Sample-Format opus)   one Ogg/Opus stream per utterance (opus.js, WebCodecs): the default
+//   s16  (s16le)                  2 bytes a sample, for a browser whose WebCodecs cannot decode Opus
 //
 // Every decoder: `await push(bytes)` -> [Float32Array interleaved stereo] decoded so far,
 // `await end()` -> the rest, `pendingBytes`, `close()`. Bytes may be cut anywhere.
 
-import { RawParser } from './framing.js';
 import { OpusStreamDecoder, opusSupported } from './opus.js';
 
-/** What a transport costs on the wire, per second of 48 kHz stereo audio (bytes; Opus nominal). */
-export const BYTES_PER_AUDIO_S = { f32: 48000 * 2 * 4, s16: 48000 * 2 * 2, opus: 160000 / 8 };
-export const FORMATS = { f32le: 'f32', s16le: 's16', opus: 'opus' };
-export const LABELS = { f32: 'float32 PCM (lossless)', s16: '16-bit PCM (lossless)', opus: 'Opus' };
-
-class F32Decoder {
-  constructor(channels) { this.parser = new RawParser(4 * channels); }
-  async push(bytes) { return this.parser.push(bytes).map((item) => item.data); }
-  async end() { return []; }
-  get pendingBytes() { return this.parser.pendingBytes; }
-  close() {}
-}
+export const FORMATS = { s16le: 's16', opus: 'opus' };
 
 class S16Decoder {
   constructor() { this.rest = null; }
@@ -43,17 +30,24 @@ class S16Decoder {
   close() {}
 }
 
-/** A decoder for the response's X-Sample-Format (16-bit and Opus: stereo). */
-export function makeDecoder(sampleFormat, channels = 2) {
+/** A decoder for the response's X-Sample-Format (both stereo). */
+export function makeDecoder(sampleFormat) {
   const transport = FORMATS[sampleFormat];
-  if (transport === 'f32') return new F32Decoder(channels);
   if (transport === 's16') return new S16Decoder();
   if (transport === 'opus') return new OpusStreamDecoder();
   throw new Error(`unsupported stream format ${sampleFormat}`);
 }
 
-/** The transport to ask for: `wanted` unless it is Opus and this browser cannot decode it (then s16). */
-export async function usable(wanted) {
-  if (wanted === 'opus' && !(await opusSupported())) return 's16';
-  return wanted;
+/** The transport to ask for: Opus where this browser's WebCodecs decodes it, else 16-bit PCM;
+ *  `forced` (a URL's ?transport=, for tests and benchmarks) wins where it is usable. */
+export async function chooseTransport(forced = null) {
+  const opus = await opusSupported();
+  if (forced === 's16' || !opus) return 's16';
+  return 'opus';
+}
+
+/** "Opus 160 kb/s", "16-bit PCM": what the stream travels as ('' for audio pushed as float32). */
+export function describe(transport, bitRate = null) {
+  if (transport === 'opus') return `Opus ${Math.round((bitRate || 160000) / 1000)} kb/s`;
+  return transport === 's16' ? '16-bit PCM' : '';
 }

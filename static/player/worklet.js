@@ -1,9 +1,8 @@
 // AudioWorkletProcessor 'pcm-player': plays streamed stereo float32 PCM gaplessly.
 //
 // Messages in (port):
-//   {type:'start', id, inputRate, prebufferMs, estimatedS, linkRate}  new stream: clear the ring and
-//                                           counters (id is echoed); estimatedS: the likely total length,
-//                                           linkRate: audio s per s the link carries (both if known)
+//   {type:'start', id, inputRate, prebufferMs, estimatedS}  new stream: clear the ring and counters
+//                                           (id is echoed); estimatedS: the likely total length, if known
 //   {type:'estimate', seconds}              the estimate, when it comes after 'start'
 //   {type:'gain', gain}                     scale this stream as it plays, gliding to `gain` (an
 //                                           audition card's live loudness matching: gainglide.js)
@@ -83,13 +82,12 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.port.onmessage = (e) => this.onMessage(e.data);
   }
 
-  reset(inputRate, prebufferMs, estimatedS = null, linkRate = null) {
+  reset(inputRate, prebufferMs, estimatedS = null) {
     this.readIdx = 0; this.writeIdx = 0; this.avail = 0;
     this.shortStartS = prebufferMs / 1000;
     this.estimatedS = estimatedS > 0 ? estimatedS : null;
     this.arrival = { started: currentTime, first: null, last: null, count: 0, firstS: 0, largestS: 0 };
     this.history = [];   // [time, seconds received] per arrival, the last few seconds (recentRate)
-    this.linkRate = linkRate > 0 ? linkRate : null;
     this.plan = null;
     this.inputRate = inputRate;
     this.resampler = inputRate === sampleRate ? null : new StreamResampler(inputRate / sampleRate);
@@ -111,7 +109,7 @@ class PcmPlayer extends AudioWorkletProcessor {
   onMessage(m) {
     if (m.type === 'start') {
       this.id = m.id;
-      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200, m.estimatedS ?? null, m.linkRate ?? null);
+      this.reset(m.inputRate || sampleRate, m.prebufferMs ?? 200, m.estimatedS ?? null);
       this.state = 'prebuffering';
     } else if (m.type === 'estimate') {
       this.estimatedS = m.seconds > 0 ? m.seconds : null;
@@ -165,7 +163,7 @@ class PcmPlayer extends AudioWorkletProcessor {
       now: currentTime, startedAt: a.started, firstArrival: a.first, lastArrival: a.last, arrivals: a.count, firstChunkS: a.firstS,
       receivedS: this.s.framesReceived / this.inputRate, bufferedS: this.avail / sampleRate,
       estimatedS: this.estimatedS, largestChunkS: a.largestS, ended: this.ended, rebuffering: starved,
-      shortStartS: this.shortStartS, linkRate: this.linkRate,
+      shortStartS: this.shortStartS,
       recentRate: starved ? recentRate(this.history, currentTime) : null,
     });
     return this.plan.start;

@@ -7,7 +7,8 @@
 //   {type:'tts:start'|'tts:pcm'|'tts:event'|'tts:end'|'tts:error', requestId, ...}  (docs/PROTOCOL.md §3.2)
 // Opened directly it shows its own form (standalone.js). Every figure it shows is also on
 // window.playerStats (read by the end-to-end tests). URL parameters: embed=1, theme, prebufferMs
-// (the short start, default 200), ctxRate (another context rate, to exercise the resampler).
+// (the short start, default 200), ctxRate (another context rate, to exercise the resampler),
+// transport=s16 (16-bit PCM even where Opus decodes: tests and benchmarks).
 
 import { AudioOut } from '../player/audio.js';
 import { BlindPanel } from './blind.js';
@@ -17,9 +18,8 @@ import { CardMarks } from './marks-ui.js';
 import { newResult, Results } from './results.js';
 import { askForClick, notifyParent, reportHeight, setTheme, watchModel, wireCopyButtons } from './shell.js';
 import { upmix } from '../player/framing.js';
-import { describe, Wire } from '../player/link.js';
 import { fetchSource, PushSource } from '../player/source.js';
-import { usable } from '../player/transport.js';
+import { chooseTransport, describe } from '../player/transport.js';
 import { clearRunStats, copyWorkletStats, createStats, updateFigures, watchContext } from '../player/stats.js';
 import * as view from './view.js';
 
@@ -138,9 +138,8 @@ async function playItem(item, result, index, count, t0, source = null) {
       run.push = source;
       run.controller.signal.addEventListener('abort', () => source.abort());
       await audio.resume(unlockByClick);
-    } else {   // the wire format: chosen from the link (link.js), fixed for the whole utterance
-      run.wire = new Wire($('transport-mode').value, params.get('transport'));
-      const transport = await usable(run.wire.pick());
+    } else {   // Opus where WebCodecs decodes it, else 16-bit PCM (transport.js)
+      const transport = await chooseTransport(params.get('transport'));
       source = fetchSource(STREAM_URL, item.request, {
         signal: run.controller.signal, beforeRead: () => audio.resume(unlockByClick), transport });
     }
@@ -149,23 +148,15 @@ async function playItem(item, result, index, count, t0, source = null) {
         ({ rate, channels } = m);
         stats.ttfbMs = performance.now() - t0;
         Object.assign(stats, { streamSampleRate: rate, streamChannels: channels, streamFormat: m.format,
-          requestId: m.requestId, framed: m.framed, estimatedS: m.estimatedS });
+          requestId: m.requestId, estimatedS: m.estimatedS, transport: m.transport });
         Object.assign(result, { requestId: m.requestId, rate });
-        if (run.wire) run.wire.started(m);
-        view.setWire((stats.wire = run.wire ? run.wire.label   // this run's, not the last one's
-          : m.transport === 'opus' ? describe('opus', m.bitRate, null) : ''));   // the ZeroGPU relay's
-        Object.assign(stats, { transport: m.transport || 'f32', linkRate: run.wire ? run.wire.expectedRate : null });
-        audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS,
-          linkRate: stats.linkRate });
+        view.setWire((stats.wire = describe(m.transport, m.bitRate)));
+        audio.post({ type: 'start', id: run.id, inputRate: rate, prebufferMs: PREBUFFER_MS, estimatedS: m.estimatedS });
         if (results.board.includes(result)) board.startLive(result, rate);   // matched while it plays
         setState('buffering');
       } else if (m.type === 'read') {
         stats.networkReads += 1;
         stats.streamBytes += m.bytes;
-        run.wire.read(m);
-        view.setWire((stats.wire = run.wire.label));
-      } else if (m.type === 'progress') {
-        run.wire.progress(m);
       } else if (m.type === 'pcm') {
         stats.bytesReceived += m.data.byteLength;
         pushFrames(run, channels === 2 ? m.data : upmix(m.data), rate);
@@ -183,7 +174,6 @@ async function playItem(item, result, index, count, t0, source = null) {
   }
   stats.elapsedMs = performance.now() - run.sentAt;
   updateFigures(stats, result);
-  if (run.wire) { run.wire.finished(); stats.linkBytesPerS = run.wire.meter && run.wire.meter.bytesPerS; }
   const exact = board.liveComplete(result);   // a live card: the rest plays at the exact gain
   if (exact) audio.post(exact);
   audio.post({ type: 'end' });

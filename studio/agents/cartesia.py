@@ -33,7 +33,7 @@ from tts_core.audio.stretch import check_speed
 from tts_core.errors import InvalidRequestError, TTSError
 from tts_core.speaking import Piece, SpeechContext, estimate_word_times
 
-from ..api.openai_schemas import OPENAI_VOICES
+from ..api.openai_schemas import MODEL_NAME, OPENAI_VOICES
 from ..api.requests import Dialect, Fields, prepare
 from ..delivery.speech_output import OutputSpec, SpeechRender
 from ..errors import http_status
@@ -220,7 +220,7 @@ class CartesiaHandler:
             context.end_input()
 
     async def _open(self, conn: AgentConnection, message: dict, context_id: str, transcript: str) -> SpeechContext:
-        settings = context_settings(message, self.settings.model_name)
+        settings = context_settings(message, MODEL_NAME)
         # The voice is checked and resolved once per context, as any request's is (`requests.prepare`);
         # the text stands in for the pieces to come (a context may start with none).
         fields = Fields(text=transcript.strip() or "Hello.", voice=settings.voice)

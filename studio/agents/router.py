@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 
 from tts_core.errors import TTSError
 
+from ..api.openai_schemas import MODEL_NAME
 from ..api.voices_api import SavedVoices
 from ..errors import error_body, http_status
 from ..service import ServiceState, SynthesizerService
@@ -107,7 +108,7 @@ def build_agents_router(service: SynthesizerService, settings: ServerSettings, s
         async with admitted(websocket, "deepgram") as metrics:
             await websocket.accept()
             conn = connection(websocket, "deepgram", metrics, deepgram.warning)
-            await conn.send(deepgram.metadata(speak, settings.model_name))
+            await conn.send(deepgram.metadata(speak, MODEL_NAME))
             await conn.run(deepgram.DeepgramHandler(synth=synth, base=base, settings=speak, metrics=metrics))
 
     return router

@@ -46,6 +46,7 @@ from ..service import SynthesizerService
 from ..settings import ServerSettings
 from .openai_schemas import (
     MEDIA_TYPES,
+    MODEL_NAME,
     OPENAI_MODEL_ALIASES,
     OPENAI_PCM_CHANNELS,
     OPENAI_PCM_RATE_HZ,
@@ -65,7 +66,6 @@ logger = logging.getLogger(__name__)
 # Formats sent as one file of exact length unless the client asks for a stream: a streamed flac
 # cannot carry its length, and libsndfile (soundfile) refuses such a file.
 WHOLE_UNLESS_STREAMED = frozenset({"flac"})
-MODEL_NAME = "moss-tts-nano"  # the id this server answers to and lists first in `GET /v1/models`
 
 
 def _is_alias(name: str) -> bool:

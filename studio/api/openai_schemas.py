@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+MODEL_NAME = "moss-tts-nano"  # the id this server answers to (listed first in `GET /v1/models`, the sockets)
 MEDIA_TYPES: dict[str, str] = {
     "mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac", "flac": "audio/flac", "wav": "audio/wav",
     "pcm": "audio/pcm",

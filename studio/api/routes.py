@@ -1,10 +1,9 @@
-"""The player's routes: `POST /api/tts/stream` (float32, 16-bit or Opus, raw or in event frames), `GET /api/voices`
+"""The player's routes: `POST /api/tts/stream` (Opus or 16-bit PCM in event frames), `GET /api/voices`
 (presets and saved voices) and each preset's reference clip. (`GET /health` lives in `ops.py`, with `/metrics`.)"""
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -16,8 +15,8 @@ from tts_core.errors import VoiceNotFoundError, VoiceUnavailableError
 from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ
 
 from ..delivery.speech_output import OutputSpec
-from ..delivery.streaming import ClosingStreamingResponse, Delivery, close_stream, open_stream
-from ..delivery.transports import DEFAULT_TRANSPORT, TRANSPORTS, player_writer, transport_headers
+from ..delivery.streaming import respond
+from ..delivery.transports import player_writer, transport_headers, transport_named
 from ..errors import scrub_paths
 from ..service import SynthesizerService
 from ..settings import ServerSettings
@@ -49,56 +48,24 @@ def build_player_router(service: SynthesizerService, settings: ServerSettings, u
 
     @router.post("/api/tts/stream")
     async def tts_stream(body: StreamBody, http_request: Request) -> StreamingResponse:
-        """48 kHz stereo streamed as it is generated, as `transport` says (f32: little-endian float32
-        interleaved, the default; s16: 16-bit; opus: one Ogg/Opus stream; see transports.py): raw, or with
-        `"framing": "events"` in [u32 length][u8 kind][payload] frames (kind 0 audio, kind 1 JSON event)."""
+        """48 kHz stereo streamed as it is generated, in [u32 length][u8 kind][payload] frames (kind 0
+        audio, kind 1 JSON event); the audio as `transport` says (opus: one Ogg/Opus stream, the
+        default; s16: 16-bit PCM; see transports.py)."""
         synth = service.get()
         speed = 1.0 if body.speed is None else check_speed(body.speed)
+        transport = transport_named(body.transport)
         prepared = await prepare(stream_fields(body), STREAM, synth=synth, settings=settings, uploads=uploads,
                                  saved=saved.voice)
-        started = time.monotonic()
-        gen, first = await open_stream(synth, prepared.request, http_request)
-        try:  # until the response owns the pump, an error here must close it (it holds a slot)
-            request_id = gen.stream.id
-            name = body.transport or DEFAULT_TRANSPORT
-            logger.info("stream %s: %d chars, voice %s, mode %s, speed %g, %s%s", request_id, len(body.text),
-                        prepared.voice_label, prepared.request.mode, speed, name,
-                        ", event frames" if body.framing else "")
-            transport = TRANSPORTS[name]
-            framed = body.framing == "events"
-            headers = {
-                "X-Sample-Rate": str(SAMPLE_RATE_HZ),
-                "X-Channels": str(NUM_CHANNELS),
-                **transport_headers(transport),
-                "X-Request-Id": request_id,
-                "Cache-Control": "no-store",
-                "X-Content-Type-Options": "nosniff",  # no MIME sniffing delay before the first bytes
-                "X-Accel-Buffering": "no",  # reverse proxies (Spaces) must not buffer the stream
-            }
-            if first is not None and gen.stream.estimated_audio_s is not None:
-                headers["X-Estimated-Duration"] = f"{gen.stream.estimated_audio_s / speed:.2f}"  # output seconds
-            if framed:
-                headers["X-Framing"] = "events"
-            # Kept for GET /api/tts/result/{id}.mp3 (lossless, after any stretch). A client that names a
-            # transport reads kind-2 progress frames (a newer client: see transports.py).
-            writer = player_writer(transport, OutputSpec("float32", speed=speed, captions=framed), framed=framed,
-                                   request_id=request_id, http_request=http_request,
-                                   progress=body.transport is not None)
-            media_type = "application/octet-stream" if framed else transport.media_type
-            metrics = getattr(http_request.app.state, "metrics", None)
-            label = f"player-{name}" + ("-events" if framed else "")
-
-            def delivered(sent: Delivery) -> None:
-                if metrics is not None:
-                    metrics.observe_delivery(label, audio_s=sent.audio_s / speed, bytes_out=sent.bytes_out,
-                                             encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
-                                             finished=sent.outcome == "done")
-
-            return ClosingStreamingResponse(gen, first, writer, request_id=request_id, media_type=media_type,
-                                            headers=headers, delivered=delivered, started=started)
-        except BaseException:
-            await close_stream(gen)
-            raise
+        spec = OutputSpec(transport.fmt, speed=speed, captions=True)
+        headers = {"X-Sample-Rate": str(SAMPLE_RATE_HZ), "X-Channels": str(NUM_CHANNELS), **transport_headers(transport)}
+        what = (f"player, {len(body.text)} chars, voice {prepared.voice_label}, mode {prepared.request.mode}, "
+                f"speed {speed:g}, {transport.name}")
+        # The float32 it encodes is kept for GET /api/tts/result/{id}.flac (after any stretch).
+        return await respond(synth, prepared.request, http_request,
+                             writer=lambda stream: player_writer(transport, spec, request_id=stream.id,
+                                                                 http_request=http_request),
+                             media_type="application/octet-stream", headers=headers,
+                             label=f"player-{transport.name}", what=what, speed=speed)
 
     @router.get("/api/voices")
     def voices() -> dict:

@@ -1,16 +1,16 @@
 """The page's recent generations, kept for download: `GET /api/tts/result/{request_id}.{mp3|flac|wav}`.
 
-The stream route tees what it sends into a `ResultStore` (`record_result`), so a download is the
-very audio the listener heard (parsed back from the bytes sent, so after any time-stretch), encoded on request (`tts_core.audio.encode_audio`: 16-bit WAV/FLAC,
-MP3) instead of the browser building a 32-bit float WAV. The store is bounded by total bytes and
-by age, oldest first; request ids are random (64 bits), so a result is reachable only by whoever
-was sent its id. A file name comes from `?name=` (the page passes voice + first words), sanitised.
+The stream route keeps the float32 audio its render encodes (after any speed change) in a
+`ResultStore` (`transports.player_writer`, through `SpeechRender`'s `on_pcm` tap), so a download is
+the very audio the listener heard, losslessly whatever the wire carried, encoded on request
+(`tts_core.audio.encode_audio`: 16-bit WAV/FLAC, MP3). The store is bounded by total bytes and by
+age, oldest first; request ids are random (64 bits), so a result is reachable only by whoever was
+sent its id. A file name comes from `?name=` (the page passes voice + first words), sanitised.
 """
 
 from __future__ import annotations
 
 import re
-import struct
 import threading
 import time
 import unicodedata
@@ -21,11 +21,11 @@ from urllib.parse import quote
 
 import anyio
 import numpy as np
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from tts_core.audio.io import MEDIA_TYPES, encode_audio
-from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
+from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ
 
 DOWNLOAD_FORMATS = ("mp3", "flac", "wav")
 _ID = re.compile(r"[0-9a-f]{8,64}")
@@ -37,7 +37,6 @@ MAX_NAME_CHARS = 80
 class _Result:
     parts: list[np.ndarray] = field(default_factory=list)
     num_bytes: int = 0
-    complete: bool = False
     created: float = field(default_factory=time.monotonic)
 
 
@@ -53,8 +52,8 @@ class ResultStore:
         self.max_age_s = max_age_s
         self._clock = clock
 
-    def add(self, request_id: str, pcm: np.ndarray, *, last: bool = False) -> None:
-        """Append `pcm` (float32 [2, n]) to `request_id`'s audio; `last` marks it complete."""
+    def add(self, request_id: str, pcm: np.ndarray) -> None:
+        """Append `pcm` (float32 [2, n]) to `request_id`'s audio."""
         with self._lock:
             item = self._items.get(request_id)
             if item is None:
@@ -63,7 +62,6 @@ class ResultStore:
                 item.parts.append(np.asarray(pcm, dtype=np.float32))
                 item.num_bytes += pcm.nbytes
                 self._bytes += pcm.nbytes
-            item.complete = item.complete or last
             self._items.move_to_end(request_id)
             self._evict(keep=request_id)
 
@@ -96,67 +94,6 @@ class ResultStore:
                 break  # ordered oldest-used first: the rest are newer and fit
             self._bytes -= item.num_bytes
             del self._items[key]
-
-
-class RecordingWriter:
-    """A stream writer (a callable per chunk, maybe with `finish`, `close`, `blocking`) that also keeps
-    the audio it writes in `store`: parsed back from its own output (raw float32 stereo, or the
-    `"framing": "events"` frames' PCM), so what is kept is what was sent, after any time-stretch."""
-
-    def __init__(self, store: ResultStore, request_id: str, writer: Callable[[AudioChunk], bytes], *,
-                 framed: bool = False):
-        self._store = store
-        self._id = request_id
-        self._writer = writer
-        self._framed = framed
-        self._rest = b""
-
-    @property
-    def blocking(self) -> bool:
-        return getattr(self._writer, "blocking", False)
-
-    def __call__(self, chunk: AudioChunk) -> bytes:
-        data = self._writer(chunk)
-        self._keep(data, last=chunk.is_last and not hasattr(self._writer, "finish"))
-        return data
-
-    def finish(self) -> bytes:
-        finish = getattr(self._writer, "finish", None)
-        data = finish() if finish is not None else b""
-        self._keep(data, last=True)
-        return data
-
-    def close(self) -> None:
-        close = getattr(self._writer, "close", None)
-        if close is not None:
-            close()
-
-    def _keep(self, data: bytes, *, last: bool) -> None:
-        pcm = self._pcm(data) if data else b""
-        samples = np.frombuffer(pcm, dtype="<f4")
-        samples = samples[: samples.size - samples.size % NUM_CHANNELS]
-        self._store.add(self._id, samples.reshape(-1, NUM_CHANNELS).T.astype(np.float32), last=last)
-
-    def _pcm(self, data: bytes) -> bytes:
-        if not self._framed:
-            return data
-        buf, out, at = self._rest + data, [], 0
-        while len(buf) - at >= 5:
-            length, kind = struct.unpack_from("<IB", buf, at)
-            if len(buf) - at - 5 < length:
-                break
-            if kind == 0:
-                out.append(buf[at + 5: at + 5 + length])
-            at += 5 + length
-        self._rest = buf[at:]
-        return b"".join(out)
-
-
-def record_result(http_request: Request, request_id: str, writer: Callable[[AudioChunk], bytes], *,
-                  framed: bool = False) -> Callable[[AudioChunk], bytes]:
-    """The stream route's writer, teed into the app's store (`app.state.results`) when it has one."""
-    store = getattr(http_request.app.state, "results", None)
-    return writer if store is None else RecordingWriter(store, request_id, writer, framed=framed)
 
 
 def download_name(name: str | None, request_id: str, fmt: str) -> str:

@@ -8,16 +8,17 @@ and the caption spans (`timeline.CaptionTimeline`). Every stage gives the
 same samples however the stream is cut, so a streamed response and a buffered one are the same audio.
 
 Three writers wrap a render for `streaming.chunk_bytes` (each is called per chunk, then `finish()`):
-- `RawWriter`: the format's bytes as they come (`stream_format: "audio"`, `stream: true`, the player).
+- `RawWriter`: the format's bytes as they come (`stream_format: "audio"`, `stream: true`).
   Its first bytes wait until the encoder has handed out the first chunk's audio, to within one codec
   frame (`start_hold`): LAME keeps about 56 ms of the first 80 ms chunk and aac half of it, so a
   client that starts playing at the first audio would have a few milliseconds to play before the
   next chunk; held until the second chunk, it starts with about a chunk's worth, as with pcm;
 - `SseWriter`: OpenAI's server-sent events, `speech.audio.delta` (base64 audio), `speech.segment`
   captions when asked, then `speech.audio.done` with usage (docs/PROTOCOL.md §4);
-- `FrameWriter`: the player's `"framing": "events"`: [u32 LE length][u8 kind][payload] frames, kind 0
-  = audio bytes of the stream's transport (float32 PCM, 16-bit PCM, or a piece of the Ogg/Opus
-  stream; `studio/delivery/transports.py`), kind 1 = a JSON event (`speech.segment`, then `speech.done`; docs/PROTOCOL.md §2.3).
+- `FrameWriter`: the player's stream: [u32 LE length][u8 kind][payload] frames, kind 0 = audio
+  bytes of the stream's transport (a piece of the Ogg/Opus stream, or 16-bit PCM;
+  `studio/delivery/transports.py`), kind 1 = a JSON event (`speech.segment`, then `speech.done`;
+  docs/PROTOCOL.md §2.3).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from tts_core.types import NUM_CHANNELS, SAMPLE_RATE_HZ, AudioChunk
 
 FRAME_AUDIO = 0
 FRAME_EVENT = 1
-FRAME_PROGRESS = 2  # f64 LE: the chunk's time since the request, on the server (link measurement)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,17 +225,11 @@ def event_frame(payload: dict) -> bytes:
 
 
 class FrameWriter(RawWriter):
-    """The player's event framing: audio frames with caption events between them.
+    """The player's event framing: audio frames with caption events between them."""
 
-    With `progress`, each chunk's audio is preceded by a kind-2 frame: the chunk's server time since
-    the request (f64). The page compares it with when the bytes arrived: a lag that grows means the
-    link, not the generator, sets the pace (static/player/link.js). Readers skip kinds they do not know.
-    """
-
-    def __init__(self, render: SpeechRender, request_id: str, *, progress: bool = False):
+    def __init__(self, render: SpeechRender, request_id: str):
         super().__init__(render)
         self.request_id = request_id
-        self.progress = progress
 
     @staticmethod
     def _frames(data: bytes, spans: list[SegmentSpan]) -> bytes:
@@ -243,10 +237,7 @@ class FrameWriter(RawWriter):
         return out + b"".join(event_frame(span.event()) for span in spans)
 
     def __call__(self, chunk: AudioChunk) -> bytes:
-        data = self._frames(*self.render.push(chunk))
-        if self.progress and data:
-            data = frame(FRAME_PROGRESS, struct.pack("<d", chunk.timings.elapsed_s)) + data
-        return data
+        return self._frames(*self.render.push(chunk))
 
     def finish(self) -> bytes:
         out = self._frames(*self.render.finish())

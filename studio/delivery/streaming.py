@@ -36,6 +36,20 @@ logger = logging.getLogger(__name__)
 Encoder = Callable[[AudioChunk], bytes]
 
 
+def submit_watched(synth, request: SynthesisRequest, metrics) -> Stream:
+    """`synth.submit(request)`, counted by the app's `metrics` (when given): refused by the checks,
+    or watched to its end. Blocking (the voice may encode a clip): run it in a pump's thread."""
+    try:
+        stream = synth.submit(request)
+    except InvalidRequestError:
+        if metrics is not None:
+            metrics.rejected()
+        raise
+    if metrics is not None:
+        metrics.watch(stream)
+    return stream
+
+
 async def open_stream(synth, request: SynthesisRequest, http_request: Request | None) -> tuple[StreamPump, AudioChunk | None]:
     """Start `request` and wait for its first chunk (errors surface here, before any byte is sent).
 
@@ -43,21 +57,8 @@ async def open_stream(synth, request: SynthesisRequest, http_request: Request | 
     request's everywhere) and the first chunk (None when the client left before it came). The
     caller must `start` the pump with a writer, or `close` it. The app's metrics watch the stream.
     """
-    state = getattr(getattr(http_request, "app", None), "state", None)
-    metrics = getattr(state, "metrics", None)
-
-    def start():
-        try:
-            stream = synth.submit(request)
-        except InvalidRequestError:
-            if metrics is not None:
-                metrics.rejected()
-            raise
-        if metrics is not None:
-            metrics.watch(stream)
-        return stream
-
-    pump = StreamPump(start)
+    metrics = getattr(getattr(getattr(http_request, "app", None), "state", None), "metrics", None)
+    pump = StreamPump(lambda: submit_watched(synth, request, metrics))
 
     async def watch() -> None:
         if http_request is None:
@@ -119,11 +120,6 @@ async def respond(synth, request: SynthesisRequest, http_request: Request, *,
         raise
 
 
-async def close_stream(pump: StreamPump) -> None:
-    """Close the synthesis stream (cancels it in the engine), even while our task is being cancelled."""
-    await pump.close()
-
-
 def f32_bytes(chunk: AudioChunk) -> bytes:
     """[2, n] float32 → interleaved little-endian float32 bytes (L0 R0 L1 R1 …)."""
     return np.ascontiguousarray(chunk.pcm.T, dtype="<f4").tobytes()  # [n, 2]
@@ -166,7 +162,7 @@ async def chunk_bytes(pump: StreamPump, first: AudioChunk | None, encode: Encode
         logger.error("stream %s failed mid-way: %s", request_id, exc, exc_info=not isinstance(exc, TTSError))
         raise
     finally:
-        await close_stream(pump)
+        await pump.close()
         elapsed = time.monotonic() - started
         if delivered is not None:
             delivered(Delivery(outcome, pump.samples / SAMPLE_RATE_HZ, bytes_out, pump.writer_s, elapsed))
@@ -195,4 +191,4 @@ class ClosingStreamingResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.body_iterator.aclose()  # type: ignore[attr-defined]
-            await close_stream(self._pump)  # a no-op when the body iterator already closed it
+            await self._pump.close()  # a no-op when the body iterator already closed it

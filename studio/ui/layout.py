@@ -29,8 +29,8 @@ _TIPS = """**Tips**
 - 3-10 s of clean, single-speaker speech clones best. Same seed + same settings = the same audio.
 - Downloads (MP3, FLAC, 16-bit WAV) and your history stay available for a while; *Use from code*
   in the player shows the same request for `curl` and the Python `openai` client.
-- Scripts can use `POST /api/tts/stream` (raw 48 kHz stereo float32) or the OpenAI-compatible
-  `POST /v1/audio/speech`; [the API docs](/docs) list every field."""
+- Scripts can use the OpenAI-compatible `POST /v1/audio/speech` (raw PCM, WAV, FLAC, MP3, Opus, AAC)
+  or the player's `POST /api/tts/stream`; [the API docs](/docs) list every field."""
 _PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/studio/player.html?embed=1" allow="autoplay; clipboard-write" '
                   'title="Streaming audio player"></iframe>')
 

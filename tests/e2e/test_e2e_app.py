@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 from support.e2e_helpers import assert_gapless_where_provable, assert_no_underruns
+from support.stream_decoding import player_stream
 from support.studio_helpers import open_page, player_frame, set_max_seconds, wait_done
 from support.studio_helpers import player_stats as stats
 
@@ -39,25 +40,25 @@ def pick_voice(page, name: str) -> None:
 
 
 def generate(page, button: str = "#generate-btn"):
-    """Click and return the /api/tts/stream response the player played (a server without framed
-    streams first refuses the player's `"framing": "events"`; the player then asks again without it)."""
+    """Click and return the /api/tts/stream response the player played."""
     with page.expect_response(lambda r: "/api/tts/stream" in r.url and r.ok, timeout=30_000) as info:
         page.click(button)
     return info.value
 
 
-def generated_pcm(app_server, response) -> np.ndarray:
-    """What the server generates for the request the player made, as [n, 2] float32.
+def generated_pcm(app_server, response, transport: str | None = None) -> np.ndarray:
+    """What the server generates for the request the player made, as [n, 2] float32: in the
+    player's transport (Opus decoded by FFmpeg), or in `transport`.
 
     The request carries an explicit seed, so asking again over plain HTTP gives the same samples;
     this is an independent count of "samples generated" to compare with what the worklet played.
     """
-    body = {k: v for k, v in response.request.post_data_json.items() if k != "framing"}  # raw float32 back
+    body = {**response.request.post_data_json, **({"transport": transport} if transport else {})}
     assert body.get("seed") is not None
     again = httpx.post(app_server.url + "api/tts/stream", json=body, timeout=60)
     assert again.status_code == 200
     assert again.headers["x-sample-rate"] == "48000" and again.headers["x-channels"] == "2"
-    return np.frombuffer(again.content, dtype="<f4").reshape(-1, 2)  # interleaved L R
+    return player_stream(again.content, again.headers["x-sample-format"])[0].T
 
 
 def played(pcm: np.ndarray, fade_frames: int = 96) -> np.ndarray:
@@ -69,10 +70,12 @@ def played(pcm: np.ndarray, fade_frames: int = 96) -> np.ndarray:
 
 
 def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
-    """Every generated frame went through the worklet, at 48 kHz, in two channels, without a gap."""
+    """Every generated frame went through the worklet, at 48 kHz, in two channels, without a gap.
+    `pcm` is the stream decoded by FFmpeg; the page decoded it with the browser's own Opus decoder,
+    which agrees within 2e-3 per sample (tests/e2e/test_player_opus.py)."""
     assert s["state"] == "finished", s
     assert s["workletLoaded"] and s["sampleRate"] == 48_000 and not s["resampling"]
-    assert s["streamSampleRate"] == 48_000 and s["streamChannels"] == 2 and s["streamFormat"] == "f32le"
+    assert s["streamSampleRate"] == 48_000 and s["streamChannels"] == 2 and s["streamFormat"] == "opus"
     assert s["outputChannels"] == 2 and s["destinationChannels"] == 2
     assert len(pcm) > 0
     assert s["bytesReceived"] == pcm.size * 4
@@ -83,15 +86,15 @@ def assert_played_everything(s: dict, pcm: np.ndarray) -> None:
     if gapless:
         # The worklet rendered these very samples, per channel (not a mono mix), in order and without a
         # seam of its own: same energy on L and R, same L-R difference, same largest sample-to-sample step.
-        assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=1e-5)
-        assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=1e-5)
+        assert s["sumSqL"] == pytest.approx(float((src[:, 0] ** 2).sum()), rel=2e-3)
+        assert s["sumSqR"] == pytest.approx(float((src[:, 1] ** 2).sum()), rel=2e-3)
         diff = float(np.sqrt(((src[:, 0] - src[:, 1]) ** 2).mean()))
         assert diff > 1e-3, "the test clip is mono, so it cannot show that both channels are kept"
-        assert s["rmsDiff"] == pytest.approx(diff, rel=1e-4)
-        assert s["maxStep"] == pytest.approx(float(np.abs(np.diff(src, axis=0)).max()), rel=1e-4)
+        assert s["rmsDiff"] == pytest.approx(diff, abs=4e-3)
+        assert s["maxStep"] == pytest.approx(float(np.abs(np.diff(src, axis=0)).max()), abs=4e-3)
     else:  # the generator starved the player: the fades around its gaps only remove energy
-        assert s["sumSqL"] <= float((src[:, 0] ** 2).sum()) * (1 + 1e-5)
-        assert s["sumSqR"] <= float((src[:, 1] ** 2).sum()) * (1 + 1e-5)
+        assert s["sumSqL"] <= float((src[:, 0] ** 2).sum()) * (1 + 2e-3)
+        assert s["sumSqR"] <= float((src[:, 1] ** 2).sum()) * (1 + 2e-3)
     assert 0 < s["ttfpMs"] < 60_000 and s["ttfbMs"] <= s["ttfpMs"]
     assert 0 < s["rtf"] < 100 and s["xRealtime"] == pytest.approx(1 / s["rtf"])
     assert s["audioSeconds"] == pytest.approx(len(pcm) / 48_000)
@@ -112,7 +115,7 @@ def test_generate_with_a_preset_plays_every_frame_gaplessly(browser_context, app
     assert response.status == 200
     headers = response.all_headers()
     assert headers["x-sample-rate"] == "48000" and headers["x-channels"] == "2"
-    assert headers["x-sample-format"] == "f32le"
+    assert headers["x-sample-format"] == "opus"
     request = response.request.post_data_json
     assert request["voice"] == chosen and request["text"] == "Hello from the studio."
     assert request.get("max_frames") is None  # automatic length, proportional to the text
@@ -250,10 +253,11 @@ def test_replay_and_16_bit_wav_download(browser_context, app_server, artifacts_d
     assert soundfile.info(path).subtype == "PCM_16"
     audio, rate = soundfile.read(path, dtype="float32", always_2d=True)
     assert rate == 48_000 and audio.shape == pcm.shape
-    # The audio the server generates for this request, clipped and rounded to 16 bits (the server
-    # kept the samples it sent; `pcm` is generated again, equal up to codec float rounding).
+    # The audio the server generates for this request in 16 bits, not the Opus the page played (the
+    # server kept its float32 source; asked again it is equal up to codec float rounding).
+    source = generated_pcm(app_server, response, "s16")
     step = 1 / 32767
-    np.testing.assert_allclose(audio, np.clip(pcm, -1, 1), rtol=0, atol=1e-4 + step / 2 + 1e-7)
+    np.testing.assert_allclose(audio, source, rtol=0, atol=1e-4 + step + 1e-7)
 
 
 def test_standalone_player_resamples_when_the_context_is_not_48k(browser_context, app_server):

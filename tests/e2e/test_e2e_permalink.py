@@ -31,10 +31,10 @@ def _decode(link: str) -> dict:
 
 
 def _posted(requests: list) -> list[dict]:
-    """The stream bodies sent, less what the player's delivery adds (`framing`, and the `transport`
-    it picks per utterance from the link: how the audio travels, not what it is)."""
+    """The stream bodies sent, less what the player's delivery adds (the `transport` it picks for
+    this browser: how the audio travels, not what it is)."""
     bodies = [r.post_data_json for r in requests if "/api/tts/stream" in r.url and r.method == "POST"]
-    return [{k: v for k, v in b.items() if k not in ("framing", "transport")} for b in bodies]
+    return [{k: v for k, v in b.items() if k != "transport"} for b in bodies]
 
 
 def _opened(browser, link: str):

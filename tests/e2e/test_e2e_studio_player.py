@@ -85,19 +85,20 @@ def test_over_long_text_is_announced_and_cut_at_a_sentence(browser_context, stud
 # ---- captions and read-along ----------------------------------------------------------------------
 
 
-def test_framed_stream_gives_read_along_and_srt_vtt(browser_context, studio):
+def test_the_streams_events_give_read_along_and_srt_vtt(browser_context, studio):
     page, frame = open_page(browser_context, studio.url)
     set_max_seconds(page, 2.0)
     page.fill("#tts-text textarea", "Captions come from the segment events.")
     with page.expect_response(lambda r: "/api/tts/stream" in r.url and r.ok, timeout=30_000) as info:
         page.click("#generate-btn")
-    assert info.value.request.post_data_json["framing"] == "events"
+    assert info.value.request.post_data_json["transport"] == "opus"  # where WebCodecs decodes it: here
     assert float(info.value.headers["x-estimated-duration"]) == pytest.approx(2.0, abs=0.01)
     frame.wait_for_function("document.querySelector('#readalong .segment.current')", timeout=30_000)
     assert "Captions come from" in frame.inner_text("#readalong .segment.current")
     s = wait_done(frame)
-    assert s["framed"] and s["segments"] == 1 and s["estimatedS"] == pytest.approx(2.0, abs=0.01)
-    assert s["bytesReceived"] == s["framesReceived"] * 8  # PCM payload only, not the frames' headers
+    assert s["segments"] == 1 and s["estimatedS"] == pytest.approx(2.0, abs=0.01)
+    assert s["transport"] == "opus" and s["wire"] == "Opus 160 kb/s" and frame.inner_text("#wire") == s["wire"]
+    assert s["bytesReceived"] == s["framesReceived"] * 8  # the decoded float32 handed to the worklet
     with page.expect_download() as srt:
         frame.click("#dl-srt")
     assert srt.value.suggested_filename.endswith(".srt")

@@ -5,12 +5,10 @@ forked GPU worker and reaches the AudioWorklet player as Gradio updates (static/
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import time
 
-import av
 import httpx
 import numpy as np
 import pytest
@@ -23,6 +21,7 @@ from support.e2e_helpers import (
     free_port,
 )
 from support.server_helpers import app_process, wait_until_ready
+from support.stream_decoding import player_stream
 from support.studio_helpers import player_frame
 
 pytestmark = pytest.mark.e2e
@@ -114,8 +113,7 @@ def test_page_audio_equals_what_the_server_engine_makes(browser_context, zerogpu
     again = httpx.post(zerogpu_app.url + "api/tts/stream", timeout=60,
                        json={"text": text, "voice": s["label"], "seed": 7, "transport": "opus"})
     assert again.headers["x-sample-format"] == "opus" and s["transport"] == "opus"
-    with av.open(io.BytesIO(again.content), format="ogg") as container:
-        pcm = np.concatenate([f.to_ndarray() for f in container.decode(audio=0)], axis=1).T.astype(np.float64)
+    pcm = player_stream(again.content, "opus")[0].T.astype(np.float64)
     assert s["framesReceived"] == len(pcm)
     if assert_gapless_where_provable(s):  # the rendered energy is then the source's, up to the final fade
         assert s["sumSqL"] == pytest.approx(float((pcm[:, 0] ** 2).sum()), rel=2e-3)

@@ -118,16 +118,21 @@ def test_without_audio_decoder_the_player_asks_for_16_bit(browser):
     page = _page(browser, without_decoder=True)
     try:
         result = page.evaluate("""async () => {
-          const { usable } = await import('/player/transport.js');
-          return { opus: await usable('opus'), s16: await usable('s16'), has: typeof window.AudioDecoder };
+          const { chooseTransport } = await import('/player/transport.js');
+          return { auto: await chooseTransport(), forced: await chooseTransport('opus'),
+                   has: typeof window.AudioDecoder };
         }""")
-        assert result == {"opus": "s16", "s16": "s16", "has": "undefined"}
+        assert result == {"auto": "s16", "forced": "s16", "has": "undefined"}
     finally:
         page.close()
 
 
-def test_with_audio_decoder_opus_is_usable(secure_page):
-    assert secure_page.evaluate("async () => (await import('/player/transport.js')).usable('opus')") == "opus"
+def test_with_audio_decoder_the_player_asks_for_opus(secure_page):
+    chosen = secure_page.evaluate("""async () => {
+      const { chooseTransport } = await import('/player/transport.js');
+      return [await chooseTransport(), await chooseTransport('s16')];
+    }""")
+    assert chosen == ["opus", "s16"]  # a forced 16-bit stream (tests, benchmarks) stays 16-bit
 
 
 def test_s16_decoder_reads_whole_frames_across_reads(secure_page):

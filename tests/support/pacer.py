@@ -4,12 +4,13 @@ POST /api/tts/stream arrive at a chosen RTF.
 `Pacer` is ASGI middleware: it holds each body message of /api/tts/stream until
 `first_ms + rtf x (audio seconds sent so far)` after the response began, so the player sees a
 generator of exactly that speed (as long as the real one is faster), not wall-clock luck. It reads
-both bodies of the route, raw and framed (docs/PROTOCOL.md §2.2, §2.3).
+the route's event frames (docs/PROTOCOL.md §2.3) in either transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import struct
 import time
 
@@ -20,17 +21,17 @@ STREAM_PATH = "/api/tts/stream"
 
 
 class AudioCounter:
-    """Seconds of audio in a framed or raw float32 stereo body, fed as it is sent."""
+    """Seconds of audio in the route's event frames, fed as they are sent: 16-bit PCM by its bytes,
+    Opus by the granule positions of its Ogg pages (RFC 7845: less the OpusHead's pre-skip)."""
 
-    def __init__(self, framed: bool) -> None:
-        self.framed = framed
+    def __init__(self, transport: str) -> None:
+        self.transport = transport
         self.rest = b""
-        self.audio_bytes = 0
+        self.ogg = b""
+        self.samples = 0
+        self.pre_skip: int | None = None
 
     def feed(self, data: bytes) -> None:
-        if not self.framed:
-            self.audio_bytes += len(data)
-            return
         buf = self.rest + data
         at = 0
         while len(buf) - at >= 5:
@@ -38,13 +39,34 @@ class AudioCounter:
             if len(buf) - at - 5 < length:
                 break
             if kind == FRAME_AUDIO:
-                self.audio_bytes += length
+                self._audio(buf[at + 5: at + 5 + length])
             at += 5 + length
         self.rest = buf[at:]
 
+    def _audio(self, payload: bytes) -> None:
+        if self.transport == "s16":
+            self.samples += len(payload) // (2 * NUM_CHANNELS)
+            return
+        buf, at = self.ogg + payload, 0
+        while len(buf) - at >= 27:
+            segments = buf[at + 26]
+            if len(buf) - at < 27 + segments:
+                break
+            body = at + 27 + segments
+            end = body + sum(buf[at + 27: body])
+            if len(buf) < end:
+                break
+            if self.pre_skip is None:  # the first page holds the OpusHead
+                self.pre_skip = struct.unpack_from("<H", buf, body + 10)[0]
+            granule = struct.unpack_from("<q", buf, at + 6)[0]
+            if granule > 0:
+                self.samples = max(self.samples, granule - self.pre_skip)
+            at = end
+        self.ogg = buf[at:]
+
     @property
     def seconds(self) -> float:
-        return self.audio_bytes / (4 * NUM_CHANNELS * SAMPLE_RATE_HZ)
+        return self.samples / SAMPLE_RATE_HZ
 
 
 class Pacer:
@@ -65,19 +87,20 @@ class Pacer:
             return await self.app(scope, receive, send)
         rtf, began = self.rtf, time.monotonic() + self.first_ms / 1000
         state: dict = {"start": None, "t0": None, "first_s": 0.0, "counter": None, "log": []}
-        framed = {"value": False}
+        body = bytearray()
 
         async def receive_body():
             message = await receive()
-            if message["type"] == "http.request" and b'"framing"' in message.get("body", b""):
-                framed["value"] = True
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
             return message
 
         async def paced_send(message):
             if message["type"] == "http.response.start":
                 if message["status"] != 200:
                     return await send(message)
-                state["start"], state["counter"] = message, AudioCounter(framed["value"])
+                transport = json.loads(bytes(body) or b"{}").get("transport") or "opus"
+                state["start"], state["counter"] = message, AudioCounter(transport)
                 return None
             if message["type"] == "http.response.body" and state["start"] is not None:
                 counter = state["counter"]

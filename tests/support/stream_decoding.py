@@ -1,4 +1,5 @@
-"""Test helpers: decode a compressed audio stream while its bytes arrive, and parse SSE / event frames.
+"""Test helpers: decode a compressed audio stream while its bytes arrive, parse SSE / event frames,
+and decode the player's stream (POST /api/tts/stream) as the player does.
 
 `StreamingDecoder` runs PyAV's demuxer and decoder in a thread that reads from a pipe fed piece by
 piece (as an HTTP body arrives), so a test can tell how many bytes had arrived when the first
@@ -124,3 +125,27 @@ def parse_frames(body: bytes) -> list[tuple[int, bytes | dict]]:
         frames.append((kind, json.loads(payload) if kind == 1 else payload))
         at += 5 + length
     return frames
+
+
+def decode_ogg_opus(data: bytes) -> np.ndarray:
+    """PyAV's (FFmpeg's) Ogg demuxer and Opus decoder: float32 [2, n], pre-skip and end trim applied."""
+    import io
+
+    with av.open(io.BytesIO(data), format="ogg") as container:
+        frames = [frame.to_ndarray() for frame in container.decode(audio=0)]
+    pcm = np.concatenate(frames, axis=1)
+    return pcm if pcm.shape[0] == 2 else pcm.reshape(2, -1)
+
+
+def player_stream(body: bytes, sample_format: str) -> tuple[np.ndarray, list[dict]]:
+    """The player's stream (event frames, docs/PROTOCOL.md §2.3) -> (float32 [2, n], its events): 16-bit
+    PCM scaled as static/player/transport.js scales it, Opus decoded by FFmpeg (the browser's own
+    decoder agrees within 2e-3 per sample: tests/e2e/test_player_opus.py)."""
+    frames = parse_frames(body)
+    assert {kind for kind, _ in frames} <= {0, 1}, {kind for kind, _ in frames}
+    audio = b"".join(payload for kind, payload in frames if kind == 0)
+    events = [payload for kind, payload in frames if kind == 1]
+    if sample_format == "s16le":
+        return np.frombuffer(audio, "<i2").reshape(-1, 2).T.astype(np.float32) / 32767, events
+    assert sample_format == "opus", sample_format
+    return decode_ogg_opus(audio), events

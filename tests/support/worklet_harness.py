@@ -53,14 +53,14 @@ QUANTUM_MS = 128 / 48  # one render quantum at 48 kHz
 FRAME = 3840  # samples per channel in one 80 ms codec frame
 
 PACED = """
-const [schedule, prebufferMs, estimatedS, startQ, linkRate] = args;   // schedule: [[quantum index, frames], ...] in arrival order
+const [schedule, prebufferMs, estimatedS, startQ] = args;   // schedule: [[quantum index, frames], ...] in arrival order
 const src = [], out = [], arrivals = [];
 let from = 0, next = 0, q = 0;
 while (true) {
-  if (startQ != null && q === startQ) d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS, linkRate});
+  if (startQ != null && q === startQ) d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS});
   while (next < schedule.length && schedule[next][0] <= q) {   // what arrived before this quantum
     // The server sends its headers with the first audio: the stream starts when that arrives.
-    if (next === 0 && startQ == null) d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS, linkRate});
+    if (next === 0 && startQ == null) d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs, estimatedS});
     const chunk = sine(schedule[next][1], from, 48000, 440);
     for (const v of chunk) src.push(v);
     from += schedule[next][1];
@@ -101,7 +101,7 @@ def paced_schedule(chunk_frames: list[int], rtf: float, first_ms: float, stall_a
 
 
 
-def run_paced(js, schedule, prebuffer_ms=200, estimated_s=None, start_quantum=None, link_rate=None) -> dict:
+def run_paced(js, schedule, prebuffer_ms=200, estimated_s=None, start_quantum=None) -> dict:
     start(js)
     return js.evaluate(f"(args) => {{ const d = window.driver; {SINE} {PACED} }}",
-                       [schedule, prebuffer_ms, estimated_s, start_quantum, link_rate])
+                       [schedule, prebuffer_ms, estimated_s, start_quantum])

@@ -116,8 +116,6 @@ def test_pipecat_deepgram_service_speaks(agent_app):
     _idle(agent_app)
 
 
-@pytest.mark.xfail(strict=False, reason="until /v1/audio/speech streams its body progressively (the delivery "
-                   "fold): Pipecat's OpenAITTSService reports 'completed with no audio' when synthesis outlasts its wait")
 def test_pipecat_openai_service_speaks(agent_app):
     from pipecat.frames.frames import ErrorFrame, TTSAudioRawFrame, TTSSpeakFrame
     from pipecat.services.openai.tts import OpenAITTSService

@@ -35,7 +35,8 @@ CAPTIONED = "One sentence. Two more words. And three."
 
 
 @pytest.fixture(scope="module")
-def base_url(data_dir, tmp_path_factory) -> str:
+def served(data_dir, tmp_path_factory):
+    """(url, app) of the server under test."""
     factory = tiny_synthesizer_factory(
         data_dir, tmp_path_factory.mktemp("cache"),
         EngineConfig(max_active_streams=2, max_queue=4, voice_clone_max_text_tokens=4))
@@ -43,9 +44,15 @@ def base_url(data_dir, tmp_path_factory) -> str:
     service = SynthesizerService(factory)
     service.start(background=False)
     assert service.wait(0), service.error
-    with ServerThread(create_app(service, ServerSettings())) as server:
-        yield server.url
+    app = create_app(service, ServerSettings())
+    with ServerThread(app) as server:
+        yield server.url, app
     service.close()
+
+
+@pytest.fixture(scope="module")
+def base_url(served) -> str:
+    return served[0]
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +170,11 @@ def test_stream_true_works_for_every_format(api: httpx.Client) -> None:
 
 
 @pytest.fixture(scope="module")
-def float_pcm(api: httpx.Client) -> np.ndarray:
-    """The same speech as `buffered_pcm`, unclipped float32 [2, n] from the player's route."""
+def float_pcm(api: httpx.Client, served) -> np.ndarray:
+    """The same speech as `buffered_pcm`, unclipped float32 [2, n]: what the player's route kept of it."""
     resp = api.post("/api/tts/stream", json={"text": TEXT, **SMALL})
     assert resp.status_code == 200, resp.text
-    return np.frombuffer(resp.content, "<f4").reshape(-1, 2).T
+    return served[1].state.results.get(resp.headers["x-request-id"])
 
 
 @pytest.mark.parametrize("model", ["tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-03-20"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import struct
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,14 +11,10 @@ import soundfile
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from studio.delivery.results import (
-    RecordingWriter,
-    ResultStore,
-    build_results_router,
-    download_name,
-    record_result,
-)
-from studio.delivery.streaming import f32_bytes
+from studio.delivery.results import ResultStore, build_results_router, download_name
+from studio.delivery.speech_output import OutputSpec
+from studio.delivery.transports import TRANSPORTS, player_writer
+from tts_core.audio.stretch import Stretcher
 from tts_core.types import AudioChunk, Timings
 
 
@@ -43,7 +38,7 @@ def test_store_joins_parts_and_evicts_the_least_recently_used_by_bytes():
     a, b, c = tone(0.5, 1), tone(0.5, 2), tone(0.5, 3)
     store = ResultStore(max_bytes=2 * a.nbytes + 10)
     store.add("aaaa0000", a[:, :1000])
-    store.add("aaaa0000", a[:, 1000:], last=True)
+    store.add("aaaa0000", a[:, 1000:])
     store.add("bbbb0000", b)
     np.testing.assert_array_equal(store.get("aaaa0000"), a)  # also makes "aaaa0000" the most recent
     store.add("cccc0000", c)  # over the limit: the least recently used ("bbbb0000") goes
@@ -68,43 +63,23 @@ def chunks_of(pcm: np.ndarray, parts: int = 3) -> list[AudioChunk]:
                        timings=Timings(0.0, 0.0, 0.0)) for i, p in enumerate(pieces)]
 
 
-def test_recording_writer_keeps_what_a_raw_stream_sent():
+@pytest.mark.parametrize("transport", ["opus", "s16"])
+def test_the_stream_writer_keeps_the_float32_it_encodes(transport):
+    """Whatever the wire carries, the store keeps the render's float32 (after the time-stretch),
+    through `SpeechRender`'s tap: a download is the source, never the Opus."""
     store = ResultStore()
-    pcm = tone(0.2)
-    writer = RecordingWriter(store, "feed0000", f32_bytes)
-    sent = b"".join(writer(chunk) for chunk in chunks_of(pcm))
-    assert sent == np.ascontiguousarray(pcm.T, dtype="<f4").tobytes()  # the bytes pass unchanged
-    np.testing.assert_array_equal(store.get("feed0000"), pcm)
-    assert not hasattr(f32_bytes, "finish") and writer.finish() == b""
-
-
-class HalfSpeedFramed:
-    """A writer of the framed protocol that changes the audio (as a time-stretch would) and ends with
-    an event in `finish()`: the store must keep what it wrote, not the chunks it got."""
-
-    blocking = True
-
-    def __call__(self, chunk: AudioChunk) -> bytes:
-        doubled = np.repeat(chunk.pcm, 2, axis=1)
-        payload = np.ascontiguousarray(doubled.T, dtype="<f4").tobytes()
-        event = b'{"type":"speech.segment"}'
-        return struct.pack("<IB", len(payload), 0) + payload + struct.pack("<IB", len(event), 1) + event
-
-    def finish(self) -> bytes:
-        return struct.pack("<IB", 2, 1) + b"{}"
-
-
-def test_recording_writer_keeps_the_framed_pcm_that_was_sent():
-    store = ResultStore()
-    pcm = tone(0.2)
-    writer = record_result(SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(results=store))),
-                           "feed0001", HalfSpeedFramed(), framed=True)
-    assert writer.blocking
+    pcm = tone(0.5)
+    request = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(results=store)))
+    writer = player_writer(TRANSPORTS[transport], OutputSpec(TRANSPORTS[transport].fmt, speed=1.5),
+                           request_id="feed0001", http_request=request)
     sent = b"".join(writer(chunk) for chunk in chunks_of(pcm)) + writer.finish()
-    assert sent.endswith(b"{}")
-    np.testing.assert_array_equal(store.get("feed0001"), np.repeat(pcm, 2, axis=1))
+    writer.close()
+    assert sent.endswith(b'"request_id":"feed0001"}')  # the last frame: speech.done
+    stretcher = Stretcher(1.5)  # the same stretch, fed the same chunks
+    expected = np.concatenate([stretcher.push(c.pcm) for c in chunks_of(pcm)] + [stretcher.flush()], axis=1)
+    np.testing.assert_array_equal(store.get("feed0001"), expected)
     no_store = SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace()))
-    assert record_result(no_store, "x", f32_bytes) is f32_bytes  # no store: the writer as it was
+    player_writer(TRANSPORTS[transport], OutputSpec("pcm"), request_id="x", http_request=no_store).close()  # no store
 
 
 @pytest.mark.parametrize(("name", "expected"), [
@@ -131,7 +106,7 @@ def client_and_store():
 def test_downloads_are_16_bit_wav_and_flac_and_a_small_mp3(client_and_store):
     client, store = client_and_store
     pcm = tone(2.0)
-    store.add("0123456789abcdef", pcm, last=True)
+    store.add("0123456789abcdef", pcm)
     expected = np.round(np.clip(pcm, -1, 1) * 32767).astype(np.int16).T
     sizes = {}
     for fmt in ("wav", "flac"):

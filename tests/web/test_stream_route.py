@@ -1,7 +1,7 @@
 """POST /api/tts/stream over real HTTP against `python app.py` (tiny checkpoints).
 
-Raw little-endian float32 interleaved stereo; errors are JSON 4xx naming the field, sent before
-any audio; a client that disconnects cancels its request and frees the engine slot.
+Event frames of Opus (the default) or 16-bit PCM (docs/PROTOCOL.md §2); errors are JSON 4xx naming
+the field, sent before any audio; a client that disconnects cancels its request and frees the engine slot.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 import httpx
 import numpy as np
 import pytest
+from support.stream_decoding import parse_frames, player_stream
 
 pytestmark = pytest.mark.e2e
 
@@ -34,6 +35,10 @@ def _stream(client: httpx.Client, **body) -> httpx.Response:
     return client.post("/api/tts/stream", json=body)
 
 
+def _audio_bytes(response: httpx.Response) -> bytes:
+    return b"".join(payload for kind, payload in parse_frames(response.content) if kind == 0)
+
+
 def _why(response: httpx.Response) -> str:
     """A readable assertion message: the JSON error, or the size of an audio body."""
     if response.headers.get("content-type", "").startswith("application/json"):
@@ -41,40 +46,41 @@ def _why(response: httpx.Response) -> str:
     return f"HTTP {response.status_code}, {len(response.content)} bytes of {response.headers.get('content-type')}"
 
 
-def test_stream_headers_and_byte_count(client, voices):
+def test_stream_headers_and_length(client, voices):
     voice = next(v["name"] for v in voices["voices"] if v["available"] and v["name"] != voices["default"])
     response = _stream(client, text="Hello there, how are you today?", voice=voice, seed=7, max_frames=6)
     assert response.status_code == 200, _why(response)
     assert response.headers["x-sample-rate"] == "48000"
     assert response.headers["x-channels"] == "2"
-    assert response.headers["x-sample-format"] == "f32le"
+    assert response.headers["x-sample-format"] == "opus" and response.headers["x-transport"] == "opus"
     assert len(response.headers["x-request-id"]) >= 8
     assert response.headers["content-type"] == "application/octet-stream"
-    body = response.content
-    assert len(body) == 6 * SAMPLES_PER_FRAME * 8  # frames × 2 channels × 4 bytes
-    pcm = np.frombuffer(body, dtype="<f4").reshape(-1, 2)  # [n, 2] interleaved L R
-    assert np.isfinite(pcm).all()
-    assert float(np.abs(pcm).max()) > 0
+    assert "x-framing" not in response.headers  # always event frames: nothing to announce
+    pcm, events = player_stream(response.content, "opus")
+    assert pcm.shape == (2, 6 * SAMPLES_PER_FRAME)  # exact after the pre-skip and the end trim
+    assert np.isfinite(pcm).all() and float(np.abs(pcm).max()) > 0
+    assert events[-1]["type"] == "speech.done"
 
 
 def test_same_seed_same_audio_and_default_length(client):
-    first = _stream(client, text="Same seed, same sound.", seed=3)
-    second = _stream(client, text="Same seed, same sound.", seed=3)
+    first = _stream(client, text="Same seed, same sound.", seed=3, transport="s16")
+    second = _stream(client, text="Same seed, same sound.", seed=3, transport="s16")
     assert first.status_code == second.status_code == 200
-    assert len(first.content) > 0 and len(first.content) % (SAMPLES_PER_FRAME * 8) == 0
-    a = np.frombuffer(first.content, dtype="<f4")
-    b = np.frombuffer(second.content, dtype="<f4")
-    # Same request, same float32 audio, bit for bit (on the CPU: tests/engine/test_cpu_determinism.py).
-    np.testing.assert_array_equal(a, b)
+    assert first.headers["x-sample-format"] == "s16le"
+    a, b = _audio_bytes(first), _audio_bytes(second)
+    assert len(a) > 0 and len(a) % (SAMPLES_PER_FRAME * 4) == 0  # whole codec frames of 16-bit stereo
+    # Same request, same audio, bit for bit (on the CPU: tests/engine/test_cpu_determinism.py).
+    assert a == b
 
 
 def test_clone_from_base64_and_data_url(client, data_dir):
     clip = (data_dir / "finetune_sample" / "7.wav").read_bytes()
     encoded = base64.b64encode(clip).decode()
     for ref_audio in (encoded, f"data:audio/wav;base64,{encoded}"):
-        response = _stream(client, text="Cloned from a short clip.", ref_audio=ref_audio, seed=1, max_frames=4)
+        response = _stream(client, text="Cloned from a short clip.", ref_audio=ref_audio, seed=1, max_frames=4,
+                           transport="s16")
         assert response.status_code == 200, _why(response)
-        assert len(response.content) == 4 * SAMPLES_PER_FRAME * 8
+        assert len(_audio_bytes(response)) == 4 * SAMPLES_PER_FRAME * 4
 
 
 @pytest.mark.parametrize(
@@ -95,6 +101,8 @@ def test_clone_from_base64_and_data_url(client, data_dir):
         ({"text": "hi", "ref_audio": "https://example.com/a.wav"}, 400, "ref_audio"),
         ({"text": "hi", "ref_text": "a transcript without a clip"}, 400, "ref_text"),
         ({"text": "hi", "ref_audio_id": "0123456789abcdef01234567"}, 400, "ref_audio_id"),
+        ({"text": "hi", "transport": "f32"}, 400, "transport"),
+        ({"text": "hi", "framing": "events"}, 400, "framing"),  # always framed: the field went
     ],
 )
 def test_bad_input_is_a_json_error_naming_the_field(client, body, status, param):
@@ -115,11 +123,12 @@ def test_undecodable_clip_fails_before_streaming(client):
 
 def test_abort_mid_stream_frees_the_engine_slot(client, app_server):
     before = app_server.wait_for_idle()
-    with client.stream("POST", "/api/tts/stream", json={"text": LONG_TEXT, "seed": 1}) as response:
+    body = {"text": LONG_TEXT, "seed": 1, "transport": "s16"}
+    with client.stream("POST", "/api/tts/stream", json=body) as response:
         assert response.status_code == 200
         pieces = response.iter_raw()  # next(), not a for-break: leaving the loop would close the stream
         received = 0
-        while received < SAMPLES_PER_FRAME * 8:
+        while received < SAMPLES_PER_FRAME * 4:
             received += len(next(pieces))
         during = app_server.health()
         assert during["active_streams"] + during["queued"] == 1, (during, app_server.log_tail())
@@ -158,60 +167,50 @@ def test_health_and_voice_clips(client, voices):
     assert client.get("/api/voices/..%2F..%2Fetc%2Fpasswd/clip").status_code == 404
 
 
-# ---- round 2: speed, X-Estimated-Duration, event framing, saved voices (docs/PROTOCOL.md §2.3) ----------
+# ---- speed, X-Estimated-Duration, event frames, saved voices (docs/PROTOCOL.md §2.3) ----------------
 
 
 def test_speed_and_estimated_duration(client):
-    body = {"text": "Hello there, how are you today?", "seed": 7, "max_frames": 6}
+    body = {"text": "Hello there, how are you today?", "seed": 7, "max_frames": 6, "transport": "s16"}
     normal = _stream(client, **body)
     fast = _stream(client, **body, speed=2.0)
     slow = _stream(client, **body, speed=0.5)
     assert normal.status_code == fast.status_code == slow.status_code == 200, _why(fast)
     samples = 6 * SAMPLES_PER_FRAME
-    assert len(fast.content) == round(samples / 2.0) * 8 and len(slow.content) == samples * 2 * 8
+    assert len(_audio_bytes(fast)) == round(samples / 2.0) * 4 and len(_audio_bytes(slow)) == samples * 2 * 4
     estimate = float(normal.headers["x-estimated-duration"])
     assert estimate > 0
     assert abs(float(fast.headers["x-estimated-duration"]) - estimate / 2) <= 0.01
     assert abs(float(slow.headers["x-estimated-duration"]) - estimate * 2) <= 0.01
-    assert np.isfinite(np.frombuffer(fast.content, "<f4")).all()
 
 
 @pytest.mark.parametrize(("body", "param"), [({"speed": 0.1}, "speed"), ({"speed": 5}, "speed"),
-                                              ({"speed": "fast"}, "speed"), ({"framing": "json"}, "framing")])
-def test_bad_speed_or_framing(client, body, param):
+                                              ({"speed": "fast"}, "speed"), ({"transport": "mp3"}, "transport")])
+def test_bad_speed_or_transport(client, body, param):
     response = _stream(client, text="hi", **body)
     assert response.status_code == 400, _why(response)
     assert response.json()["error"]["param"] == param
 
 
-def _frames(body: bytes) -> list[tuple[int, object]]:
-    from support.stream_decoding import parse_frames
-
-    return parse_frames(body)
-
-
 @pytest.mark.parametrize("speed", [1.0, 1.5])
-def test_event_framing(client, speed):
+def test_event_frames(client, speed):
     text = "First sentence here. Then a second one."
-    raw = _stream(client, text=text, seed=4, max_frames=8, speed=speed)
-    framed = _stream(client, text=text, seed=4, max_frames=8, speed=speed, framing="events")
-    assert framed.status_code == 200, _why(framed)
-    assert framed.headers["x-framing"] == "events" and framed.headers["x-sample-format"] == "f32le"
-    frames = _frames(framed.content)
-    audio = [payload for kind, payload in frames if kind == 0]
-    events = [payload for kind, payload in frames if kind == 1]
-    assert {kind for kind, _ in frames} <= {0, 1}
-    assert all(len(chunk) % 8 == 0 and chunk for chunk in audio)
-    assert events[-1]["type"] == "speech.done" and events[-1]["request_id"] == framed.headers["x-request-id"]
+    pcm_stream = _stream(client, text=text, seed=4, max_frames=8, speed=speed, transport="s16")
+    opus_stream = _stream(client, text=text, seed=4, max_frames=8, speed=speed)
+    assert pcm_stream.status_code == opus_stream.status_code == 200, _why(pcm_stream)
+    frames = parse_frames(pcm_stream.content)
+    assert {kind for kind, _ in frames} == {0, 1}
+    assert all(len(payload) % 4 == 0 and payload for kind, payload in frames if kind == 0)
+    pcm, events = player_stream(pcm_stream.content, "s16le")
+    assert events[-1]["type"] == "speech.done" and events[-1]["request_id"] == pcm_stream.headers["x-request-id"]
     segments = events[:-1]
     assert segments and all(e["type"] == "speech.segment" for e in segments)
     assert [e["index"] for e in segments] == list(range(len(segments)))
-    pcm = np.frombuffer(b"".join(audio), "<f4")
-    assert abs(events[-1]["audio_s"] - len(pcm) / 2 / 48000) < 1e-3
-    assert abs(segments[-1]["end"] - len(pcm) / 2 / 48000) < 0.01
-    reference = np.frombuffer(raw.content, "<f4")  # the same audio as the raw stream
-    assert pcm.shape == reference.shape
-    np.testing.assert_allclose(pcm, reference, rtol=0, atol=1e-3)
+    assert abs(events[-1]["audio_s"] - pcm.shape[1] / 48000) < 1e-3
+    assert abs(segments[-1]["end"] - pcm.shape[1] / 48000) < 0.01
+    opus, opus_events = player_stream(opus_stream.content, "opus")
+    assert opus.shape == pcm.shape  # the same length in either transport
+    assert [e["type"] for e in opus_events] == [e["type"] for e in events]
 
 
 def test_voices_lists_saved_voices(client):

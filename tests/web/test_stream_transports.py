@@ -1,12 +1,12 @@
-"""The player's transports on POST /api/tts/stream (`"transport"`: f32, s16, opus) over real HTTP
-against `python app.py` (tiny checkpoints), decoded with PyAV: exact lengths, the same audio as
-float32 (bit-exact 16-bit; Opus within an SNR floor), event framing with each, lossless downloads.
+"""The player's transports on POST /api/tts/stream (`"transport"`: opus, the default, or s16) over
+real HTTP against `python app.py` (tiny checkpoints), decoded with PyAV: exact lengths, the same
+audio in either (Opus within an SNR floor), event frames with each, lossless downloads whatever
+the wire carried, and float32 refused with the way to it.
 """
 
 from __future__ import annotations
 
 import io
-import struct
 
 import av
 import httpx
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from support.stream_decoding import parse_frames
+from support.stream_decoding import decode_ogg_opus, parse_frames, player_stream
 
 from bench.lib.fidelity import snr_db as _snr_db
 from studio.delivery.speech_output import OutputSpec, SpeechRender
@@ -44,10 +44,14 @@ def client(app_server):
 
 
 @pytest.fixture(scope="module")
-def f32(client) -> np.ndarray:
-    response = client.post("/api/tts/stream", json=BODY)
+def s16(client) -> np.ndarray:
+    """The 16-bit stream of BODY as the player decodes it: float32 [2, n]."""
+    response = client.post("/api/tts/stream", json={**BODY, "transport": "s16"})
     assert response.status_code == 200, response.text
-    return np.frombuffer(response.content, "<f4").reshape(-1, 2).T  # [2, n]
+    assert response.headers["x-sample-format"] == "s16le" and response.headers["x-transport"] == "s16"
+    pcm, events = player_stream(response.content, "s16le")
+    assert pcm.shape == (2, 12 * SAMPLES_PER_FRAME) and events[-1]["type"] == "speech.done"
+    return pcm
 
 
 def ogg_packets(data: bytes) -> list[bytes]:
@@ -59,69 +63,58 @@ def snr_db(reference: np.ndarray, test: np.ndarray) -> float:
     return _snr_db(torch.from_numpy(np.array(reference)), torch.from_numpy(np.array(test)))
 
 
-def decode_ogg_opus(data: bytes) -> np.ndarray:
-    """PyAV's (FFmpeg's) Ogg demuxer and Opus decoder: float32 [2, n], pre-skip and end trim applied."""
-    with av.open(io.BytesIO(data), format="ogg") as container:
-        frames = [frame.to_ndarray() for frame in container.decode(audio=0)]
-    pcm = np.concatenate(frames, axis=1)
-    return pcm if pcm.shape[0] == 2 else pcm.reshape(2, -1)
+def kept_wav(client, request_id: str) -> np.ndarray:
+    """The result the server kept for `request_id`, as its 16-bit WAV download: float32 [2, n]."""
+    wav = client.get(f"/api/tts/result/{request_id}.wav")
+    assert wav.status_code == 200, wav.text
+    kept, rate = soundfile.read(io.BytesIO(wav.content), dtype="int16", always_2d=True)
+    assert rate == 48_000
+    return kept.T.astype(np.float32) / 32767
 
 
-def test_s16_is_the_float32_stream_in_16_bits(client, f32):
-    response = client.post("/api/tts/stream", json={**BODY, "transport": "s16"})
-    assert response.status_code == 200, response.text
-    assert response.headers["x-sample-format"] == "s16le" and response.headers["x-transport"] == "s16"
-    assert len(response.content) == 12 * SAMPLES_PER_FRAME * 2 * 2  # half float32's bytes
-    s16 = np.frombuffer(response.content, "<i2").reshape(-1, 2).T
-    expected = np.round(np.clip(f32, -1, 1) * 32767).astype(np.int16)
-    assert np.abs(s16.astype(np.int32) - expected).max() <= 1  # rounding of the same samples
-
-
-@pytest.mark.parametrize("framing", [None, "events"])
-def test_opus_is_one_ogg_stream_of_the_exact_length(client, f32, framing):
-    body = {**BODY, "transport": "opus", **({"framing": framing} if framing else {})}
-    response = client.post("/api/tts/stream", json=body)
+def test_opus_is_the_default_one_ogg_stream_of_the_exact_length(client, s16):
+    response = client.post("/api/tts/stream", json=BODY)
     assert response.status_code == 200, response.text
     assert response.headers["x-sample-format"] == "opus" and response.headers["x-bit-rate"] == str(OPUS_BIT_RATE)
-    if framing:
-        frames = parse_frames(response.content)
-        assert {kind for kind, _ in frames} == {0, 1, 2}
-        # Named a transport: each chunk's server time (f64) before its audio, for the link reading.
-        times = [struct.unpack("<d", payload)[0] for kind, payload in frames if kind == 2]
-        assert len(times) >= 2 and times == sorted(times) and times[0] > 0
-        data = b"".join(payload for kind, payload in frames if kind == 0)
-        events = [payload for kind, payload in frames if kind == 1]
-        assert events[-1]["type"] == "speech.done"
-        assert abs(events[-1]["audio_s"] - f32.shape[1] / 48_000) < 1e-3
-        assert any(e["type"] == "speech.segment" for e in events)
-    else:
-        assert response.headers["content-type"] == "audio/ogg"
-        data = response.content
+    frames = parse_frames(response.content)
+    assert {kind for kind, _ in frames} == {0, 1}  # audio and events only
+    data = b"".join(payload for kind, payload in frames if kind == 0)
+    events = [payload for kind, payload in frames if kind == 1]
+    assert events[-1]["type"] == "speech.done"
+    assert abs(events[-1]["audio_s"] - s16.shape[1] / 48_000) < 1e-3
+    assert any(e["type"] == "speech.segment" for e in events)
     assert data[:4] == b"OggS" and data.count(b"OpusHead") == 1  # one stream, one header
-    assert len(data) < len(f32.tobytes()) / 12  # ~1/20 of float32 (Ogg pages add a little)
+    assert len(data) < s16.size * 4 / 12  # ~1/20 of float32 (Ogg pages add a little)
     decoded = decode_ogg_opus(data)
-    assert decoded.shape == f32.shape  # exact after pre-skip and the last page's end trim
-    snr = snr_db(np.clip(f32, -1, 1), decoded)
+    assert decoded.shape == s16.shape  # exact after pre-skip and the last page's end trim
+    snr = snr_db(s16, decoded)
     print(f"opus {OPUS_BIT_RATE // 1000} kb/s vs the tiny model's clipped output: SNR {snr:.1f} dB")
     assert snr >= TINY_SNR_FLOOR_DB
 
 
-def test_opus_download_is_the_lossless_source(client, f32):
-    response = client.post("/api/tts/stream", json={**BODY, "transport": "opus"})
+@pytest.mark.parametrize("transport", ["opus", "s16"])
+def test_the_download_is_the_lossless_source_whatever_the_wire(client, s16, transport):
+    response = client.post("/api/tts/stream", json={**BODY, "transport": transport})
     assert response.status_code == 200
-    wav = client.get(f"/api/tts/result/{response.headers['x-request-id']}.wav")
-    assert wav.status_code == 200, wav.text
-    kept, rate = soundfile.read(io.BytesIO(wav.content), dtype="float32", always_2d=True)
-    assert rate == 48_000 and kept.shape == (f32.shape[1], 2)
-    assert np.abs(kept.T - np.clip(f32, -1, 1)).max() <= 2 / 32767  # the source in 16 bits, not the Opus
+    kept = kept_wav(client, response.headers["x-request-id"])
+    assert kept.shape == s16.shape
+    assert np.abs(kept - s16).max() <= 1 / 32767  # the source in 16 bits, never the Opus
 
 
-@pytest.mark.parametrize("value", ["mp3", "F32", 3])
-def test_a_bad_transport_is_refused_naming_the_field(client, value):
+@pytest.mark.parametrize("value", ["mp3", "F32", "f32", "", "opus "])
+def test_a_bad_transport_is_refused_naming_the_field_and_the_fix(client, value):
     response = client.post("/api/tts/stream", json={"text": "hi", "transport": value})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
-    assert error["param"] == "transport" and "f32" in error["message"] and "opus" in error["message"]
+    assert error["param"] == "transport" and '"opus"' in error["message"] and '"s16"' in error["message"]
+    if value.lower() == "f32":  # the way to float32's use cases
+        assert "/v1/audio/speech" in error["message"] and "/api/tts/result/" in error["message"]
+
+
+def test_a_transport_of_the_wrong_type_is_refused_naming_the_field(client):
+    response = client.post("/api/tts/stream", json={"text": "hi", "transport": 3})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "transport"
 
 
 def speech_48k(data_dir) -> np.ndarray:
