@@ -1,13 +1,10 @@
 """The GPU's runner: static shapes, so every step and decode can be a CUDA graph replay.
 
-A batch is padded to the smallest batch bucket holding its highest slot (`buckets.py`) and the
-step attends over the smallest length bucket holding its rows (`graphs.StaticStepper`, which
-captures and replays them). Work is queued without reading a host value back: prompts admitted
-between two steps are prefilled together before the next one (`prefill.BatchPrefiller`); what
-admitting a stream writes on the device (sampling row, length, codec ring reset) is staged and
-written for all of them at once; a step is launched and collected later (`launch` / `collect`, so
-the engine can launch the next one meanwhile), and codec work runs on a CUDA stream of its own.
-On a CPU (tests) the same functions run eagerly and synchronously.
+Batches pad to a batch bucket, steps attend over a length bucket (`graphs.StaticStepper`). Nothing
+reads a host value back: admitted prompts are prefilled together before the next step
+(`prefill.BatchPrefiller`), admission writes are staged and applied at once, a step is launched and
+collected later (`launch` / `collect`), and codec work runs on a CUDA stream of its own. On a CPU
+(tests) the same functions run eagerly and synchronously.
 """
 
 from __future__ import annotations
@@ -42,23 +39,13 @@ class StepTicket:
 
 
 class StaticRunner(SlotRunner):
-    """Static-shape LM steps and codec decodes over `num_slots` stream slots.
+    """Static-shape LM steps and codec decodes over `num_slots` stream slots (`SlotRunner`'s args).
 
     Args:
-        lm: `MossTTSNanoLM` (eval mode, on `device`).
-        codec: `MossAudioCodec` (eval mode, on `device`).
-        num_slots: streams that can run at once.
-        max_context_rows: KV length per slot (prompt + generated rows).
-        enforce_eager: never capture CUDA graphs.
-        buckets: batch-size buckets (default 1, 2, 4, ... >= num_slots).
-        batch_invariant: a single bucket (every step runs all rows) and one prefill per stream: a
-            stream's codes are then bit-identical whatever else runs beside it, in bf16 too, at the
-            cost of full-size steps for small batches.
-        compile: how the LM step's units run (`static_step.compile_mode`): torch.compile'd on CUDA by
-            default, plain functions on CPU.
-        prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
-        defer: serve at once on the plain step while the compiled units build in a background
-            thread; the engine calls `upgrade` when they are ready (then captures graphs).
+        enforce_eager: never capture CUDA graphs; buckets: batch sizes (default 1, 2, 4, ...).
+        batch_invariant: one bucket and one prefill per stream: codes bit-identical whatever runs
+            beside them (bf16 too), at the cost of full-size steps for small batches.
+        compile: `static_step.compile_mode`; defer: serve on the plain step until `upgrade`.
     """
 
     can_step_ahead = True
@@ -80,10 +67,8 @@ class StaticRunner(SlotRunner):
                          prefix_cache_size=0 if batch_invariant else prefix_cache_size)
         self.batch_invariant = batch_invariant
         device = self.device
-        # Codec work runs on its own CUDA stream, so a pipelined decode overlaps the next LM step;
-        # the event orders it after this thread's last change to codec state (reset, priming).
-        # High priority: its work is what a listener waits for (first chunks above all), and it is
-        # short beside the LM steps it overlaps.
+        # Codec work runs on its own high-priority CUDA stream (a listener waits on it), overlapping
+        # the next LM step; the event orders it after this thread's last codec-state change.
         self._codec_stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._codec_state_event: torch.cuda.Event | None = None
         self._codec_resets: set[int] = set()  # rows to clear in one batch before the next step
@@ -202,10 +187,8 @@ class StaticRunner(SlotRunner):
 
     @torch.inference_mode()
     def step(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """One frame for each slot, waited for: `collect(launch(slots))`.
-
-        Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
-        """
+        """One frame for each slot, waited for: `collect(launch(slots))` -> (is_continue bool [B],
+        codes int64 [B, 16]) on the host."""
         ticket = self.launch(slots)
         try:
             return self.collect(ticket)
