@@ -1,15 +1,9 @@
 """How many streams one engine generates together when `--max-active-streams` is not given.
 
-A stream slot costs the same on every device until the device is saturated, so the default follows
-what the device carries while every listener stays ahead of real time:
-
-- CUDA: `GPU_ACTIVE_STREAMS` per GPU engine, the most streams the H200 bench record
-  (`bench/results/gpu-h200.json`, `python -m bench.engine --streams ...`) held with every stream
-  ahead of real time. A smaller GPU is measured the same way and set with the flag.
-- CPU: one stream per usable core. Batched frames on a CPU are memory-bound matrix-vector work:
-  beyond a stream per core a new stream slows every other one down (`bench/results/cpu-*.json`).
-
-Beyond the slots, requests wait in the engine's queue (`--max-queue`) and then get 503, as before.
+The default is what the device carries with every listener ahead of real time: `GPU_ACTIVE_STREAMS`
+per GPU engine (from the GPU engine bench; measure a smaller GPU the same way and set the flag),
+one stream per usable CPU core. Beyond the slots, requests wait in the engine's queue
+(`--max-queue`), then get 503. Why: docs/SERVING.md ("Slots follow the device").
 """
 
 from __future__ import annotations

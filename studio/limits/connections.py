@@ -1,23 +1,9 @@
-"""Connection-level limits of the HTTP server: a connection cap with a fast 503, request-head
-deadlines, idle keep-alive. uvicorn has the keep-alive timeout but no deadline for a request head
-(an idle connection, or one sending its headers a byte at a time, is held forever) and its
-`limit_concurrency` counts idle connections yet answers only once a request arrives.
+"""Connection-level limits of the HTTP server (docs/RELIABILITY.md, "Limits").
 
-`GuardedH11Protocol` is uvicorn's h11 protocol with:
-
-- **a cap**: a connection beyond `ConnectionLimits.max_connections` open at once (lowered to leave
-  `fd_reserve` file descriptors free) is answered `503` + `Retry-After` at once, without waiting for
-  its request, and closed: a flood of connections costs one accept each, never a file descriptor
-  held or an error per connection in the log;
-- **a request-head deadline**: whenever no request is being served (a new connection, or one whose
-  last response went out), a complete request head must arrive within `header_timeout_s`, however
-  the client spreads its bytes; otherwise the connection is closed (408 if it had sent part of
-  a head);
-- **idle keep-alive**: uvicorn's own `timeout_keep_alive` (`keep_alive_s`), closing a kept-alive
-  connection that stays silent.
-
-Body deadlines are enforced by `guards.BodyLimitMiddleware` (the body is read by the app). Built
-by `uvicorn_config`, used by `main.py`; what it refuses is counted in `guards.GuardCounters`.
+`GuardedH11Protocol` is uvicorn's h11 protocol with a connection cap answered `503` at once, before
+the client sends anything (uvicorn's `limit_concurrency` answers only once a request arrives), and
+a request-head deadline whenever no request is in progress (uvicorn has none); idle keep-alive is
+uvicorn's own. Built by `uvicorn_config`; refusals are counted in `guards.GuardCounters`.
 """
 
 from __future__ import annotations
@@ -44,16 +30,9 @@ MAX_LINGERING = 512  # beyond this many lingering refusals, close at once
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """Connection-level limits of the server (see the module docstring).
-
-    Args:
-        max_connections: connections open at once; the next one gets 503 at once.
-        fd_reserve: file descriptors kept free for everything else (model files, uploads, logs):
-            the cap is lowered to the open-file limit minus this.
-        header_timeout_s: time allowed for a complete request head when no request is in progress.
-        keep_alive_s: an idle kept-alive connection is closed after this.
-        max_header_bytes: largest request head (h11's incomplete-event limit); larger gets 400.
-    """
+    """Connection-level limits: `max_connections` open at once (lowered to the open-file limit minus
+    `fd_reserve`), the next one 503 at once; `header_timeout_s` for a complete request head when none
+    is in progress; `keep_alive_s` for an idle kept-alive connection; `max_header_bytes` per head (400)."""
 
     max_connections: int = 2048
     fd_reserve: int = 256

@@ -1,27 +1,10 @@
 """Request guards for the whole app (our routes and Gradio's): body size, bodies in flight, body
-read deadlines, CORS.
+read deadlines, CORS (docs/RELIABILITY.md, "Limits" and "Security").
 
-`install_http_guards(app, settings)` adds two ASGI middlewares:
-
-- `BodyLimitMiddleware`: a request whose Content-Length is over `settings.body_limit_bytes` gets
-  413 at once, before one byte of its body is read; any body is counted while it is read and
-  refused (413) as soon as it passes the limit, so no route ever buffers more than the limit.
-  After a refusal the rest of the body is read and discarded for a bounded time (a "lingering
-  close", as nginx does): closing a socket with unread data resets it, and the client would lose
-  the 413 it had not read yet. The bodies held at once are summed **as their bytes arrive** (a
-  request that has sent nothing holds nothing, whatever its Content-Length says); a request that
-  would take the sum over `settings.inflight_body_limit_bytes` gets 503 + Retry-After (a flood of
-  large uploads cannot exhaust memory). Body reads have deadlines (`BodyDeadlines`): no wait for
-  the next piece longer than `idle_s`, and on average at least `min_rate_bps` once `idle_s` of
-  waiting is used up; a client that sends slower gets 408 and its connection is closed (four
-  stalled uploads used to lock every POST out for good).
-- Starlette's `CORSMiddleware` with `settings.cors_allow_origins` (empty by default): no
-  `Access-Control-Allow-Origin` is ever sent for another site, and preflights from other origins
-  are refused. Its presence also turns off Gradio's own CORS handling, which otherwise reflects
-  any Origin when the server is reached under a non-localhost name (i.e. on a public Space).
-
-Connection-level limits (request-head deadline, idle keep-alive, the connection cap) live in
-`connections.py`; both count what they refuse in one `GuardCounters` (read by /metrics).
+`BodyLimitMiddleware` refuses a body over the limit before reading it or once it passes it (413,
+then a bounded "lingering close"), sums bodies in flight as their bytes arrive (503) and enforces
+`BodyDeadlines` (408); `CORSMiddleware` keeps the app same-origin and turns off Gradio's own CORS.
+Refusals are counted in `GuardCounters` (/metrics), with `connections.py`'s.
 """
 
 from __future__ import annotations
@@ -62,14 +45,8 @@ class GuardCounters:
 
 @dataclass(frozen=True, slots=True)
 class BodyDeadlines:
-    """How slowly a request body may arrive.
-
-    Args:
-        idle_s: longest wait for the next piece of a body (also the allowance before the
-            average rate counts).
-        min_rate_bps: the body must arrive at this average rate or faster, measured over the time
-            spent waiting for it beyond `idle_s` (16 KiB/s: a 13 MiB body may take 14 minutes).
-    """
+    """How slowly a request body may arrive: no wait for the next piece over `idle_s`, and at least
+    `min_rate_bps` on average over the waiting beyond `idle_s` (a client slower than that gets 408)."""
 
     idle_s: float = 10.0
     min_rate_bps: float = 16 * 1024
