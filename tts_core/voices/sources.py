@@ -110,14 +110,9 @@ def _parse_manifest(data: bytes) -> dict[str, np.ndarray]:
 
 
 class PresetSources:
-    """Finds, verifies and (when allowed) downloads the manifest and the reference clips. Thread-safe.
-
-    Args:
-        manifest: the pinned ONNX manifest; manifest_path: an explicit local copy of it.
-        voices_dir: clips under their catalog file names (and optionally the manifest), or None.
-        downloads_dir: where verified downloads are kept; fetch: `(url, max_bytes, timeout_s) -> bytes`.
-        allow_download: fetch the manifest / clips from their pinned URLs when not found locally.
-    """
+    """Finds, verifies and (when `allow_download`) downloads with `fetch` the pinned `manifest` and the
+    reference clips. Looks in `voices_dir` (clips under their catalog names, maybe the manifest) and
+    `manifest_path`; keeps verified downloads in `downloads_dir`. Thread-safe."""
 
     def __init__(self, manifest: ManifestRef, *, voices_dir: Path | None, downloads_dir: Path,
                  allow_download: bool, fetch: Fetch, manifest_path: Path | None = None):

@@ -39,14 +39,10 @@ class StepTicket:
 
 
 class StaticRunner(SlotRunner):
-    """Static-shape LM steps and codec decodes over `num_slots` stream slots (`SlotRunner`'s args).
-
-    Args:
-        enforce_eager: never capture CUDA graphs; buckets: batch sizes (default 1, 2, 4, ...).
-        batch_invariant: one bucket and one prefill per stream: codes bit-identical whatever runs
-            beside them (bf16 too), at the cost of full-size steps for small batches.
-        compile: `static_step.compile_mode`; defer: serve on the plain step until `upgrade`.
-    """
+    """Static-shape LM steps and codec decodes over `num_slots` stream slots (`SlotRunner`'s args),
+    batch `buckets` 1, 2, 4, ... by default; `enforce_eager`: no graphs; `batch_invariant`: one bucket
+    and one prefill per stream (codes bit-identical whatever runs beside, at full-size steps);
+    `compile`: `static_step.compile_mode`; `defer`: serve on the plain step until `upgrade`."""
 
     can_step_ahead = True
 
