@@ -14,6 +14,7 @@ the Gradio file guard (`gradio_files.py`), then the routes. The server's connect
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -32,8 +33,8 @@ from .api.voices_api import SavedVoices
 from .delivery.results import ResultStore, build_results_router
 from .errors import install_error_handlers
 from .limits.clip_decode import CLIP_DECODER
-from .limits.guards import BodyDeadlines, GuardCounters, install_http_guards
-from .limits.page_mount import PageFiles, install_file_guard, upload_disk_bound
+from .limits.guards import GuardCounters, install_http_guards
+from .limits.page_mount import install_file_guard, upload_disk_bound
 from .limits.upload_disk import UploadDiskBound
 from .page_slot import PageApp, PageMode, PageRunner, PageSlot
 from .service import ServiceState, SynthesizerService
@@ -44,18 +45,14 @@ STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
 
 
 def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: ZeroGPUMode | None = None, *,
-               page_files: PageFiles | None = None, body_deadlines: BodyDeadlines | None = None,
                page: PageMode | str = PageMode.NOW) -> FastAPI:
     """Build the FastAPI app: streaming + helper routes, the OpenAI router, /player, then the page at /.
 
     With `zerogpu`, the page's audio comes from GPU calls through Gradio events (`zerogpu.py`); its
     page is always built now. `page`: "now" builds the Gradio page before serving, "deferred" once
     the model has settled and no stream is in progress (`app.state.page_runner.served` says when it
-    serves), "off" serves no page. `page_files` bounds Gradio's upload folder; `body_deadlines` how
-    slowly a request body may arrive.
+    serves), "off" serves no page. `/health` shows `settings` and the page beside the model's config.
     """
-    page_files = page_files or PageFiles()
-    body_deadlines = body_deadlines or BodyDeadlines()
     page = PageMode(page)
     if zerogpu is not None and page is not PageMode.NOW:
         raise ValueError("ZeroGPU mode builds its page before serving (page='now'): the page wires the GPU calls")
@@ -80,9 +77,10 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     app = FastAPI(title="MOSS-TTS-Nano Studio", lifespan=lifespan, docs_url=None, redoc_url=None)
     counters = GuardCounters()
     app.state.guard_counters = counters
-    disk = upload_disk_bound(page_files)
+    disk = upload_disk_bound()
     app.state.upload_disk = disk
     app.state.encoder_pool = pool
+    app.state.config = {"server": asdict(settings), "page": {"mode": page.value, "zerogpu": zerogpu is not None}}
     metrics = AppMetrics(lambda: _live_values(service, counters, disk, pool))
     app.state.metrics = metrics
 
@@ -109,21 +107,20 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
         install_file_guard(app, disk)  # the innermost middleware
 
         def build() -> PageApp:
-            return _build_page(app, service, settings, uploads, saved, zerogpu, disk, page_files)
+            return _build_page(app, service, settings, uploads, saved, zerogpu, disk)
 
     runner = PageRunner(slot, build, wait_turn=service.wait_for_quiet)
     app.state.page_runner = runner
     if page is PageMode.NOW:
         runner.build_now()
     # body-size limits, deadlines and same-origin CORS, for Gradio's routes too
-    install_http_guards(app, settings, deadlines=body_deadlines, counters=counters)
+    install_http_guards(app, settings, counters=counters)
     app.add_middleware(RequestMetricsMiddleware, metrics=metrics)  # outermost: refusals count too
     return app
 
 
 def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSettings, uploads: UploadStore,
-                saved: SavedVoices, zerogpu: ZeroGPUMode | None, disk: UploadDiskBound,
-                page_files: PageFiles) -> PageApp:
+                saved: SavedVoices, zerogpu: ZeroGPUMode | None, disk: UploadDiskBound) -> PageApp:
     """Import Gradio, build the studio page and its Gradio app (`page_mount.build_page_app`)."""
     import gradio as gr
 
@@ -139,9 +136,7 @@ def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSetti
                  '<script src="/player/zerogpu/zerogpu-notice.js" defer></script>')
     private = [p for p in (settings.lm_id, settings.codec_id) if Path(p).exists()]
     built = build_page_app(
-        app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes,
-        max_age_s=page_files.max_age_s,
-        head=head,
+        app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes, head=head,
         css_paths=[STATIC_DIR / "gradio" / "ui.css"],
         footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
         theme=gr.themes.Soft(),

@@ -125,10 +125,19 @@ def sanitize_health(health: dict) -> dict:
     """The /health payload with no internal path: checkpoints named by repo id or "local checkpoint",
     every other string scrubbed by `scrub_paths`."""
     out = _scrub_tree(health)
-    for key in ("lm", "codec"):
-        if isinstance(health.get(key), str):
-            out[key] = public_checkpoint_name(health[key])
+    _name_checkpoints(out, health, ("lm", "codec"))
+    config = health.get("config")
+    if isinstance(config, dict):  # the configuration's sections name them too
+        for section, keys in (("load", ("lm", "codec")), ("server", ("lm_id", "codec_id"))):
+            if isinstance(config.get(section), dict):
+                _name_checkpoints(out["config"][section], config[section], keys)
     return out
+
+
+def _name_checkpoints(out: dict, original: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if isinstance(original.get(key), str):
+            out[key] = public_checkpoint_name(original[key])
 
 
 def error_body(message: str, *, error_type: str, param: str | None = None, code: str | None = None) -> dict:

@@ -1,7 +1,10 @@
-"""The web server's command line (`python app.py`, `python -m tts_core serve`).
+"""The web server's command line (`python app.py`, `python -m tts_core serve`) and the one
+`StudioConfig` it builds (`parse_config`).
 
 Every flag has an environment twin, named in its help and read through `tts_core.env`; the model
-flags are the ones `python -m tts_core say` takes (`tts_core.cli.add_model_flags`).
+flags are the ones `python -m tts_core say` takes (`tts_core.cli.add_model_flags`). Defaults that
+follow the machine (encoder processes, ZeroGPU hardware) are resolved here; those that follow the
+device (stream slots, threads, the cache folder) when the model loads (`tts_core.loader`).
 """
 
 from __future__ import annotations
@@ -9,11 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tts_core.cli import add_model_flags
+from tts_core.cli import add_model_flags, model_load_config
 from tts_core.config import EngineConfig
 from tts_core.env import env_flag, env_float, env_int, env_str
 
-from .settings import ServerSettings
+from .settings import PageConfig, ServerSettings, StudioConfig
 
 DESCRIPTION = """MOSS-TTS-Nano Studio: serves the Gradio page, the streaming route and the OpenAI API.
 
@@ -77,51 +80,58 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def parse_config(argv: list[str] | None = None, prog: str | None = None) -> StudioConfig:
+    """The configuration from `argv` and the environment; a malformed flag or variable exits with
+    one line, as argparse does."""
+    try:
+        parser = build_parser(prog)
+    except ValueError as exc:  # a malformed environment variable
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    args = parser.parse_args(argv)
+    try:
+        return studio_config(args)
+    except ValueError as exc:  # a value out of range: named like a bad flag
+        parser.error(str(exc))
+
+
+def studio_config(args: argparse.Namespace) -> StudioConfig:
+    given = {"max_active_streams": args.max_active_streams, "max_queue": args.max_queue,
+             "max_text_chars": args.max_text_chars, "enforce_eager": args.enforce_eager or None,
+             "defer_compile": args.defer_compile}
+    engine = EngineConfig(**{k: v for k, v in given.items() if v is not None})
+    devices = tuple(d.strip() for d in args.devices.split(",") if d.strip()) if args.devices else None
+    load = model_load_config(args, devices=devices, quantize=args.quantize)
+    server = ServerSettings(
+        host=args.host, port=args.port, log_level=args.log_level.upper(), max_text_chars=engine.max_text_chars,
+        allow_remote_audio=args.allow_remote_audio, lm_id=load.lm, codec_id=load.codec,
+        browser_build=args.browser_build,
+        cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
+        encoder_processes=_encoder_processes(args.encoder_processes),
+        **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
+        **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),
+    )
+    return StudioConfig(engine=engine, load=load, server=server, page=PageConfig(ui=args.ui, zerogpu=_zerogpu(args)))
+
+
 def _tristate(name: str) -> bool | None:
     """A yes/no variable that may be unset (None: decide automatically)."""
     return env_flag(name) if env_str(name) is not None else None
 
 
-def zerogpu_enabled(args: argparse.Namespace) -> bool:
+def _zerogpu(args: argparse.Namespace) -> bool:
     """--zerogpu / --no-zerogpu when given, else whether Hugging Face says this is ZeroGPU hardware."""
     from .zerogpu.env import on_zerogpu_space
 
     return args.zerogpu if args.zerogpu is not None else on_zerogpu_space()
 
 
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    try:
-        parser = build_parser(prog)
-    except ValueError as exc:  # a malformed environment variable: one line, like a bad flag
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return parser.parse_args(argv)
-
-
-def engine_config(args: argparse.Namespace) -> EngineConfig:
-    given = {"max_active_streams": args.max_active_streams, "max_queue": args.max_queue,
-             "max_text_chars": args.max_text_chars, "enforce_eager": args.enforce_eager or None,
-             "defer_compile": args.defer_compile}
-    return EngineConfig(**{k: v for k, v in given.items() if v is not None})
-
-
-def encoder_processes(args: argparse.Namespace) -> int:
-    """--encoder-processes when given, else `encoder_pool.default_encoder_processes`."""
+def _encoder_processes(given: int | None) -> int:
+    """--encoder-processes when given, else `encoder_pool.default_encoder_processes()`."""
     from tts_core.audio.encoder_pool import default_encoder_processes
 
-    if args.encoder_processes is None:
+    if given is None:
         return default_encoder_processes()
-    if args.encoder_processes < 0:
-        raise SystemExit(f"error: --encoder-processes must be >= 0, got {args.encoder_processes}")
-    return args.encoder_processes
-
-
-def server_settings(args: argparse.Namespace) -> ServerSettings:
-    return ServerSettings(
-        max_text_chars=engine_config(args).max_text_chars, allow_remote_audio=args.allow_remote_audio,
-        lm_id=args.lm, codec_id=args.codec, browser_build=args.browser_build,
-        cors_allow_origins=tuple(o.strip() for o in args.cors_allow_origins.split(",") if o.strip()),
-        encoder_processes=encoder_processes(args),
-        **({"max_upload_bytes": int(args.max_upload_mb * 2**20)} if args.max_upload_mb else {}),
-        **({"max_ref_audio_s": args.max_ref_audio_s} if args.max_ref_audio_s else {}),
-    )
+    if given < 0:
+        raise ValueError(f"--encoder-processes must be >= 0, got {given}")
+    return given

@@ -1,4 +1,4 @@
-"""`main(argv)`: flags → logging → SynthesizerService → create_app → uvicorn.
+"""`main(argv)`: flags → `StudioConfig` (logged) → SynthesizerService → create_app → uvicorn.
 
 Run by `python app.py` (and `scripts/run.sh`). The server is up at once; the model loads
 in the service's background thread, so torch is imported off the start-up path, and the Gradio page
@@ -8,24 +8,27 @@ builds its page before serving (it wires the GPU calls).
 
 The uvicorn side of the hardening lives here: the log-storm filter on the log handlers, the
 open-file limit raised to its maximum, and uvicorn built by `connections.uvicorn_config` (the
-connection cap with a fast 503, request-head deadlines, idle keep-alive; `ConnectionLimits`).
+connection cap with a fast 503, request-head deadlines, idle keep-alive; the server's settings).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
+import json
 import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from tts_core.config import LoadConfig
 from tts_core.env import env_flag, env_str
 from tts_core.errors import ModelLoadError, TTSError
 
-from .flags import engine_config, parse_args, server_settings, zerogpu_enabled
+from .flags import parse_config
 from .limits.logstorm import install_log_storm_filter
+from .settings import StudioConfig
 
 if TYPE_CHECKING:
     from .zerogpu.relay import ZeroGPUMode
@@ -39,7 +42,7 @@ RUN_OFFLINE = ("To run offline: .venv/bin/python -m tts_core make-tiny-checkpoin
                "(a small random model: it babbles, but every part of the app runs).")
 
 
-def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
+def _load_hint(load: LoadConfig, exc: BaseException) -> str:
     """The log's account of an unexpected load failure: names local paths and the exception (clients
     get one short line)."""
     hf_home = env_str("HF_HOME", "~/.cache/huggingface")
@@ -47,49 +50,36 @@ def _load_hint(args: argparse.Namespace, exc: BaseException) -> str:
         offline = " HF_HUB_OFFLINE=1 is set, so nothing is downloaded." if env_flag("HF_HUB_OFFLINE") else ""
     except ValueError:  # a malformed value must not hide the load error itself
         offline = ""
-    return (f"could not load the model from --lm {args.lm} / --codec {args.codec} "
+    return (f"could not load the model from --lm {load.lm} / --codec {load.codec} "
             f"({type(exc).__name__}: {exc}). Check the network connection to huggingface.co, or that "
             f"HF_HOME ({hf_home}) holds the weights, or pass local directories with --lm and --codec.{offline} "
             f"{RUN_OFFLINE}")
 
 
-def _from_hub(args: argparse.Namespace) -> bool:
+def _from_hub(load: LoadConfig) -> bool:
     """Whether the model comes (in part) from the Hub: then a failure says how to run offline."""
-    return not (os.path.isdir(os.path.expanduser(args.lm)) and os.path.isdir(os.path.expanduser(args.codec)))
+    return not (os.path.isdir(os.path.expanduser(load.lm)) and os.path.isdir(os.path.expanduser(load.codec)))
 
 
-def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
+def make_factory(config: StudioConfig, zerogpu: ZeroGPUMode | None = None):
     """Builds the Synthesizer in the service's loader thread; every failure becomes one clear line.
 
     ZeroGPU mode: the Synthesizer (API, /api/tts/stream, the page's checks) runs on this process's
     CPU; the GPU workers' copy is read in the main thread before serving (`load_zerogpu_weights`)."""
-    device, devices = ("cpu", None) if zerogpu is not None else (args.device, args.devices)
+    load = replace(config.load, device="cpu", devices=None) if zerogpu is not None else config.load
 
     def factory(report):
-        report(f"importing the engine (device {device})")
+        report(f"importing the engine (device {load.device})")
         try:
             from tts_core import Synthesizer  # torch is imported here, off the server's start-up path
 
-            config = engine_config(args)
-            if args.max_active_streams is None:  # follow the device (studio/capacity.py)
-                from dataclasses import replace
-
-                from tts_core.devices import resolve_device
-
-                from .capacity import default_active_streams
-
-                config = replace(config, max_active_streams=default_active_streams(resolve_device(device).type))
-            synth = Synthesizer.from_pretrained(
-                lm=args.lm, codec=args.codec, device=device, dtype=args.dtype, tokenizer=args.tokenizer,
-                voices_dir=args.voices_dir, engine_config=config, report=report,
-                devices=devices, quantize=args.quantize,
-            )
+            synth = Synthesizer.from_pretrained(load=load, engine_config=config.engine, report=report)
             if zerogpu is not None:  # its GPU copy was placed before serving (`load_zerogpu_weights`)
                 synth.info["mode"] = zerogpu.describe()
             return synth
         except ModelLoadError as exc:  # one clause of what happened, then what to do
             logger.error("model load failed: %s", exc.message)
-            raise ModelLoadError(exc.message.rstrip(".") + "." + (f" {RUN_OFFLINE}" if _from_hub(args) else "")
+            raise ModelLoadError(exc.message.rstrip(".") + "." + (f" {RUN_OFFLINE}" if _from_hub(load) else "")
                                  ) from None
         except TTSError:
             raise
@@ -98,51 +88,50 @@ def make_factory(args: argparse.Namespace, zerogpu: ZeroGPUMode | None = None):
         except Exception as exc:  # network, cache, file or format problem: one line, details at debug level
             from .errors import scrub_paths
 
-            logger.error("%s", _load_hint(args, exc))
+            logger.error("%s", _load_hint(load, exc))
             logger.debug("model load failed", exc_info=True)
             raise ModelLoadError(scrub_paths("the server log has the details."
-                                             + (f" {RUN_OFFLINE}" if _from_hub(args) else ""))) from None
+                                             + (f" {RUN_OFFLINE}" if _from_hub(load) else ""))) from None
 
     return factory
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
-    args = parse_args(argv, prog)
-    if not zerogpu_enabled(args):  # (ZeroGPU: `spaces` is imported before torch, in `_zerogpu_mode`)
+    config = parse_config(argv, prog)
+    if not config.page.zerogpu:  # (ZeroGPU: `spaces` is imported before torch, in `_zerogpu_mode`)
         # Importing torch and the engine is the longest step before the weights can be read: it
         # starts now, beside the web stack's own imports (the loader thread finds it done or waits).
         threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=config.server.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_storm_filter()
+    logger.info("configuration: %s", json.dumps(config.as_dict()))
 
-    zerogpu = _zerogpu_mode(args)
+    zerogpu = _zerogpu_mode(config)
     from .service import SynthesizerService
 
-    service = SynthesizerService(make_factory(args, zerogpu))
+    service = SynthesizerService(make_factory(config, zerogpu))
     # The model starts loading now, in its thread, while the server's routes are built; the page
     # follows the model (ZeroGPU: before serving). The lifespan's start is then a no-op.
     service.start()
     import uvicorn
 
     from .app import create_app
-    from .limits.connections import ConnectionLimits, raise_open_files_limit, uvicorn_config
+    from .limits.connections import raise_open_files_limit, uvicorn_config
     from .page_slot import PageMode
 
     raise_open_files_limit()
-    page = PageMode.NOW if zerogpu is not None else PageMode.DEFERRED if args.ui else PageMode.OFF
-    settings = server_settings(args)
+    settings, page = config.server, config.page.mode
     logger.info("encoder processes: %d%s", settings.encoder_processes,
                 " (mp3/opus/aac/flac encode in worker processes)" if settings.encoder_processes
                 else " (every format encodes in the server's process)")
     app = create_app(service, settings, zerogpu, page=page)
     if zerogpu is not None:
-        load_zerogpu_weights(args, zerogpu)
+        load_zerogpu_weights(config, zerogpu)
         zerogpu.before_serving()
-    config = uvicorn_config(app, host=args.host, port=args.port, limits=ConnectionLimits(),
-                            counters=app.state.guard_counters, log_config=None, access_log=False)
-    logger.info("serving on http://%s:%d (model loads in the background%s)", args.host, args.port,
+    server = uvicorn_config(app, settings, counters=app.state.guard_counters, log_config=None, access_log=False)
+    logger.info("serving on http://%s:%d (model loads in the background%s)", settings.host, settings.port,
                 {PageMode.DEFERRED: ", then the page", PageMode.OFF: "; API only, no page"}.get(page, ""))
-    uvicorn.Server(config).run()
+    uvicorn.Server(server).run()
 
 
 def _import_engine() -> None:
@@ -152,32 +141,33 @@ def _import_engine() -> None:
         logger.debug("early engine import failed", exc_info=True)
 
 
-def _zerogpu_mode(args: argparse.Namespace) -> ZeroGPUMode | None:
+def _zerogpu_mode(config: StudioConfig) -> ZeroGPUMode | None:
     """ZeroGPU mode's GPU function, made before the page (which wires it) and before serving."""
-    if not zerogpu_enabled(args):
+    if not config.page.zerogpu:
         return None
-    if args.device not in ("auto", "cpu") or args.devices:
+    if config.load.device not in ("auto", "cpu") or config.load.devices:
         logger.warning("ZeroGPU mode: --device/--devices are ignored; this process stays on the CPU and "
                        "each page generation gets its GPU from a ZeroGPU call")
     from .zerogpu.relay import ZeroGPUMode, disable_spaces_auto_wrap
 
     disable_spaces_auto_wrap()  # before any Gradio event exists (see the function)
-    zerogpu = ZeroGPUMode(concurrency=engine_config(args).max_active_streams)
+    slots = config.engine.max_active_streams  # page generations at once (None: ZeroGPU mode's default)
+    zerogpu = ZeroGPUMode() if slots is None else ZeroGPUMode(concurrency=slots)
     logger.info("ZeroGPU mode (%s): page generations run in GPU worker processes", zerogpu.backend)
     return zerogpu
 
 
-def load_zerogpu_weights(args: argparse.Namespace, zerogpu: ZeroGPUMode) -> None:
+def load_zerogpu_weights(config: StudioConfig, zerogpu: ZeroGPUMode) -> None:
     """ZeroGPU's documented placement: the GPU workers' copy of the model read and put "on cuda"
     here, in the main thread, before serving (see `studio.zerogpu.worker`). A failure is logged
     with its hint and leaves the page offering the CPU engine (its relay reports the GPU as
     unavailable) rather than stopping the server."""
     started = time.perf_counter()
     try:
-        zerogpu.load_weights(args.lm, args.codec, dtype=args.dtype,
-                             max_context_rows=engine_config(args).max_context_rows)
+        zerogpu.load_weights(config.load.lm, config.load.codec, dtype=config.load.dtype,
+                             max_context_rows=config.engine.max_context_rows)
     except Exception as exc:  # the CPU engine's load reports the same problem to clients
-        logger.error("ZeroGPU: %s", _load_hint(args, exc))
+        logger.error("ZeroGPU: %s", _load_hint(config.load, exc))
         logger.debug("ZeroGPU weights failed to load", exc_info=True)
         return
     logger.info("ZeroGPU: the model is placed for the GPU workers (%.2f s, main thread, before serving)",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .config import EngineConfig, SamplingParams
+from .config import EngineConfig, LoadConfig, SamplingParams
 from .errors import (
     InvalidRequestError,
     ModelLoadError,
@@ -34,6 +34,7 @@ __all__ = [
     "AudioChunk",
     "EngineConfig",
     "InvalidRequestError",
+    "LoadConfig",
     "ModelLoadError",
     "PayloadTooLargeError",
     "QueueFullError",

@@ -8,8 +8,9 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
-from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
+from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, LoadConfig
 from .env import env_str
 from .errors import TTSError
 
@@ -35,16 +36,20 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                         help="auto, float32, bfloat16 [MOSS_TTS_DTYPE]")
 
 
+def model_load_config(args: argparse.Namespace, **more: Any) -> LoadConfig:
+    """The `LoadConfig` the model flags (`add_model_flags`) say, with `more` of its fields."""
+    return LoadConfig(lm=args.lm, codec=args.codec, tokenizer=args.tokenizer, voices_dir=args.voices_dir,
+                      device=args.device, dtype=args.dtype, **more)
+
+
 def _cmd_say(args: argparse.Namespace) -> int:
     from .audio.io import encode_audio
     from .config import EngineConfig, SamplingParams
     from .synthesizer import Synthesizer
     from .types import SynthesisRequest, Voice
 
-    synth = Synthesizer.from_pretrained(args.lm, args.codec, device=args.device, dtype=args.dtype,
-                                        tokenizer=args.tokenizer, voices_dir=args.voices_dir,
-                                        engine_config=EngineConfig(max_active_streams=1), warmup=False,
-                                        report=lambda line: logger.info("%s", line))
+    synth = Synthesizer.from_pretrained(load=model_load_config(args), engine_config=EngineConfig(max_active_streams=1),
+                                        warmup=False, report=lambda line: logger.info("%s", line))
     try:
         if args.ref_audio:
             voice = Voice.from_audio(args.ref_audio, transcript=args.ref_text)

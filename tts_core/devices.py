@@ -1,4 +1,5 @@
-"""The machine's resources and their defaults: usable CPUs, torch devices, the LM dtype, CPU threads.
+"""The machine's resources and their defaults: usable CPUs, torch devices, the LM dtype, CPU threads,
+and how many streams an engine runs together on a device.
 
 torch is imported inside the functions that need it: the web server and the encoder pool ask for
 the CPU count before the engine (and torch with it) is imported. Nothing is chosen at import time.
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Streams one GPU engine runs together by default: the most the H200 held with every stream ahead of
+# real time (docs/PERFORMANCE.md). A smaller GPU is measured the same way and set explicitly.
+GPU_ACTIVE_STREAMS = 256
+
 
 def available_cpus() -> int:
     """The CPUs this process may run on (its affinity, not the host's core count)."""
@@ -24,6 +29,16 @@ def available_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+def default_active_streams(device_type: str, cpus: int | None = None) -> int:
+    """The default slot count of an engine on a device of `device_type` ("cuda", "cpu", ...): a slot
+    costs the same until the device is saturated. CUDA: `GPU_ACTIVE_STREAMS`. CPU: one stream per
+    usable core (batched frames are memory-bound: beyond a stream per core each slows the others).
+    Beyond the slots requests wait in the engine's queue, then get refused."""
+    if device_type == "cuda":
+        return GPU_ACTIVE_STREAMS
+    return max(1, available_cpus() if cpus is None else int(cpus))
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -83,13 +98,15 @@ def default_cpu_threads(cpus: int | None = None) -> int:
     return max(1, min(8, cpus // 2))
 
 
-def configure_cpu_threads(device: torch.device) -> None:
-    """Set torch's CPU threads from the CPUs this process may use (not the host's core count)."""
+def configure_cpu_threads(device: torch.device, threads: int | None = None) -> int | None:
+    """Set torch's CPU threads (CPU only): `threads`, else MOSS_TTS_NUM_THREADS, else
+    `default_cpu_threads`; returns the count set (None off the CPU)."""
     import torch
 
     if device.type != "cpu":
-        return
-    threads = env_int("MOSS_TTS_NUM_THREADS") or default_cpu_threads()
+        return None
+    threads = threads or env_int("MOSS_TTS_NUM_THREADS") or default_cpu_threads()
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     logger.info("CPU inference with %d threads", threads)
+    return threads

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import EngineConfig
+from .config import EngineConfig, LoadConfig
 from .devices import available_cpus, configure_cpu_threads, resolve_device, resolve_lm_dtype
 from .engine.engine import Engine
 from .engine.idle import IdleSignal
@@ -42,13 +42,16 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class LoadedParts:
     """What the synthesizer is made of: the text tokenizer, the running engine (or one engine per
-    device), the voice bank, a description for /health and the LM's config (special ids)."""
+    device), the voice bank, a description for /health, the LM's config (special ids), and the
+    load and engine configs as resolved here (defaults that follow the machine filled in)."""
 
     tokenizer: TextTokenizer
     engine: Engine | EnginePool
     voices: VoiceBank
     info: dict[str, Any]
     lm_config: LMConfig
+    load: LoadConfig
+    engine_config: EngineConfig
 
 
 def default_cache_dir() -> Path:
@@ -139,38 +142,35 @@ def _resolve_default_voice(voices: VoiceBank) -> None:
     threading.Thread(target=resolve, name="voice-default", daemon=True).start()
 
 
-def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str | None,
-               voices_dir: str | Path | None, engine_config: EngineConfig, cache_dir: str | Path | None,
-               allow_download: bool | None, report: Callable[[str], None], quantize: str | None = None,
-               devices: str | Sequence[str] | None = None) -> LoadedParts:
-    """Load the parts (arguments as documented by `from_pretrained`); the engines are started."""
-    engine_devices = resolve_devices(device, devices)
+def load_parts(load: LoadConfig, engine_config: EngineConfig, report: Callable[[str], None]) -> LoadedParts:
+    """Load what `load` names and start the engines (`engine_config`: their limits)."""
+    engine_devices = resolve_devices(load.device, load.devices)
     torch_device = engine_devices[0]
-    lm_dtype = resolve_lm_dtype(dtype, torch_device)
-    configure_cpu_threads(torch_device)
+    engine_config = engine_config.for_device(torch_device.type)
+    lm_dtype = resolve_lm_dtype(load.dtype, torch_device)
+    threads = configure_cpu_threads(torch_device, load.threads)
     if torch_device.type == "cuda":
         # Creating the CUDA context takes a second or more; do it while the weights are read from disk.
         threading.Thread(target=torch.empty, args=(1,), kwargs={"device": torch_device}, name="cuda-init",
                          daemon=True).start()
-    if allow_download is None:
-        allow_download = not env_flag("HF_HUB_OFFLINE")
+    allow_download = load.allow_download if load.allow_download is not None else not env_flag("HF_HUB_OFFLINE")
+    cache_root = Path(load.cache_dir) if load.cache_dir is not None else default_cache_dir()
 
-    report(f"locating LM checkpoint {lm}…")
-    lm_dir = resolve_checkpoint_dir(lm, what="LM checkpoint")
-    report(f"locating codec checkpoint {codec}…")
-    codec_dir = resolve_checkpoint_dir(codec, what="codec checkpoint")
-    tokenizer_path = _find_tokenizer(tokenizer, lm_dir)
+    report(f"locating LM checkpoint {load.lm}…")
+    lm_dir = resolve_checkpoint_dir(load.lm, what="LM checkpoint")
+    report(f"locating codec checkpoint {load.codec}…")
+    codec_dir = resolve_checkpoint_dir(load.codec, what="codec checkpoint")
+    tokenizer_path = _find_tokenizer(load.tokenizer, lm_dir)
 
     report(f"loading LM on {torch_device} ({str(lm_dtype).removeprefix('torch.')})…")
     lm_model = load_lm(lm_dir, device=torch_device, dtype=lm_dtype)
     report(f"loading codec on {torch_device} (float32)…")
     codec_model = load_codec(codec_dir, device=torch_device, dtype=torch.float32)
     text_tokenizer = TextTokenizer.from_file(tokenizer_path)
-    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     # The encoder (fp32 in every precision mode; converting the decoder leaves it alone) is ready now.
     voices = VoiceBank(
         load_catalog(),
-        voices_dir=Path(voices_dir) if voices_dir else None,
+        voices_dir=Path(load.voices_dir) if load.voices_dir else None,
         cache_dir=cache_root / "voices",
         encoder=reference_encoder(codec_model, torch_device),
         codec_fingerprint=checkpoint_fingerprint(codec_dir),
@@ -180,7 +180,7 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
     pipelined = engine_config.pipeline_codec
     if pipelined is None:  # as the engine decides it (`engine/engine.py`)
         pipelined = torch_device.type == "cuda" or available_cpus() >= 2
-    lm_model, codec_model, precision = apply_precision(lm_model, codec_model, quantize, torch_device,
+    lm_model, codec_model, precision = apply_precision(lm_model, codec_model, load.quantize, torch_device,
                                                        pipelined=pipelined, cache_dir=cache_root, report=report)
     if torch_device.type == "cpu":
         # After the precision's measurement (whose CPU it must not share), beside the rest of the load.
@@ -203,15 +203,16 @@ def load_parts(*, lm: str, codec: str, device: str, dtype: str, tokenizer: str |
         engines.append(Engine(runner, engine_config, idle=idle))
     engine = engines[0] if len(engines) == 1 else EnginePool(engines)
     info = {
-        "lm": str(lm),
-        "codec": str(codec),
+        "lm": load.lm,
+        "codec": load.codec,
         "device": str(torch_device),
         "devices": [str(d) for d in engine_devices],
         "dtype": str(lm_dtype).removeprefix("torch."),
         "codec_dtype": "float32",
         "quantize": precision.mode if precision.mode in QUANT_MODES else None,
         "precision": precision.reason,
-        "threads": torch.get_num_threads() if torch_device.type == "cpu" else None,
+        "threads": threads,
     }
+    resolved = load.with_options(cache_dir=str(cache_root), threads=threads, allow_download=allow_download)
     return LoadedParts(tokenizer=text_tokenizer, engine=engine, voices=voices, info=info,
-                       lm_config=lm_model.config)
+                       lm_config=lm_model.config, load=resolved, engine_config=engine_config)

@@ -13,13 +13,15 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from .config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, SamplingParams
+from .config import EngineConfig, LoadConfig, SamplingParams
 from .engine.features import EngineFeatures
 from .engine.idle import QUIET_S
 from .engine.stream import Stream
@@ -53,12 +55,13 @@ class Synthesizer:
     sample_rate = SAMPLE_RATE_HZ
 
     def __init__(self, *, tokenizer: TextTokenizer, engine: EngineLike, voices: VoiceBank,
-                 config: EngineConfig, info: dict, lm_config: LMConfig):
+                 config: EngineConfig, info: dict, lm_config: LMConfig, load: LoadConfig | None = None):
         self.tokenizer = tokenizer
         self.template = PromptTemplate.from_tokenizer(tokenizer, lm_config)
         self.engine = engine
         self.voices = voices
         self.config = config
+        self.load = load or LoadConfig()  # what was loaded, as resolved (`loader.load_parts`)
         self.info = dict(info)
         self.warm = False
         # Set once the start-up's background voice warm-up is over (or there is none): work that must
@@ -67,48 +70,35 @@ class Synthesizer:
         self.plan = SegmentPlan(self.template, tokenizer, config, voices.catalog)
 
     @classmethod
-    def from_pretrained(cls, lm: str = DEFAULT_LM_ID, codec: str = DEFAULT_CODEC_ID, *, device: str = "auto",
-                        dtype: str = "auto", tokenizer: str | None = None, voices_dir: str | Path | None = None,
-                        engine_config: EngineConfig | None = None, cache_dir: str | Path | None = None,
-                        allow_download: bool | None = None, warmup: bool = True, quantize: str | None = None,
-                        report: Callable[[str], None] | None = None,
-                        devices: str | Sequence[str] | None = None) -> Synthesizer:
-        """Load the LM and the codec (Hub ids or local directories) and start the engine.
+    def from_pretrained(cls, lm: str | None = None, codec: str | None = None, *, load: LoadConfig | None = None,
+                        engine_config: EngineConfig | None = None, warmup: bool = True,
+                        report: Callable[[str], None] | None = None, **options: Any) -> Synthesizer:
+        """Load the LM and the codec and start the engine: `from_pretrained()` for the official
+        checkpoints, `from_pretrained(lm_dir, codec_dir, device="cpu")`, or `from_pretrained(load=...)`.
 
         Args:
-            lm, codec: Hugging Face ids or local directories with config.json and weights.
-            device: "auto" (CUDA when present), "cpu", "cuda", "cuda:1".
-            dtype: LM precision, "auto" = bf16 on CUDA, fp32 on CPU. The codec stays fp32.
-            tokenizer: path to tokenizer.model; default: the one in the LM directory.
-            voices_dir: local folder with the presets' reference clips (else they are downloaded
-                when allowed, or reported unavailable).
-            engine_config: slots, queue and text limits.
-            cache_dir: where encoded voice codes are cached (default ~/.cache/moss_tts_studio).
-            allow_download: fetch preset clips from the network (default: unless HF_HUB_OFFLINE=1).
+            lm, codec, options: `LoadConfig`'s fields by name (checkpoints, device, dtype, quantize,
+                tokenizer, voices_dir, cache_dir, ...), replacing those of `load`.
+            load: what to load, and where and how (`config.LoadConfig`; default: its defaults).
+            engine_config: slots, queue and text limits (`config.EngineConfig`; its
+                `max_active_streams` None follows the device).
             warmup: run a short generation so the first listener does not pay for it.
-            quantize: None (default, fp32 on CPU) or "int8": int8 dynamic quantisation of the LM and
-                codec linear layers on CPU, faster but not bit-faithful (see `bench --fidelity`).
             report: callback receiving human-readable progress lines.
-            devices: engines' devices, e.g. "cuda:0,cuda:1": one engine per device, each request
-                going to the least loaded. Default: every visible GPU when `device` is "auto" or
-                "cuda", else `device` alone.
         """
         report = report or (lambda _line: None)
-        config = engine_config or EngineConfig()
-        parts = load_parts(lm=lm, codec=codec, device=device, dtype=dtype, tokenizer=tokenizer,
-                           voices_dir=voices_dir, engine_config=config, cache_dir=cache_dir,
-                           allow_download=allow_download, quantize=quantize, report=report, devices=devices)
-        synth = cls(tokenizer=parts.tokenizer, engine=parts.engine, voices=parts.voices, config=config,
-                    info=parts.info, lm_config=parts.lm_config)
+        given = {name: value for name, value in (("lm", lm), ("codec", codec)) if value is not None}
+        load = (load or LoadConfig()).with_options(**given, **options)
+        parts = load_parts(load, engine_config or EngineConfig(), report)
+        synth = cls(tokenizer=parts.tokenizer, engine=parts.engine, voices=parts.voices, config=parts.engine_config,
+                    info=parts.info, lm_config=parts.lm_config, load=parts.load)
         if warmup:
             report("warming up…")
             synth.warmup()
-        if not warmup:
-            synth.voices_warmed.set()
-        if warmup:
             # Preset voices' prompt prefixes are computed in the background, so each preset's
             # first request is already as fast as its later ones.
             threading.Thread(target=synth._warm_voices_after_start, name="voice-warm", daemon=True).start()
+        else:
+            synth.voices_warmed.set()
         logger.info("synthesizer ready: %s", json.dumps(synth.info))
         for features in synth.features():
             logger.info("engine on %s", features.summary())
@@ -248,7 +238,8 @@ class Synthesizer:
 
     def health(self) -> dict:
         return {**self.info, "warm": self.warm, **self.engine.stats().as_dict(),
-                "engine_features": [f.as_dict() for f in self.features()]}
+                "engine_features": [f.as_dict() for f in self.features()],
+                "config": {"engine": asdict(self.config), "load": self.load.as_dict()}}
 
     def close(self) -> None:
         self.engine.close()

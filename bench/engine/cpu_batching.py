@@ -10,7 +10,7 @@ Runners, each on its own copy of the same models (`EagerRunner` swaps linears in
   band of slots, as many frames as the pacing hands it. A stream's audio depends on its neighbours
   and on the clock; kept here as the baseline.
 - `per-slot`: each slot steps with one row and decodes one frame per call on its own
-  (`EagerRunner(batched=False)`): exact, no batching.
+  (`PerSlotRunner`, the fallback `EagerRunner` takes where rows are not independent): exact, no batching.
 - `rows`: the batched exact runner (`EagerRunner()`: row-independent linears, each row attending
   alone; docs/ARCHITECTURE.md, "Two runners").
 
@@ -54,11 +54,18 @@ RUNNERS = ("batched-inexact", "per-slot", "rows")
 CONTEXT_ROWS = 512
 
 
-class BatchedInexactRunner(EagerRunner):
+class PerSlotRunner(EagerRunner):
+    """Each slot steps with one row and decodes one frame per call (the CPU runner's fallback)."""
+
+    def _prepare_batching(self) -> bool:
+        return False
+
+
+class BatchedInexactRunner(PerSlotRunner):
     """The CPU runner as it was before a stream's audio was made its own (the baseline)."""
 
     def __init__(self, lm, codec, **kwargs):
-        super().__init__(lm, codec, batched=False, **kwargs)
+        super().__init__(lm, codec, **kwargs)
         with torch.inference_mode():
             self.local = lm.new_local_cache(self.num_slots, self.device)
 
@@ -89,7 +96,7 @@ def build_runner(name: str, models, slots: int):
     kwargs = dict(num_slots=slots, max_context_rows=CONTEXT_ROWS, device="cpu")
     if name == "batched-inexact":
         return BatchedInexactRunner(lm, codec, **kwargs)
-    runner = EagerRunner(lm, codec, batched=None if name == "rows" else False, **kwargs)
+    runner = (EagerRunner if name == "rows" else PerSlotRunner)(lm, codec, **kwargs)
     if name == "rows" and not runner.batched:
         raise SystemExit("this machine does not compute rows independently: the rows runner would not batch")
     return runner

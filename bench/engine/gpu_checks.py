@@ -24,6 +24,7 @@ from bench.lib.drive import drive
 from bench.lib.machine import machine_info
 from bench.lib.models import build_random_models, make_prompt
 from bench.lib.record import new_record, write_record
+from bench.lib.runners import static_runner
 from tts_core.config import SamplingParams
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.model.lm_config import LMConfig
@@ -70,12 +71,11 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def determinism(models, lm_config, device, batch_invariant: bool, streams: int, frames: int, solo: int) -> dict:
-    lm, codec = models
     prompts = [make_prompt(lm_config, 150 + 10 * (i % 8), seed=i) for i in range(streams)]
     seeds = [1000 + i for i in range(streams)]
     params = SamplingParams()
-    kwargs = dict(num_slots=streams, max_context_rows=260 + frames, device=device, batch_invariant=batch_invariant)
-    graphed = StaticRunner(lm, codec, **kwargs)
+    kwargs = dict(max_context_rows=260 + frames, device=device, batch_invariant=batch_invariant)
+    graphed = static_runner(models, streams, **kwargs)
     together, _ = drive(graphed, prompts, seeds, list(range(streams)), params, frames)
     same, first = 0, []
     for i in range(solo):
@@ -83,7 +83,7 @@ def determinism(models, lm_config, device, batch_invariant: bool, streams: int, 
         same += int(np.array_equal(alone[0], together[i]))
         first.append(_first_difference(alone[0], together[i]))
     del graphed
-    eager = StaticRunner(lm, codec, enforce_eager=True, **kwargs)
+    eager = static_runner(models, streams, enforce_eager=True, **kwargs)
     eager_codes, _ = drive(eager, prompts, seeds, list(range(streams)), params, frames)
     return {"streams": streams, "frames": frames, "solo_equal_batch": f"{same}/{solo}",
             "first_differing_frame": first,

@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 # Formats sent as one file of exact length unless the client asks for a stream: a streamed flac
 # cannot carry its length, and libsndfile (soundfile) refuses such a file.
 WHOLE_UNLESS_STREAMED = frozenset({"flac"})
+MODEL_NAME = "moss-tts-nano"  # the id this server answers to and lists first in `GET /v1/models`
 
 
 def _is_alias(name: str) -> bool:
@@ -74,11 +75,11 @@ def _is_alias(name: str) -> bool:
 def _check_model(name: str, settings: ServerSettings) -> None:
     key = name.strip().lower()
     lm = settings.lm_id.lower()
-    accepted = {settings.model_name.lower(), lm, lm.rsplit("/", 1)[-1]}
+    accepted = {MODEL_NAME, lm, lm.rsplit("/", 1)[-1]}
     if key in accepted or _is_alias(key) or "moss-tts-nano" in key:
         return
     raise ModelNotFoundError(
-        f"model {name[:80]!r} is not served here: use '{settings.model_name}' "
+        f"model {name[:80]!r} is not served here: use '{MODEL_NAME}' "
         f"(OpenAI's {', '.join(OPENAI_MODEL_ALIASES)} are accepted as aliases)",
         param="model", code="model_not_found",
     )
@@ -167,7 +168,7 @@ def build_openai_router(service: SynthesizerService, settings: ServerSettings,
         return VoiceList(default=synth.default_voice, data=voices)
 
     def model_cards() -> list[ModelCard]:
-        ids = [settings.model_name]
+        ids = [MODEL_NAME]
         if public_checkpoint_name(settings.lm_id) == settings.lm_id:  # a Hub id; never a local path
             ids.append(settings.lm_id)
         ids += [alias for alias in OPENAI_MODEL_ALIASES if alias not in ids]

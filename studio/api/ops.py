@@ -33,7 +33,8 @@ def build_ops_router(service: SynthesizerService, metrics: AppMetrics) -> APIRou
     @router.get("/health", responses={503: {"description": "the model is loading or failed to load"}})
     def health(request: Request) -> JSONResponse:
         out: dict = {"status": service.state.value, "message": service.status, "error": service.error,
-                     "encoder_processes": _encoder_processes(request)}
+                     "encoder_processes": _encoder_processes(request),
+                     "config": dict(getattr(request.app.state, "config", {}))}  # the server's sections
         runner = getattr(request.app.state, "page_runner", None)  # the page is built after the model
         if runner is not None:
             out["page"] = runner.slot.state
@@ -42,7 +43,8 @@ def build_ops_router(service: SynthesizerService, metrics: AppMetrics) -> APIRou
             retry_after = FAILED_RETRY_AFTER_S if failed else LOADING_RETRY_AFTER_S
             return JSONResponse(sanitize_health(out), status_code=503, headers={"Retry-After": str(retry_after)})
         synth = service.get()
-        out = {**synth.health(), **out, "stats": synth.stats().as_dict()}
+        model = synth.health()
+        out = {**model, **out, "stats": synth.stats().as_dict(), "config": {**model["config"], **out["config"]}}
         if out.get("stalled"):  # the device stopped finishing work (engine/stall.py): only a restart helps
             out.update(status=ServiceState.FAILED.value, error=STALLED_MESSAGE)
             return JSONResponse(sanitize_health(out), status_code=503,

@@ -34,6 +34,11 @@ PARAM = "ref_audio"
 BLOCK_FRAMES = 1 << 16
 DEFAULT_KEEP_S = 20.5  # the voice bank keeps 20 s; a little more so that it still sees (and says) it trimmed
 _UNKNOWN = 2**62  # libsndfile's frame count when a stream does not say its length
+# A voice recording is mono or stereo; below 16 kHz the codec lacks the upper band it needs to copy a
+# voice (the output is 48 kHz); above 192 kHz no recording needs it, and decoding cost grows with it.
+REF_AUDIO_MAX_CHANNELS = 2
+REF_AUDIO_MIN_SAMPLE_RATE_HZ = 16_000
+REF_AUDIO_MAX_SAMPLE_RATE_HZ = 192_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +101,9 @@ def _open(data: bytes, settings: ServerSettings, param: str) -> tuple[sf.SoundFi
 def _check_header(handle: sf.SoundFile, settings: ServerSettings, param: str) -> tuple[int, int, int]:
     """(rate, channels, declared frames or 0): refused here when implausible, before any decoding."""
     rate, channels = int(handle.samplerate), int(handle.channels)
-    if channels < 1 or channels > settings.ref_audio_max_channels:
+    if channels < 1 or channels > REF_AUDIO_MAX_CHANNELS:
         raise bad(f"has {channels} channels; send a mono or stereo recording", "too_many_channels", param)
-    low, high = settings.ref_audio_min_sample_rate_hz, settings.ref_audio_max_sample_rate_hz
+    low, high = REF_AUDIO_MIN_SAMPLE_RATE_HZ, REF_AUDIO_MAX_SAMPLE_RATE_HZ
     if rate < low:
         raise bad(f"is sampled at {rate} Hz; voice cloning needs {low} Hz or more (the output is 48 kHz): "
                   "send a better recording", "bad_sample_rate", param)

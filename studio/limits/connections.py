@@ -1,9 +1,10 @@
 """Connection-level limits of the HTTP server (docs/RELIABILITY.md, "Limits").
 
-`GuardedH11Protocol` is uvicorn's h11 protocol with a connection cap answered `503` at once, before
-the client sends anything (uvicorn's `limit_concurrency` answers only once a request arrives), and
-a request-head deadline whenever no request is in progress (uvicorn has none); idle keep-alive is
-uvicorn's own. Built by `uvicorn_config`; refusals are counted in `guards.GuardCounters`.
+`GuardedH11Protocol` is uvicorn's h11 protocol with a connection cap (`ServerSettings.max_connections`)
+answered `503` at once, before the client sends anything (uvicorn's `limit_concurrency` answers only
+once a request arrives), and a request-head deadline whenever no request is in progress (uvicorn has
+none); idle keep-alive is uvicorn's own. Built by `uvicorn_config` from the server's settings;
+refusals are counted in `guards.GuardCounters`.
 """
 
 from __future__ import annotations
@@ -13,46 +14,29 @@ import functools
 import json
 import logging
 import resource
-from dataclasses import dataclass
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import error_body
+from ..settings import ServerSettings
 from .guards import RETRY_AFTER_S, GuardCounters
 
 logger = logging.getLogger(__name__)
 
 REFUSE_LINGER_S = 0.5  # after a 503 at the cap, read (and drop) the client's request this long, then close
 MAX_LINGERING = 512  # beyond this many lingering refusals, close at once
+MAX_HEADER_BYTES = 16 * 1024  # largest request head (h11's incomplete-event limit); larger gets 400
 
 
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    """Connection-level limits: `max_connections` open at once (lowered to the open-file limit minus
-    `fd_reserve`), the next one 503 at once; `header_timeout_s` for a complete request head when none
-    is in progress; `keep_alive_s` for an idle kept-alive connection; `max_header_bytes` per head (400)."""
-
-    max_connections: int = 2048
-    fd_reserve: int = 256
-    header_timeout_s: float = 10.0
-    keep_alive_s: float = 5.0
-    max_header_bytes: int = 16 * 1024
-
-    def __post_init__(self) -> None:
-        if self.max_connections < 1 or self.fd_reserve < 0 or self.max_header_bytes < 1024:
-            raise ValueError("max_connections >= 1, fd_reserve >= 0 and max_header_bytes >= 1024 are required")
-        if not (self.header_timeout_s > 0 and self.keep_alive_s > 0):
-            raise ValueError("header_timeout_s and keep_alive_s must be > 0")
-
-    def cap(self, open_files_limit: int | None = None) -> int:
-        """The cap actually enforced: `max_connections`, lowered to fit the open-file limit."""
-        if open_files_limit is None:
-            open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        if open_files_limit == resource.RLIM_INFINITY:
-            return self.max_connections
-        return max(1, min(self.max_connections, open_files_limit - self.fd_reserve))
+def connection_cap(settings: ServerSettings, open_files_limit: int | None = None) -> int:
+    """The cap actually enforced: `max_connections`, lowered to fit the open-file limit."""
+    if open_files_limit is None:
+        open_files_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if open_files_limit == resource.RLIM_INFINITY:
+        return settings.max_connections
+    return max(1, min(settings.max_connections, open_files_limit - settings.fd_reserve))
 
 
 def raise_open_files_limit() -> int:
@@ -86,9 +70,9 @@ class GuardedH11Protocol(H11Protocol):
 
     lingering = 0  # refusals waiting out REFUSE_LINGER_S, over all connections (event loop only)
 
-    def __init__(self, *args, limits: ConnectionLimits, cap: int, counters: GuardCounters, **kwargs):
+    def __init__(self, *args, header_timeout_s: float, cap: int, counters: GuardCounters, **kwargs):
         super().__init__(*args, **kwargs)
-        self.limits = limits
+        self.header_timeout_s = header_timeout_s
         self.cap = cap
         self.counters = counters
         self._head_timer: asyncio.TimerHandle | None = None
@@ -155,7 +139,7 @@ class GuardedH11Protocol(H11Protocol):
         if self._between_requests():
             if self._head_timer is None:
                 self._head_bytes = False
-                self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timeout)
+                self._head_timer = self.loop.call_later(self.header_timeout_s, self._head_timeout)
         else:
             self._cancel_head_timer()
 
@@ -174,14 +158,15 @@ class GuardedH11Protocol(H11Protocol):
         self.transport.close()
 
 
-def uvicorn_config(app, *, host: str, port: int, limits: ConnectionLimits, counters: GuardCounters,
-                   **kwargs) -> uvicorn.Config:
-    """A uvicorn Config serving `app` through `GuardedH11Protocol` (whatever HTTP parsers are installed)."""
-    cap = limits.cap()
+def uvicorn_config(app, settings: ServerSettings, *, counters: GuardCounters, **kwargs) -> uvicorn.Config:
+    """A uvicorn Config serving `app` on `settings.host`:`settings.port` through `GuardedH11Protocol`
+    (whatever HTTP parsers are installed), with the settings' connection limits."""
+    cap = connection_cap(settings)
     counters.connection_cap = cap
-    protocol = functools.partial(GuardedH11Protocol, limits=limits, cap=cap, counters=counters)
+    protocol = functools.partial(GuardedH11Protocol, header_timeout_s=settings.header_timeout_s, cap=cap,
+                                 counters=counters)
     logger.info("connections: at most %d open (503 beyond), %g s for a request head, %g s idle keep-alive",
-                cap, limits.header_timeout_s, limits.keep_alive_s)
-    return uvicorn.Config(app, host=host, port=port, http=protocol,  # type: ignore[arg-type]
-                          timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]
-                          h11_max_incomplete_event_size=limits.max_header_bytes, **kwargs)
+                cap, settings.header_timeout_s, settings.keep_alive_s)
+    return uvicorn.Config(app, host=settings.host, port=settings.port, http=protocol,  # type: ignore[arg-type]
+                          timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
+                          h11_max_incomplete_event_size=MAX_HEADER_BYTES, **kwargs)

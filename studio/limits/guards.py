@@ -3,8 +3,8 @@ read deadlines, CORS (docs/RELIABILITY.md, "Limits" and "Security").
 
 `BodyLimitMiddleware` refuses a body over the limit before reading it or once it passes it (413,
 then a bounded "lingering close"), sums bodies in flight as their bytes arrive (503) and enforces
-`BodyDeadlines` (408); `CORSMiddleware` keeps the app same-origin and turns off Gradio's own CORS.
-Refusals are counted in `GuardCounters` (/metrics), with `connections.py`'s.
+the body read deadlines (`body_idle_s`, `body_min_rate_bps`: 408); `CORSMiddleware` keeps the app
+same-origin, turning off Gradio's own CORS. Refusals count in `GuardCounters` (/metrics).
 """
 
 from __future__ import annotations
@@ -43,23 +43,6 @@ class GuardCounters:
     bodies_busy: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class BodyDeadlines:
-    """How slowly a request body may arrive: no wait for the next piece over `idle_s`, and at least
-    `min_rate_bps` on average over the waiting beyond `idle_s` (a client slower than that gets 408)."""
-
-    idle_s: float = 10.0
-    min_rate_bps: float = 16 * 1024
-
-    def __post_init__(self) -> None:
-        if not (self.idle_s > 0 and self.min_rate_bps > 0):
-            raise ValueError("idle_s and min_rate_bps must be > 0")
-
-    def allowed_wait_s(self, received: int, waited_s: float) -> float:
-        """How long the next read may wait, given the bytes received and the time already waited."""
-        return max(0.0, min(self.idle_s, self.idle_s + received / self.min_rate_bps - waited_s))
-
-
 class BodyTooLarge(HTTPException):
     """Raised from `receive` when a body passes the limit. An HTTPException, so FastAPI hands it to
     the app's handler (OpenAI error shape) instead of turning it into "error parsing the body"."""
@@ -82,9 +65,9 @@ class BodiesInFlight(HTTPException):
 class BodyTimeout(HTTPException):
     code = "request_timeout"
 
-    def __init__(self, deadlines: BodyDeadlines) -> None:
-        super().__init__(408, f"the request body arrived too slowly (a pause of over {deadlines.idle_s:g} s, or "
-                              f"under {deadlines.min_rate_bps / 1024:g} KiB/s on average): send it again")
+    def __init__(self, idle_s: float, min_rate_bps: float) -> None:
+        super().__init__(408, f"the request body arrived too slowly (a pause of over {idle_s:g} s, or "
+                              f"under {min_rate_bps / 1024:g} KiB/s on average): send it again")
 
 
 def _first_guard_error(exc: BaseException) -> HTTPException | None:
@@ -102,14 +85,17 @@ def _first_guard_error(exc: BaseException) -> HTTPException | None:
 class BodyLimitMiddleware:
     """See the module docstring. One instance per app; the in-flight sum lives on the event loop."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, inflight_limit: int,
-                 deadlines: BodyDeadlines = BodyDeadlines(), counters: GuardCounters | None = None):
+    def __init__(self, app: ASGIApp, *, settings: ServerSettings, counters: GuardCounters | None = None):
         self.app = app
-        self.limit = limit
-        self.inflight_limit = inflight_limit
-        self.deadlines = deadlines
+        self.limit = settings.body_limit_bytes
+        self.inflight_limit = settings.inflight_body_limit_bytes
+        self.idle_s, self.min_rate_bps = settings.body_idle_s, settings.body_min_rate_bps
         self.counters = counters if counters is not None else GuardCounters()
         self.inflight_bytes = 0  # bytes received so far of the bodies of requests in progress
+
+    def _allowed_wait_s(self, received: int, waited_s: float) -> float:
+        """How long the next read may wait, given the bytes received and the time already waited."""
+        return max(0.0, min(self.idle_s, self.idle_s + received / self.min_rate_bps - waited_s))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -134,14 +120,14 @@ class BodyLimitMiddleware:
             nonlocal counted, waited_s, body_done, refused
             if body_done:  # after the body only "http.disconnect" comes: no deadline on waiting for it
                 return await receive()
-            allowed = self.deadlines.allowed_wait_s(counted, waited_s)
+            allowed = self._allowed_wait_s(counted, waited_s)
             began = time.monotonic()
             with anyio.move_on_after(allowed) as timer:
                 message = await receive()
             waited_s += time.monotonic() - began
             if timer.cancelled_caught:
                 self.counters.body_timeouts += 1
-                refused = BodyTimeout(self.deadlines)
+                refused = BodyTimeout(self.idle_s, self.min_rate_bps)
                 raise refused
             if message["type"] == "http.request":
                 size = len(message.get("body", b""))
@@ -222,12 +208,10 @@ async def _send_error(send: Send, exc: HTTPException, receive: Receive | None) -
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def install_http_guards(app: FastAPI, settings: ServerSettings, *, deadlines: BodyDeadlines = BodyDeadlines(),
-                        counters: GuardCounters | None = None) -> None:
+def install_http_guards(app: FastAPI, settings: ServerSettings, *, counters: GuardCounters | None = None) -> None:
     """Add the CORS policy and the body limits to `app` (call before it starts serving)."""
     app.add_middleware(
         CORSMiddleware, allow_origins=list(settings.cors_allow_origins), allow_methods=["GET", "POST"],
         allow_headers=["Content-Type", "Authorization"], expose_headers=_EXPOSED_HEADERS,
     )
-    app.add_middleware(BodyLimitMiddleware, limit=settings.body_limit_bytes,
-                       inflight_limit=settings.inflight_body_limit_bytes, deadlines=deadlines, counters=counters)
+    app.add_middleware(BodyLimitMiddleware, settings=settings, counters=counters)

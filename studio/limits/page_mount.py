@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import tempfile
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +30,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 _SYSTEM_DIRS = ("/etc", "/proc", "/sys", "/dev", "/root", "/boot", "/var", "/usr", "/home")
 
 
-@dataclass(frozen=True, slots=True)
-class PageFiles:
-    """Bounds of Gradio's upload folder: within `max_bytes` and `max_files` (least recently used go
-    first), and Gradio's `delete_cache` deletes files older than `max_age_s` (checked every quarter)."""
-
-    max_bytes: int = 256 * 1024 * 1024
-    max_files: int = 512
-    max_age_s: int = 3600
+# Bounds of Gradio's upload folder: its files are kept within both (least recently used go first),
+# and Gradio's `delete_cache` deletes cached files older than PAGE_FILES_MAX_AGE_S (checked every quarter of it).
+PAGE_FILES_MAX_BYTES = 256 * 1024 * 1024
+PAGE_FILES_MAX_FILES = 512
+PAGE_FILES_MAX_AGE_S = 3600
 
 
 def upload_folder() -> Path:
@@ -57,8 +53,8 @@ def blocked_paths(private: list[str | os.PathLike], folder: Path) -> list[str]:
     return out
 
 
-def upload_disk_bound(files: PageFiles = PageFiles()) -> UploadDiskBound:
-    return UploadDiskBound(upload_folder(), max_bytes=files.max_bytes, max_files=files.max_files)
+def upload_disk_bound() -> UploadDiskBound:
+    return UploadDiskBound(upload_folder(), max_bytes=PAGE_FILES_MAX_BYTES, max_files=PAGE_FILES_MAX_FILES)
 
 
 def install_file_guard(app: FastAPI, disk: UploadDiskBound) -> None:
@@ -68,13 +64,12 @@ def install_file_guard(app: FastAPI, disk: UploadDiskBound) -> None:
 
 
 def build_page_app(server: FastAPI, demo: gr.Blocks, *, disk: UploadDiskBound,
-                   private_paths: list[str | os.PathLike], max_file_size: int,
-                   max_age_s: int = PageFiles.max_age_s, **mount_kwargs: Any) -> PageApp:
+                   private_paths: list[str | os.PathLike], max_file_size: int, **mount_kwargs: Any) -> PageApp:
     """`demo` as an ASGI app for "/" of `server`, with the guards above, and its start-up."""
     import gradio as gr
 
     folder = disk.folder
-    demo.delete_cache = (max(1, max_age_s // 4), max_age_s)  # read when the Gradio app is created
+    demo.delete_cache = (PAGE_FILES_MAX_AGE_S // 4, PAGE_FILES_MAX_AGE_S)  # read when the Gradio app is created
     holder = FastAPI()
     # Gradio adds its own CORS answers unless the app it is mounted in configures CORS; the server
     # does (guards.py), so the holder shows Gradio the server's middleware list.

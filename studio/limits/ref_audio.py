@@ -22,6 +22,7 @@ from .clip_decode import CLIP_DECODER, ClipInfo, bad, check_clip, too_large
 __all__ = ["PARAM", "ClipInfo", "check_clip", "decode_base64", "decode_data_url", "download", "read_ref_audio"]
 
 PARAM = "ref_audio"
+REMOTE_AUDIO_MAX_REDIRECTS = 3  # redirects a remote `ref_audio` may take, each checked like the first URL
 _PATH_LIKE = re.compile(r"^(~|\.{1,2}[\\/]|[A-Za-z]:[\\/]|/(?!/)|\\\\)")
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -62,7 +63,7 @@ async def download(url: str, settings: ServerSettings) -> bytes:
     try:
         return await netguard.fetch(
             url, max_bytes=settings.max_upload_bytes, timeout_s=settings.remote_audio_timeout_s,
-            max_redirects=settings.remote_audio_max_redirects, allow_hosts=settings.remote_audio_allow_hosts)
+            max_redirects=REMOTE_AUDIO_MAX_REDIRECTS, allow_hosts=settings.remote_audio_allow_hosts)
     except netguard.FetchTooLarge as exc:
         raise too_large(exc.size, exc.limit) from None
     except netguard.FetchRefused as exc:

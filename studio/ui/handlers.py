@@ -26,6 +26,7 @@ from tts_core.errors import TTSError
 from ..api.requests import STREAM, PageForm, StreamBody, UploadStore, form_body, prepare, stream_fields
 from ..api.voices_api import SavedVoices
 from ..errors import scrub_paths
+from ..limits.clip_decode import REF_AUDIO_MIN_SAMPLE_RATE_HZ
 from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
 from . import clip_check
@@ -314,7 +315,7 @@ class PageHandlers:
             return page_error("This file could not be read as audio. Try WAV, FLAC, OGG or MP3.")
         seconds = info.frames / info.samplerate
         shape = f"{seconds:.1f} s, {info.samplerate / 1000:g} kHz, {'mono' if info.channels == 1 else 'stereo'}"
-        min_rate = self.settings.ref_audio_min_sample_rate_hz
+        min_rate = REF_AUDIO_MIN_SAMPLE_RATE_HZ
         if info.samplerate < min_rate:
             return page_error(f"Reference: {shape} — too low a sample rate to clone from; record at "
                               f"{min_rate // 1000} kHz or more.")

@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from bench.lib.runners import SoloEagerRunner
 from tts_core import EngineConfig, SamplingParams, SynthesisRequest, Synthesizer
 from tts_core.engine import cpu as eager_runner
 from tts_core.engine import engine as engine_module
@@ -127,8 +128,8 @@ def _stream(tiny_models, prompts, slot: int, neighbours: list[int], *, frames: i
          batched: bool = True) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """A stream in `slot` with streams in `neighbours` stepped and decoded in the same calls, a frame
     at a time: its LM hidden state after each step [F, H], its codes [F, 16] and its audio [2, S]."""
-    runner = EagerRunner(*tiny_models, num_slots=4, max_context_rows=600, device="cpu",
-                         batched=None if batched else False)
+    runner = (EagerRunner if batched else SoloEagerRunner)(*tiny_models, num_slots=4, max_context_rows=600,
+                                                           device="cpu")
     # Batched exactly where the start-up probe found this machine's rows independent (it does here).
     assert runner.batched == (batched and _rows_apart(runner)), "the runner batches only where rows stay apart"
     for index, s in enumerate([slot, *neighbours]):

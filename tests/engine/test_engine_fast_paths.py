@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.lib.drive import drive
+from bench.lib.runners import static_runner
 from tts_core.config import SamplingParams
 from tts_core.engine.cuda.codec_passes import codec_attention
-from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.sampler import param_row
 from tts_core.model import lm_step
 from tts_core.model.codec_layers import ring_attention
@@ -119,7 +119,7 @@ def test_prefill_after_a_prefix_compiles_once_for_any_prefix_and_text_length(tin
 def test_admission_writes_are_staged_until_the_next_step(tiny_models, tiny_lm_vectors):
     """Streams admitted together and one admitted later, on the static path, give the codes each
     gets alone (sampling rows and lengths are written in one batch before a step)."""
-    runner = StaticRunner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU)
+    runner = static_runner(tiny_models, 4)
     prompt = tiny_lm_vectors["A_voice_clone_en.input_ids"].numpy()
     sampling = SamplingParams(audio_repetition_penalty=1.3)
     alone, _ = drive(runner, [prompt], [5], [0], sampling)
@@ -160,13 +160,13 @@ def test_prompts_after_a_cached_prefix_match_whole_prefills(tiny_models, tiny_lm
     `warm_prefix` in the spare row, or kept from an earlier prefill) and runs only the rows after
     it; the codes are the ones whole prefills give."""
     prompt = tiny_lm_vectors["A_voice_clone_en.input_ids"].numpy()
-    whole = StaticRunner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU, prefix_cache_size=0)
+    whole = static_runner(tiny_models, 4, prefix_cache_size=0)
     expected = _greedy_codes(whole, prompt, [0, 2, 3], prefix_rows=30)
-    warmed = StaticRunner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU)
+    warmed = static_runner(tiny_models, 4)
     assert warmed.warm_prefix(prompt[:30]) and not warmed.warm_prefix(prompt[:30])
     np.testing.assert_array_equal(_greedy_codes(warmed, prompt, [0, 2, 3], prefix_rows=30), expected)
     assert warmed.prefix_cache.hits == 3
-    kept = StaticRunner(*tiny_models, num_slots=4, max_context_rows=600, device=CPU)
+    kept = static_runner(tiny_models, 4)
     _greedy_codes(kept, prompt, [1], prefix_rows=30)  # alone: a whole prefill, its prefix kept
     np.testing.assert_array_equal(_greedy_codes(kept, prompt, [0, 2, 3], prefix_rows=30), expected)
     assert kept.prefix_cache.hits == 3

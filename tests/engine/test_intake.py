@@ -177,14 +177,15 @@ def test_a_pump_stops_at_its_time_budget_and_the_rest_wait(engine):
 
 def _synthesizer(data_dir, cache_dir):
     from tts_core import Synthesizer
+    from tts_core.config import LoadConfig
     from tts_core.loader import load_parts
 
     parity = data_dir / "parity"
     config = EngineConfig(max_active_streams=4, max_queue=8)
-    parts = load_parts(lm=str(parity / "tiny_lm"), codec=str(parity / "tiny_codec"), device="cpu", dtype="auto",
-                       tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-                       voices_dir=data_dir / "presets", engine_config=config, cache_dir=cache_dir,
-                       allow_download=False, quantize=None, report=lambda _line: None, devices=None)
+    load = LoadConfig(lm=str(parity / "tiny_lm"), codec=str(parity / "tiny_codec"), device="cpu",
+                      tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
+                      voices_dir=data_dir / "presets", cache_dir=cache_dir, allow_download=False)
+    parts = load_parts(load, config, report=lambda _line: None)
     return Synthesizer(tokenizer=parts.tokenizer, engine=parts.engine, voices=parts.voices, config=config,
                        info=parts.info, lm_config=parts.lm_config)
 

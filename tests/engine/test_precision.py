@@ -120,7 +120,7 @@ def test_work_beside_the_load_starts_only_after_the_measurement(data_dir, tmp_pa
     """The default voice is encoded beside the load (`loader._resolve_default_voice`), but never
     beside the measurement, which would then see a busier CPU than the one it serves on."""
     from tts_core import loader
-    from tts_core.config import EngineConfig
+    from tts_core.config import EngineConfig, LoadConfig
 
     events: list[str] = []
 
@@ -132,9 +132,9 @@ def test_work_beside_the_load_starts_only_after_the_measurement(data_dir, tmp_pa
     monkeypatch.setattr(loader, "apply_precision", lambda *a, **k: real_apply(*a, **k, measure=measure))
     monkeypatch.setattr(loader, "_resolve_default_voice", lambda voices: events.append("voice"))
     parity = data_dir / "parity"
-    parts = loader.load_parts(lm=str(parity / "tiny_lm"), codec=str(parity / "tiny_codec"), device="cpu",
-                              dtype="auto", tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
-                              voices_dir=data_dir / "presets", engine_config=EngineConfig(max_active_streams=1),
-                              cache_dir=tmp_path, allow_download=False, report=lambda line: None, quantize="auto")
+    load = LoadConfig(lm=str(parity / "tiny_lm"), codec=str(parity / "tiny_codec"), device="cpu",
+                      tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"), voices_dir=data_dir / "presets",
+                      cache_dir=tmp_path, allow_download=False, quantize="auto")
+    parts = loader.load_parts(load, EngineConfig(max_active_streams=1), report=lambda line: None)
     parts.engine.close()
     assert events == ["measure", "voice"]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from bench.lib.drive import drive
+from bench.lib.runners import static_runner
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.cuda.buckets import (
@@ -24,7 +25,6 @@ from tts_core.engine.cuda.buckets import (
     pick_bucket,
 )
 from tts_core.engine.cuda.codec_passes import split_passes
-from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.cuda.static_step import graphs_enabled
 from tts_core.engine.engine import Engine
 from tts_core.engine.idle import IdleSignal
@@ -100,8 +100,7 @@ def test_padded_step_input_puts_each_slot_on_its_row():
 
 
 def _static(models, num_slots=8, **kwargs):
-    lm, codec = models
-    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=600, device=CPU, **kwargs)
+    return static_runner(models, num_slots, **kwargs)
 
 
 def test_static_greedy_matches_reference_vectors_in_spread_slots(models, vectors):
@@ -142,8 +141,7 @@ def test_the_gpu_suites_compile_warmup_compiles_over_a_runners_shapes(models, mo
     seen = []
     monkeypatch.setattr(graphs, "compile_on_scratch", lambda lm, units, buckets, rope_len, *rest: seen.append(
         (list(buckets), rope_len)))
-    lm, codec = models
-    StaticRunner(lm, codec, num_slots=8, max_context_rows=MAX_ROWS, device=CPU, compile="aot_eager")
+    static_runner(models, 8, max_context_rows=MAX_ROWS, traced=True)
     assert seen == [scratch_shapes(8, MAX_ROWS)]
 
 
@@ -169,9 +167,8 @@ def test_streams_crossing_length_buckets_equal_the_plain_eager_path(models, vect
 
 
 def test_deferred_compile_serves_at_once_and_switches_without_changing_codes(models, vectors):
-    lm, codec = models
     prompt = vectors["A_voice_clone_en.input_ids"].numpy()
-    runner = StaticRunner(lm, codec, num_slots=2, max_context_rows=600, device=CPU, compile="aot_eager", defer=True)
+    runner = static_runner(models, 2, traced=True, defer=True)
     engine = Engine(runner, EngineConfig(max_active_streams=2, max_queue=4))
     try:
         first = _collect_codes(engine.submit(_job(prompt, 11, 20)))  # on whichever step is current
@@ -204,7 +201,7 @@ def test_compiled_step_units_equal_the_plain_step(models, vectors, params):
     prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
     plain = _static(models)
     assert plain.stepper.compile_mode == "off" and plain.stepper.units is lm_step.EAGER  # CPU default
-    traced = _static(models, compile="aot_eager")
+    traced = _static(models, traced=True)
     assert traced.stepper.compile_mode == "aot_eager" and traced.stepper.units is not lm_step.EAGER
     want, want_pcm = drive(plain, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
     got, got_pcm = drive(traced, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)

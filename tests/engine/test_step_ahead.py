@@ -1,7 +1,7 @@
 """Step-ahead (`engine/stepping.py`): launching each LM step before reading the one before changes no
 stream's codes. Tiny parity checkpoints on the CPU, static runner (where step-ahead runs; the CPU
 launches synchronously, the bookkeeping is the same as on a GPU): the same jobs with step-ahead on,
-off (`Engine(step_ahead=False)`) and through the plain eager runner must give the same codes, with segments
+off (the runner seen through `bench.lib.runners.Synchronous`) and through the plain eager runner must give the same codes, with segments
 ending at their caps, streams arriving while a step is in flight, and a stream cancelled mid-way.
 """
 
@@ -15,6 +15,7 @@ import pytest
 from safetensors.torch import load_file
 from support.streams import read, read_all, wait_ended
 
+from bench.lib.runners import Synchronous
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.cuda.static_runner import StaticRunner
@@ -45,7 +46,7 @@ def _engine(tiny_models, *, static: bool, step_ahead: bool = True) -> Engine:
     lm, codec = tiny_models
     kind = _CountingRunner if static else EagerRunner
     runner = kind(lm, codec, num_slots=3, max_context_rows=600, device="cpu")
-    return Engine(runner, EngineConfig(max_active_streams=3, max_queue=4), step_ahead=step_ahead)
+    return Engine(runner if step_ahead else Synchronous(runner), EngineConfig(max_active_streams=3, max_queue=4))
 
 
 def _job(name: str, prompt: np.ndarray, seed: int, frames: tuple[int, ...]) -> Stream:

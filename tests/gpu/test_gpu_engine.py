@@ -20,6 +20,7 @@ from support.streams import read, wait_ended
 
 from bench.lib.drive import drive
 from bench.lib.models import make_prompt
+from bench.lib.runners import Synchronous
 from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
@@ -204,7 +205,8 @@ def _engine_run(runners, dtype, jobs, audio: list | None = None, **config) -> li
     """Each job's codes (and, into `audio`, each job's whole audio [2, S]), and the runner."""
     runner = runners(dtype, 4, **config.pop("runner", {}))
     step_ahead = config.pop("step_ahead", True)
-    engine = Engine(runner, EngineConfig(max_active_streams=4, max_queue=8, **config), step_ahead=step_ahead)
+    engine = Engine(runner if step_ahead else Synchronous(runner), EngineConfig(max_active_streams=4, max_queue=8,
+                                                                                 **config))
     try:
         handles = [engine.submit(job) for job in jobs]
         chunks = [[] for _ in handles]

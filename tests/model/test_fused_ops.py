@@ -177,10 +177,9 @@ def test_cpu_steps_keep_the_plain_path(monkeypatch):
 
 
 def _static_runner(models, num_slots=2):
-    from tts_core.engine.cuda.static_runner import StaticRunner
+    from bench.lib.runners import static_runner
 
-    lm, codec = models
-    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=300, device=torch.device("cpu"))
+    return static_runner(models, num_slots, max_context_rows=300)
 
 
 def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vectors):

@@ -18,7 +18,6 @@ from support.reliability_common import INPROC_MAX_UPLOAD, port_of
 
 from bench.lib.reliability_attacks import HeldSockets, stalled_upload_head
 from bench.lib.reliability_clients import listen, raw_http, read_reply
-from studio.limits.guards import BodyDeadlines
 from studio.limits.logstorm import LogStormFilter
 
 pytestmark = pytest.mark.slow
@@ -32,15 +31,15 @@ def guarded(data_dir, tmp_path_factory, gradio_dir) -> Iterator:
     from support.reliability_servers import GuardedServer, tiny_service
 
     from studio.app import create_app
-    from studio.limits.connections import ConnectionLimits
     from studio.settings import ServerSettings
 
     service = tiny_service(data_dir, tmp_path_factory.mktemp("guarded_cache"))
     settings = ServerSettings(max_upload_bytes=INPROC_MAX_UPLOAD, max_text_chars=500,
-                              lm_id=str(data_dir / "parity" / "tiny_lm"), codec_id=str(data_dir / "parity" / "tiny_codec"))
-    app = create_app(service, settings, body_deadlines=BodyDeadlines(idle_s=1.5, min_rate_bps=16 * 1024))
-    limits = ConnectionLimits(max_connections=CAP, fd_reserve=0, header_timeout_s=1.5, keep_alive_s=1.0)
-    with GuardedServer(app, limits) as server:
+                              lm_id=str(data_dir / "parity" / "tiny_lm"), codec_id=str(data_dir / "parity" / "tiny_codec"),
+                              body_idle_s=1.5, body_min_rate_bps=16 * 1024, max_connections=CAP, fd_reserve=0,
+                              header_timeout_s=1.5, keep_alive_s=1.0)
+    app = create_app(service, settings)
+    with GuardedServer(app, settings) as server:
         server.app, server.settings, server.counters = app, settings, app.state.guard_counters
         yield server
 
@@ -166,8 +165,8 @@ def capped() -> Iterator:
     from fastapi import FastAPI
     from support.reliability_servers import GuardedServer
 
-    from studio.limits.connections import ConnectionLimits
     from studio.limits.guards import GuardCounters
+    from studio.settings import ServerSettings
 
     app = FastAPI()
     app.state.guard_counters = GuardCounters()
@@ -176,7 +175,7 @@ def capped() -> Iterator:
     def ping() -> dict:
         return {"ok": True}
 
-    with GuardedServer(app, ConnectionLimits(max_connections=CAP, fd_reserve=0, header_timeout_s=120)) as server:
+    with GuardedServer(app, ServerSettings(max_connections=CAP, fd_reserve=0, header_timeout_s=120)) as server:
         server.counters = app.state.guard_counters
         yield server
 

@@ -142,7 +142,6 @@ def test_page_status_shows_no_checkpoint_path_while_loading_or_failed(data_dir, 
     from support.reliability_servers import GuardedServer
 
     from studio.app import create_app
-    from studio.limits.connections import ConnectionLimits
     from studio.service import SynthesizerService
     from studio.settings import ServerSettings
 
@@ -155,8 +154,9 @@ def test_page_status_shows_no_checkpoint_path_while_loading_or_failed(data_dir, 
         raise RuntimeError(f"Error(s) in loading state_dict from {secret}/model.safetensors")
 
     service = SynthesizerService(factory)
-    app = create_app(service, ServerSettings(lm_id=secret, codec_id=secret))
-    with GuardedServer(app, ConnectionLimits()) as server, httpx.Client(base_url=server.url, timeout=30) as client:
+    settings = ServerSettings(lm_id=secret, codec_id=secret)
+    app = create_app(service, settings)
+    with GuardedServer(app, settings) as server, httpx.Client(base_url=server.url, timeout=30) as client:
         refresh = _status_event(client.get("/config").json())
         seen = []
         for state in ("loading", "failed"):

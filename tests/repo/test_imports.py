@@ -30,7 +30,7 @@ FLOORS: list[list[str]] = [
     ["tts_core.synthesizer", "tts_core.export"],
     ["tts_core", "tts_core.cli"],
     ["tts_core.__main__"],
-    ["studio", "studio.errors", "studio.settings", "studio.service", "studio.capacity", "studio.page_slot",
+    ["studio", "studio.errors", "studio.settings", "studio.service", "studio.page_slot",
      "studio.zerogpu.env", "studio.zerogpu.quota", "studio.zerogpu.aoti", "studio.zerogpu.harness",
      "studio.zerogpu.worker"],
     ["studio.limits"],

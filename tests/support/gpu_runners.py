@@ -9,7 +9,8 @@ MAX_ROWS = 240  # the longest test stream: a 178-row prompt and 60 frames
 
 
 def build_runner(models, num_slots: int, **kwargs):
-    from tts_core.engine.cuda.static_runner import StaticRunner
+    """A static runner on the GPU (`bench.lib.runners.static_runner`: `batch_invariant=True` and the
+    runner's own options)."""
+    from bench.lib.runners import static_runner
 
-    lm, codec = models
-    return StaticRunner(lm, codec, num_slots=num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)
+    return static_runner(models, num_slots, max_context_rows=MAX_ROWS, device=CUDA, **kwargs)

@@ -5,12 +5,14 @@ process is `bench.lib.app.launch_app`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import uvicorn
 
 from bench.lib.app import launch_app  # noqa: F401 (bench/player_links.py imports it from here)
-from studio.limits.connections import ConnectionLimits, uvicorn_config
+from studio.limits.connections import uvicorn_config
+from studio.settings import ServerSettings
 from support.reliability_common import INPROC_MAX_TEXT
 from support.server_helpers import ServerThread, tiny_synthesizer_factory
 
@@ -29,13 +31,14 @@ def tiny_service(data_dir: Path, cache_dir: Path, *, max_active: int = 2, max_qu
 
 
 class GuardedServer(ServerThread):
-    """`app` served by uvicorn through `GuardedH11Protocol` on a free 127.0.0.1 port, in a thread."""
+    """`app` served by uvicorn through `GuardedH11Protocol` on a free 127.0.0.1 port, in a thread,
+    with the connection limits of `settings`."""
 
-    def __init__(self, app, limits: ConnectionLimits):
-        self.limits = limits
+    def __init__(self, app, settings: ServerSettings):
+        self.settings = settings
         super().__init__(app)
 
     def config(self, app) -> uvicorn.Config:
-        return uvicorn_config(app, host="127.0.0.1", port=self.port, limits=self.limits,
+        return uvicorn_config(app, replace(self.settings, host="127.0.0.1", port=self.port),
                               counters=app.state.guard_counters, log_level="warning", lifespan="on",
                               timeout_graceful_shutdown=2)

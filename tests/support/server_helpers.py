@@ -18,18 +18,19 @@ from bench.lib.app import wait_idle as wait_for_idle  # noqa: F401
 
 def tiny_synthesizer_factory(data_dir: Path, cache_dir: Path, engine_config=None, *, warmup: bool = False):
     """A `SynthesizerService` factory over the tiny parity checkpoints: CPU, the shared data's
-    tokenizer and preset clips, voice codes cached in `cache_dir`, no downloads."""
+    tokenizer and preset clips, voice codes cached in `cache_dir`, no downloads; 4 stream slots
+    unless `engine_config` says otherwise (not the machine's core count)."""
 
     def factory(report):
+        from tts_core.config import EngineConfig
         from tts_core.synthesizer import Synthesizer
 
         parity = data_dir / "parity"
-        extra = {} if engine_config is None else {"engine_config": engine_config}
         return Synthesizer.from_pretrained(
             str(parity / "tiny_lm"), str(parity / "tiny_codec"), device="cpu",
             tokenizer=str(data_dir / "hf_checkpoint_meta" / "tokenizer.model"),
             voices_dir=str(data_dir / "presets"), cache_dir=cache_dir, allow_download=False, warmup=warmup,
-            report=report, **extra,
+            report=report, engine_config=engine_config or EngineConfig(max_active_streams=4),
         )
 
     return factory

@@ -16,7 +16,7 @@ import pytest
 from support.stream_decoding import decode_progressively
 
 from studio.delivery.speech_output import OutputSpec, RawWriter, SpeechRender
-from studio.flags import encoder_processes, parse_args
+from studio.flags import parse_config
 from tts_core.audio.encoder_pool import (
     EncoderPool,
     EncoderWorkerError,
@@ -258,13 +258,13 @@ def test_workers_end_when_the_server_is_killed():
 
 def test_default_and_flag():
     assert [default_encoder_processes(n) for n in (1, 2, 3, 4, 16, 64)] == [0, 1, 2, 2, 14, 62]
-    assert encoder_processes(parse_args(["--encoder-processes", "3"])) == 3
-    assert encoder_processes(parse_args(["--encoder-processes", "0"])) == 0
-    assert encoder_processes(parse_args([])) == default_encoder_processes()
+    assert parse_config(["--encoder-processes", "3"]).server.encoder_processes == 3
+    assert parse_config(["--encoder-processes", "0"]).server.encoder_processes == 0
+    assert parse_config([]).server.encoder_processes == default_encoder_processes()
     with pytest.raises(SystemExit):
-        encoder_processes(parse_args(["--encoder-processes", "-1"]))
+        parse_config(["--encoder-processes", "-1"])
 
 
 def test_environment_twin(monkeypatch):
     monkeypatch.setenv("MOSS_TTS_ENCODER_PROCESSES", "2")
-    assert encoder_processes(parse_args([])) == 2
+    assert parse_config([]).server.encoder_processes == 2

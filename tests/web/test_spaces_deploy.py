@@ -15,7 +15,7 @@ import yaml
 from support.figures import render_figures
 
 from bench.deploy import cold_start
-from studio.flags import engine_config, parse_args, zerogpu_enabled
+from studio.flags import parse_config
 from tts_core.config import DEFAULT_CODEC_ID, DEFAULT_LM_ID
 from tts_core.loader import COMPILE_CACHE_ENV, persist_compile_cache
 
@@ -53,21 +53,21 @@ def test_docs_no_longer_promise_the_free_cpu_tier():
 def test_zerogpu_mode_is_automatic_on_zerogpu_hardware_and_forceable(monkeypatch):
     monkeypatch.delenv("MOSS_TTS_ZEROGPU", raising=False)
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
-    assert zerogpu_enabled(parse_args([])) is False
-    assert zerogpu_enabled(parse_args(["--zerogpu"])) is True
+    assert parse_config([]).page.zerogpu is False
+    assert parse_config(["--zerogpu"]).page.zerogpu is True
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    assert zerogpu_enabled(parse_args([])) is True
-    assert zerogpu_enabled(parse_args(["--no-zerogpu"])) is False
+    assert parse_config([]).page.zerogpu is True
+    assert parse_config(["--no-zerogpu"]).page.zerogpu is False
     monkeypatch.setenv("MOSS_TTS_ZEROGPU", "0")
-    assert zerogpu_enabled(parse_args([])) is False
+    assert parse_config([]).page.zerogpu is False
 
 
 def test_compile_is_deferred_unless_asked_not_to(monkeypatch):
     monkeypatch.delenv("MOSS_TTS_DEFER_COMPILE", raising=False)
-    assert engine_config(parse_args([])).defer_compile is True
-    assert engine_config(parse_args(["--no-defer-compile"])).defer_compile is False
+    assert parse_config([]).engine.defer_compile is True
+    assert parse_config(["--no-defer-compile"]).engine.defer_compile is False
     monkeypatch.setenv("MOSS_TTS_DEFER_COMPILE", "off")
-    assert engine_config(parse_args([])).defer_compile is False
+    assert parse_config([]).engine.defer_compile is False
 
 
 def test_compile_cache_lives_under_the_cache_dir_unless_set(monkeypatch, tmp_path):
@@ -115,7 +115,7 @@ def test_run_sh_offline_help_names_the_tiny_checkpoint_route():
     text = (REPO_ROOT / "scripts" / "run.sh").read_text()
     for command in recipe:
         assert f"\n{command}\n" in readme and command in text and command in RUN_OFFLINE, command
-    hint = _load_hint(parse_args(["--lm", "a/b"]), OSError("offline"))
+    hint = _load_hint(parse_config(["--lm", "a/b"]).load, OSError("offline"))
     assert hint.endswith(RUN_OFFLINE)
 
 

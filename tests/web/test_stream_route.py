@@ -141,6 +141,12 @@ def test_health_and_voice_clips(client, voices):
     assert features["device"] == "cpu" and features["compile"] == "off"
     assert not features["cuda_graphs"] and not features["fused_kernels"] and not features["step_ahead"]
     assert features["engine_prepares"] and not features["split_readout"]
+    # The one configuration, as resolved: flags and environment, the slots and threads by the machine.
+    config = health["config"]
+    assert set(config) == {"engine", "load", "server", "page"}
+    assert config["engine"]["max_active_streams"] == health["max_active_streams"] >= 1
+    assert config["load"]["threads"] == health["threads"] and config["page"] == {"mode": "deferred", "zerogpu": False}
+    assert config["load"]["lm"] == config["server"]["lm_id"] == "local checkpoint"  # no path leaves the server
     name = voices["default"]
     clip = client.get(f"/api/voices/{name}/clip")
     assert clip.status_code == 200

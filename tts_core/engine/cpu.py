@@ -45,9 +45,9 @@ class EagerRunner(SlotRunner):
         num_slots: streams that can run at once.
         max_context_rows: KV length per slot (prompt + generated rows).
         prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
-        batched: False steps and decodes each slot on its own; otherwise (default) the streams are
-            batched where this machine computes rows independently, and the attribute `batched`
-            says whether they are.
+
+    The attribute `batched` says whether the streams are batched: where this machine computes rows
+    independently (`_prepare_batching`); otherwise each slot steps and decodes on its own.
     """
 
     can_step_ahead = False  # each step has run when `step` returns
@@ -56,10 +56,10 @@ class EagerRunner(SlotRunner):
     compile_mode = "off"
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,
-                 prefix_cache_size: int = 8, batched: bool | None = None):
+                 prefix_cache_size: int = 8):
         super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
                          state_rows=num_slots, cache_len=max_context_rows, prefix_cache_size=prefix_cache_size)
-        self.batched = batched is not False and self._prepare_batching()
+        self.batched = self._prepare_batching()
         with torch.inference_mode():  # like the state the base made
             # The local transformer's scratch: all slots at once, or one stream at a time.
             self.local = self.lm.new_local_cache(self.num_slots if self.batched else 1, self.device)

@@ -42,12 +42,11 @@ class Engine:
 
     Args:
         runner: owns the model, KV cache and codec state for `config.max_active_streams` slots.
-        config: limits (slots, queue); `step_ahead` off only for tests comparing with synchronous steps.
+        config: limits (slots, queue).
         idle: the signal its streams are counted on (engines of a pool may share one).
     """
 
-    def __init__(self, runner: Runner, config: EngineConfig, *, step_ahead: bool = True,
-                 idle: IdleSignal | None = None):
+    def __init__(self, runner: Runner, config: EngineConfig, *, idle: IdleSignal | None = None):
         self.runner = runner
         self.config = config
         self._scheduler = Scheduler(num_slots=runner.num_slots, max_queue=config.max_queue)
@@ -59,7 +58,7 @@ class Engine:
         self._idle_work: deque[tuple[Callable[..., object], tuple]] = deque()  # prefix warm-ups: run when idle
         self._cancels: set[str] = set()  # stream ids cancelled since the last iteration
         self._intakes: list[Intake] = []  # request queues this thread builds and admits (`intake.py`)
-        self._steps = StepDriver(runner, self._live, step_ahead)  # the LM steps, one ahead where possible
+        self._steps = StepDriver(runner, self._live)  # the LM steps, one ahead where possible
         self._tick = 0  # LM steps so far: decodes are due on multiples of a stream's budget (`pacing.decode_count`)
         self._stopping = False
         self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)

@@ -19,7 +19,7 @@ class EngineFeatures:
 
     device: str
     cuda_graphs: bool  # the frame step replays captured CUDA graphs
-    compile: str  # how the step's units run: "inductor", "aot_eager" or "off"
+    compile: str  # how the step's units run: "inductor" or "off"
     fused_kernels: bool  # Triton kernels for the pick and the attentions (CUDA only)
     step_ahead: bool  # each LM step is launched before the previous one is read
     codec_thread: bool  # codec decodes overlap the LM's next step on a thread of their own

@@ -45,7 +45,7 @@ class Runner(Protocol):
 
     @property
     def compile_mode(self) -> str:
-        """How the step's units run: "inductor", "aot_eager" or "off" (`static_step.compile_mode`)."""
+        """How the step's units run: "inductor" or "off" (`static_step.compile_mode`)."""
 
     def begin_stream(self, slot: int, sampling: SamplingParams, seed: int) -> None: ...
 

@@ -6,8 +6,8 @@ step is then hidden behind the next). A stream whose segment ends at a step was 
 into the next one: that frame is dropped and its draws go back to the stream
 (`StaticRunner.collect`), so every stream's codes are those of synchronous steps. Not while a stream
 waits for its first chunk (that chunk is decoded with the LM idle), and a stream admitted while a
-step is in flight joins the step after it. Otherwise (the CPU's runner, or step-ahead off) each
-step is run and booked at once. Only the engine thread uses this.
+step is in flight joins the step after it. Otherwise (the CPU's runner) each step is run and
+booked at once. Only the engine thread uses this.
 """
 
 from __future__ import annotations
@@ -37,14 +37,12 @@ class StepDriver:
     Args:
         runner: the engine's runner.
         live: the engine's running streams by id (read, never changed, here).
-        step_ahead: step ahead where the runner can (a `LaunchingRunner`); off only for tests that
-            compare against synchronous steps.
     """
 
-    def __init__(self, runner: Runner, live: Mapping[str, Stream], step_ahead: bool = True):
+    def __init__(self, runner: Runner, live: Mapping[str, Stream]):
         self.runner = runner
         self._live = live
-        self.step_ahead = runner.can_step_ahead and step_ahead
+        self.step_ahead = runner.can_step_ahead
         self._launcher = cast(LaunchingRunner, runner) if self.step_ahead else None
         self._inflight: _Flight | None = None
         self._newcomers = False  # streams admitted since the step in flight was launched

@@ -3,8 +3,8 @@
 Batches pad to a batch bucket, steps attend over a length bucket (`graphs.StaticStepper`). Nothing
 reads a host value back: admitted prompts are prefilled together before the next step
 (`prefill.BatchPrefiller`), admission writes are staged and applied at once, a step is launched and
-collected later (`launch` / `collect`), and codec work runs on a CUDA stream of its own. On a CPU
-(tests) the same functions run eagerly and synchronously.
+collected later (`launch` / `collect`), and codec work runs on a CUDA stream of its own. Off CUDA
+(the tests' CPU runs, `bench/lib/runners.py`) the same functions run eagerly.
 """
 
 from __future__ import annotations
@@ -40,28 +40,23 @@ class StepTicket:
 
 class StaticRunner(SlotRunner):
     """Static-shape LM steps and codec decodes over `num_slots` stream slots (`SlotRunner`'s args),
-    batch `buckets` 1, 2, 4, ... by default; `enforce_eager`: no graphs; `batch_invariant`: one bucket
-    and one prefill per stream (codes bit-identical whatever runs beside, at full-size steps);
-    `compile`: `static_step.compile_mode`; `defer`: serve on the plain step until `upgrade`."""
+    batch `buckets` 1, 2, 4, ... by default; `enforce_eager`: no graphs; `compile`:
+    `static_step.compile_mode`; `defer`: serve on the plain step until `upgrade` (then capture)."""
 
     can_step_ahead = True
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,
-                 enforce_eager: bool = False, buckets: list[int] | None = None, batch_invariant: bool = False,
-                 compile: str | None = None, prefix_cache_size: int = 8, defer: bool = False):
+                 enforce_eager: bool = False, buckets: list[int] | None = None, compile: str | None = None,
+                 prefix_cache_size: int = 8, defer: bool = False):
         self.buckets = sorted(buckets) if buckets else bucket_sizes(num_slots)
         # Spare rows so every bucket fits, plus one no stream uses (graphed prefills are captured
         # there); one more column, rounded up for aligned attention masks, that rows not advancing
         # in a step write to.
         rows = max(num_slots, pick_bucket(num_slots, self.buckets))
-        if batch_invariant:
-            self.buckets = [rows]
         spare_row = rows
         super().__init__(lm, codec, num_slots=num_slots, max_context_rows=max_context_rows, device=device,
                          state_rows=rows + 1, cache_len=kv_columns(max_context_rows),
-                         # batch_invariant keeps prefills whole, one per stream
-                         prefix_cache_size=0 if batch_invariant else prefix_cache_size)
-        self.batch_invariant = batch_invariant
+                         prefix_cache_size=prefix_cache_size)
         device = self.device
         # Codec work runs on its own high-priority CUDA stream (a listener waits on it), overlapping
         # the next LM step; the event orders it after this thread's last codec-state change.
@@ -73,9 +68,9 @@ class StaticRunner(SlotRunner):
             self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
                                          buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
                                          compile=compile, defer=defer, spare_row=spare_row)
-        # Prompts prefilled together before the next step (whole, one by one, when batch-invariant).
-        self.prefills = None if batch_invariant else BatchPrefiller(lm, self.cache, self.hidden, self.stepper,
-                                                                     self.prefix_cache, spare_row=spare_row)
+        # Prompts prefilled together before the next step.
+        self.prefills = BatchPrefiller(lm, self.cache, self.hidden, self.stepper, self.prefix_cache,
+                                       spare_row=spare_row)
 
     @property
     def uses_graphs(self) -> bool:
@@ -119,10 +114,7 @@ class StaticRunner(SlotRunner):
         if rows.shape[0] > self.max_context_rows:
             raise ValueError(f"a prompt of {rows.shape[0]} rows exceeds max_context_rows={self.max_context_rows}")
         self.cache.reset(slot)
-        if self.prefills is not None:
-            self.prefills.add(slot, rows, prefix_rows)
-        else:
-            self._prefill_slot(slot, rows, prefix_rows)
+        self.prefills.add(slot, rows, prefix_rows)
         self.lengths[slot] = int(rows.shape[0])
         self.stepper.reset_slot(slot, int(rows.shape[0]))
         self._codec_resets.add(slot)  # with the other admitted slots', before the next step
@@ -158,19 +150,17 @@ class StaticRunner(SlotRunner):
 
     def flush_prefills(self) -> None:
         """Prefill the prompts admitted since the last step (`prefill.BatchPrefiller`)."""
-        if self.prefills is not None:
-            self.prefills.flush()
+        self.prefills.flush()
 
     @torch.inference_mode()
     def warm_prefix(self, rows: np.ndarray) -> bool:
         """Compute and keep the KV of a prompt prefix (all of `rows`) in the spare row; False when
-        prefixes are not reused (batch-invariant) or it is kept already."""
-        return self.prefills.warm(rows) if self.prefills is not None else False
+        prefixes are not kept or it is kept already."""
+        return self.prefills.warm(rows)
 
     @torch.inference_mode()  # the caches are made of inference tensors
     def release(self, slot: int) -> None:
-        if self.prefills is not None:
-            self.prefills.discard(slot)
+        self.prefills.discard(slot)
         self.samplers[slot] = None
         self.lengths[slot] = 0
         self.cache.reset(slot)

@@ -19,12 +19,12 @@ from ...model.kv_cache import KVCache, LocalKVCache, StaticDecodeAttender
 from ..sampler import packed_batch, param_row
 from .codec_passes import RING_KERNEL_ROWS, codec_attention
 
-COMPILE_MODES = ("inductor", "aot_eager", "off")
+COMPILE_MODES = ("inductor", "off")
 
 
 def compile_mode(device: torch.device, requested: str | None = None) -> str:
-    """How the LM step's units run: "inductor" (torch.compile; the CUDA default), "aot_eager"
-    (traced, not compiled: tests check tracing quickly on the CPU) or "off" (the CPU default)."""
+    """How the LM step's units run: "inductor" (torch.compile; the default on CUDA) or "off" (plain
+    functions; the default elsewhere: the CPU path never compiles)."""
     if requested is not None:
         if requested not in COMPILE_MODES:
             raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
