@@ -1,15 +1,10 @@
 """HTTP error translation: every failure leaves as OpenAI's error shape, never a stack trace.
 
-`{"error": {"message", "type", "param", "code"}}` with the status that `http_status` maps the
-exception class to (400 bad input or a voice this server cannot speak, 404 unknown voice or model,
-413 too large, 503 busy or loading + Retry-After: only where a retry can help). A 5xx that no retry
-mends also says `x-should-retry: false`, which the official OpenAI SDKs obey. The engine's
-exceptions know nothing of HTTP: the mapping lives here, at the boundary.
-
-No message reveals a file-system path: `scrub_paths` cuts absolute, home-relative and Windows
-paths down to their last component ("could not load --lm /srv/models/x" -> "... --lm x") before
-any message or health field leaves the server; the full text stays in the server log. The one path
-kept is the README's example folder `/tmp/tiny` of its offline recipe, which messages quote.
+`{"error": {"message", "type", "param", "code"}}` with the status `http_status` maps the exception
+class to (the engine's exceptions know nothing of HTTP); 503 + Retry-After only where a retry can
+help, and `x-should-retry: false` on a 5xx no retry mends (the OpenAI SDKs obey it). No message or
+health field reveals a file-system path: `scrub_paths` cuts paths to their last component (the full
+text stays in the log). docs/RELIABILITY.md, "Security".
 """
 
 from __future__ import annotations

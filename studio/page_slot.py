@@ -1,13 +1,10 @@
 """The page at "/": a placeholder until the Gradio page is built, then the page itself.
 
-`python app.py` serves the API first. Uvicorn answers as soon as the routes exist; the Gradio page
-(importing Gradio and building the page: seconds of work under the interpreter lock, which would
-slow the engine's own load and a first listener's audio) is built in a thread once the model has
-settled and no stream is in progress (`SynthesizerService.wait_for_quiet`). Until then
-"/" answers `static/gradio/starting.html` (it reloads itself) and Gradio's other paths answer 503 with
-Retry-After; `/api/tts/stream`, `/v1/audio/speech` and `/health` are routes of their own and never
-wait for the page. Tests and ZeroGPU mode build the page before serving (`PageMode.NOW`);
-`--no-ui` serves no page (`PageMode.OFF`).
+The API serves first; the Gradio page (seconds of work under the interpreter lock) is built in a
+thread once the model has settled and no stream is in progress (`PageMode.DEFERRED`). Until then
+"/" answers `static/gradio/starting.html` and Gradio's other paths 503 + Retry-After; the API
+routes never wait for the page. `PageMode.NOW` builds it before serving (tests, ZeroGPU mode);
+`--no-ui` serves none (`PageMode.OFF`).
 """
 
 from __future__ import annotations
@@ -33,11 +30,9 @@ logger = logging.getLogger(__name__)
 
 STARTING_PAGE = Path(__file__).resolve().parents[1] / "static" / "gradio" / "starting.html"
 RETRY_AFTER_S = 2
-# Importing Gradio parses hundreds of sources with `ast` (its ComponentMeta), and CPython 3.11 keeps
-# the AST builder's recursion count per interpreter, not per thread: another thread parsing at the
-# same moment (numpy's .npy header reader, torch's overload checks) fails one of the two with
-# "SystemError: AST constructor recursion depth mismatch" (cpython#106905). A build that met it is
-# run again; the modules imported before it stay imported.
+# Importing Gradio parses sources with `ast`, whose recursion count CPython 3.11 keeps per
+# interpreter: a thread parsing meanwhile fails one of the two with "SystemError: AST constructor
+# recursion depth mismatch" (cpython#106905), so a build that met it is run again.
 BUILD_ATTEMPTS = 3
 
 
@@ -102,13 +97,9 @@ class PageSlot:
 
 
 class PageRunner:
-    """Builds the page now or later and runs its start-up and shut-down on the server's event loop.
-
-    Args:
-        slot: where the page is served once started.
-        build: builds the page (imports Gradio); None with `PageMode.OFF`.
-        wait_turn: blocks until the page may be built (`PageMode.DEFERRED`).
-    """
+    """Builds the page now or later and runs its start-up and shut-down on the server's event loop:
+    `build` makes it (imports Gradio; None with `PageMode.OFF`), after `wait_turn` blocks until it
+    may (`PageMode.DEFERRED`), and `slot` serves it once started."""
 
     def __init__(self, slot: PageSlot, build: Callable[[], PageApp] | None, *,
                  wait_turn: Callable[[], None] | None = None):

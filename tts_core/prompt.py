@@ -42,11 +42,8 @@ class _Encoder(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class PromptTemplate:
-    """The fixed id blocks of the chat template plus the ids a row layout needs.
-
-    With the released tokenizer: user_prefix 13 ids, no_reference 2, after_reference 56,
-    assistant_prefix 6.
-    """
+    """The fixed id blocks of the chat template plus the ids a row layout needs (with the released
+    tokenizer: user_prefix 13 ids, no_reference 2, after_reference 56, assistant_prefix 6)."""
 
     user_prefix: tuple[int, ...]  # [im_start] + enc("user\n") + enc("<user_inst>\n- Reference(s):\n")
     no_reference: tuple[int, ...]  # enc("None"), stands in for the reference when there is no audio

@@ -1,11 +1,9 @@
 """`make-tiny-checkpoint`: a small random LM + codec pair in the official layout, for offline runs.
 
-The configs use the official config.json schema (same keys as the released checkpoints) with
-small widths; the weights are random but engineered so the LM keeps choosing "continue" over
-"stop", so the app has audio to play for a length set by `max_frames` (proportional to the text).
-The real tokenizer comes from `--tokenizer` (a path that is not a file is an error, never replaced)
-or, when that is left out, from the shared data (`shared_data_dir`), whose preset clips the command
-line copies beside the models (`voices.sources.copy_verified_clips`).
+Official config.json schema with small widths; random weights engineered so the LM keeps choosing
+"continue", so the app plays audio for a length set by `max_frames`. The real tokenizer comes from
+`--tokenizer` (a wrong path is an error, never replaced) or else the shared data
+(`shared_data_dir`), whose preset clips are copied beside the models.
 """
 
 from __future__ import annotations
@@ -115,11 +113,9 @@ def codec_config_dict(*, d_model: int = 32, layers: int = 1) -> dict:
 
 
 def engineer_never_stop(lm: torch.nn.Module) -> None:
-    """Make the continue logit (id 9) beat the stop logit (id 7) by a wide margin.
-
-    The local transformer's final norm gets a large bias on lane 0 and the text embedding of 9
-    a larger lane-0 value than 7, so `LN(out0) · W_te[9] - LN(out0) · W_te[7]` stays positive.
-    """
+    """Make the continue logit (id 9) beat the stop logit (id 7) by a wide margin: a large lane-0
+    bias on the local final norm and a larger lane-0 embedding for 9 than 7 keep
+    `LN(out0) · W_te[9] - LN(out0) · W_te[7]` positive."""
     with torch.no_grad():
         wte = lm.transformer.wte.weight
         ln_f = lm.local_transformer.ln_f

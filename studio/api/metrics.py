@@ -1,28 +1,11 @@
-"""`/metrics` in the Prometheus text format, through `prometheus-client`.
+"""`/metrics` in the Prometheus text format, through `prometheus-client`, one registry per app (never
+the process-wide default, so several apps in one process do not collide).
 
-One registry per app (never the process-wide default, so several apps in one process, as in the
-tests, do not collide). What it holds:
-
-- gauges read when scraped: model state, active streams, queued requests (the engine's queue plus
-  reference clips waiting for the decode pool), stream slots and queue limit, open connections,
-  Gradio's upload folder (files, bytes), encoder worker processes running and the streams they
-  encode (`audio/encoder_pool.py`);
-- counters read when scraped: connections refused at the cap, read timeouts (request head / body),
-  bodies refused (too large / server busy), uploads evicted by the disk bound, encoder workers
-  restarted after dying;
-- `tts_time_to_first_audio_seconds` and `tts_real_time_factor` histograms and
-  `tts_streams_total{outcome}`, observed when a synthesis stream ends (`watch`: its end hook);
-- `tts_http_requests_total{route,outcome}`, counted by `RequestMetricsMiddleware` for every request;
-- what an operator scales on, per response format (`observe_delivery`, every speech response):
-  `tts_encode_seconds_total` (CPU seconds making the bytes: encoding, resampling, stretch, framing)
-  over `tts_audio_out_seconds_total` (audio sent) is the encoder's cost per audio second;
-  `tts_response_bytes_total`; `tts_delivered_real_time_factor` (request reaching the engine to the
-  last byte, over the audio's length: above 1, listeners of that format fall behind).
-- the voice-agent sockets (`studio/agents/`), by protocol: `tts_agent_sessions_total` (sockets
-  accepted), `tts_agent_sessions_open`, `tts_agent_contexts_total` (utterances opened),
-  `tts_agent_cancels_total` (utterances the client cancelled: barge-in), and
-  `tts_agent_refused_total{reason}` (unauthorized, not_ready, busy, invalid). Each piece an utterance speaks
-  is a synthesis stream, counted as any other.
+Gauges and counters read when scraped (`_Live`); stream histograms and outcomes observed when a
+stream ends (`watch`); `tts_http_requests_total` counted by `RequestMetricsMiddleware`; per response
+format, what an operator scales on (`observe_delivery`); the voice-agent sockets' sessions, contexts,
+cancels and refusals. Every metric: docs/RELIABILITY.md
+("Operability") and docs/SERVING.md ("Metrics to scale on").
 """
 
 from __future__ import annotations

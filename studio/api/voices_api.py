@@ -1,13 +1,9 @@
 """Saved voices over HTTP: `POST/GET /v1/audio/voices`, `GET/DELETE /v1/audio/voices/{id}`, the clip.
 
-OpenAI's custom-voice shape: a multipart form with `name` and `audio_sample` (plus, here, an optional
-`transcript` for continuation mode, `language`, and `consent`, which is recorded, not verified). The
-clip passes the same checks as `ref_audio` (size, length, channels, rate), is encoded once by the
-codec, and the codes are kept under the cache dir (`voices/library.py`), so the voice survives a
-restart. Its id (`voice_<hex>`) then works as `voice` in `/v1/audio/speech` and `/api/tts/stream`.
-
-`SavedVoices` is the routes' view of the library: it opens it when the model is ready (the folder and
-the codec fingerprint come from the model's voice bank) and turns an id into a `Voice` of codes.
+OpenAI's custom-voice form (docs/API.md): the clip passes the same checks as `ref_audio`, is encoded
+once and kept under the cache dir (`voices/library.py`), and its id then works as `voice` anywhere.
+`SavedVoices` is the routes' view of the library, opened once the model is ready (the folder and
+codec fingerprint come from its voice bank); it turns an id into a `Voice` of codes.
 """
 
 from __future__ import annotations

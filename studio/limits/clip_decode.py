@@ -1,20 +1,10 @@
 """Reference clips -> checked, trimmed 48 kHz audio, decoded in a bounded pool counted in the queue limit.
 
-Decoding is where a tiny file becomes a large cost: a 97 KB FLAC of 59 s at 384 kHz stereo is 45 M
-samples, 370 MiB and 3.7 s once decoded and resampled whole, and decoding used to run before the
-engine's queue, for any number of requests at once. Here:
-
-- the header decides first: channels, sample rate (`ref_audio_min/max_sample_rate_hz`) and a
-  declared length over `max_ref_audio_s` are refused before one sample is decoded;
-- the clip is decoded block by block and only its first `keep_s` seconds are kept (the voice bank
-  uses 20 s), and trimmed *before* resampling to 48 kHz. The rest is decoded only to count it
-  where the header does not vouch for the length (OGG, MP3, FLAC of unknown length), never held;
-- the result is handed to the voice bank as a 48 kHz stereo float WAV, so it reads it without
-  resampling again (for a clip within `keep_s` the samples are the ones it would have made);
-- `ClipDecoder` runs this in at most `workers` threads, and with a synthesizer also the voice
-  bank's encoding of the clip (`voice()`: the engine then gets the codes); clips waiting for it
-  count as queued requests, and one that would take the count over the engine's queue limit gets
-  503 `queue_full`.
+A tiny compressed file can decode to a large cost, so: the header is checked before one sample is
+decoded; the clip is decoded block by block, its first `keep_s` seconds kept and trimmed before
+resampling (the rest only counted, where the header does not vouch for the length); the result goes
+to the voice bank as 48 kHz stereo float WAV. `ClipDecoder` runs decoding (and the bank's encoding)
+in at most `workers` threads, the clips waiting counted as queued requests (docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -170,10 +160,8 @@ def _scan(data: bytes, settings: ServerSettings, keep_frames_at, param: str, *,
 
 def check_clip(data: bytes, settings: ServerSettings, param: str = PARAM) -> ClipInfo:
     """Check a clip against the limits, counting every frame, never holding more than one block.
-
-    Raises PayloadTooLargeError (413: too big, too long) or InvalidRequestError (400: anything
-    else unusable). Blocking (it decodes): call it from a worker thread in async code.
-    """
+    Raises PayloadTooLargeError (413: too big, too long) or InvalidRequestError (400: anything else
+    unusable). Blocking (it decodes): call it from a worker thread in async code."""
     info, _ = _scan(data, settings, lambda rate: 0, param, trust_header=False)
     return info
 
@@ -194,11 +182,8 @@ def decode_clip(data: bytes, settings: ServerSettings, keep_s: float = DEFAULT_K
 
 class ClipDecoder:
     """Runs `decode_clip` in at most `workers` threads; waiting clips count as queued requests.
-
-    `decode(..., synth=...)` refuses with 503 `queue_full` when the clips waiting here plus the
-    requests waiting in the engine would exceed what the engine still admits (its free slots plus
-    its queue limit): decoding never runs for more requests than the server would then serve.
-    """
+    `decode(..., synth=...)` refuses with 503 `queue_full` when they plus the engine's waiting
+    requests would exceed what the engine still admits (free slots plus queue limit)."""
 
     def __init__(self, workers: int | None = None):
         self.workers = workers or min(2, os.cpu_count() or 1)

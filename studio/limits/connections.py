@@ -1,27 +1,11 @@
-"""Connection-level limits of the HTTP server: a connection cap with a fast 503, request-head
-deadlines, idle keep-alive. uvicorn has the keep-alive timeout but no deadline for a request head
-(an idle connection, or one sending its headers a byte at a time, is held forever) and its
-`limit_concurrency` counts idle connections yet answers only once a request arrives.
+"""Connection-level limits of the HTTP server (docs/RELIABILITY.md, "Limits").
 
-`GuardedH11Protocol` is uvicorn's h11 protocol with:
-
-- **a cap**: a connection beyond `ServerSettings.max_connections` open at once (lowered to leave
-  `fd_reserve` file descriptors free) is answered `503` + `Retry-After` at once, without waiting for
-  its request, and closed: a flood of connections costs one accept each, never a file descriptor
-  held or an error per connection in the log;
-- **a request-head deadline**: whenever no request is being served (a new connection, or one whose
-  last response went out), a complete request head must arrive within `header_timeout_s`, however
-  the client spreads its bytes; otherwise the connection is closed (408 if it had sent part of
-  a head);
-- **idle keep-alive**: uvicorn's own `timeout_keep_alive` (`keep_alive_s`), closing a kept-alive
-  connection that stays silent.
-
-A connection upgraded to a WebSocket leaves the deadline (the socket's own protocol and limits
-take over: `studio/agents/`); it still counts against the cap while open.
-
-Body deadlines are enforced by `guards.BodyLimitMiddleware` (the body is read by the app). Built
-by `uvicorn_config` from the server's settings, used by `main.py`; what it refuses is counted in
-`guards.GuardCounters`.
+`GuardedH11Protocol` is uvicorn's h11 protocol with a connection cap (`ServerSettings.max_connections`)
+answered `503` at once, before the client sends anything (uvicorn's `limit_concurrency` answers only
+once a request arrives), and a request-head deadline whenever no request is in progress (uvicorn has
+none); idle keep-alive is uvicorn's own. Built by `uvicorn_config` from the server's settings;
+refusals are counted in `guards.GuardCounters`. A connection upgraded to a WebSocket leaves the
+deadline (`studio/agents/` takes over) and still counts against the cap.
 """
 
 from __future__ import annotations

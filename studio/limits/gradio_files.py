@@ -1,22 +1,10 @@
 """Files on the Gradio page: only what Gradio's upload route received, never a path or URL a client names.
 
-Gradio passes files between its page and the server as `FileData` dicts whose `path` is a server
-path. Its own guard (`processing_utils._check_allowed`) accepts only files in its upload folder,
-once the app counts as launched (`page_mount.py` sets that), but still downloads any public http(s)
-URL given as a `path`, and proxies one given to `GET /gradio_api/file=<url>`. Its upload route also
-answers with absolute server paths. `GradioFileGuard`, an ASGI middleware in front of the mount:
-
-- answers `POST /gradio_api/upload` with handles `gradio-upload/<sha256>/<name>` instead of the
-  absolute paths (nothing about the server's folders leaves it), and maps a handle back to the file
-  wherever the page sends it: in event bodies and in `GET /gradio_api/file=<handle>`;
-- refuses (400) any event whose `FileData` names something else: a URL of any scheme, a path
-  outside the upload folder (after resolving `..` and links), a device such as /dev/zero. Nothing is
-  opened, hashed or fetched, and the answer is the same whether that file exists or not;
-- refuses `GET /gradio_api/file=<url>` (Gradio would fetch it) with 404;
-- tells the `UploadDiskBound` which uploads were just written or used (LRU), and sweeps it.
-
-JSON bodies of Gradio's POST routes are small; they are read whole (after the body limits of
-`guards.py` applied), checked, rewritten and handed on with a corrected Content-Length.
+`GradioFileGuard`, an ASGI middleware in front of the mount, answers uploads with handles
+`gradio-upload/<sha256>/<name>` instead of server paths and maps them back wherever the page sends
+them; refuses (400) any event whose `FileData` names a URL, a path outside the upload folder or a
+device, before anything is opened or fetched; refuses `GET /gradio_api/file=<url>` (404); and
+keeps `UploadDiskBound` informed. Why: docs/RELIABILITY.md, "Security".
 """
 
 from __future__ import annotations
@@ -180,7 +168,8 @@ class GradioFileGuard:
         return json.dumps([self.paths.handle(p) for p in paths]).encode()
 
     async def _event(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Check (and rewrite) every FileData of a JSON body before Gradio sees it."""
+        """Check (and rewrite) every FileData of a JSON body before Gradio sees it (the body is read
+        whole, within `guards.py`'s limit, and handed on with a corrected Content-Length)."""
         content_type = dict(scope.get("headers", ())).get(b"content-type", b"")
         if not content_type.startswith(b"application/json"):
             await self.app(scope, receive, send)

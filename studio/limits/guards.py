@@ -1,27 +1,10 @@
 """Request guards for the whole app (our routes and Gradio's): body size, bodies in flight, body
-read deadlines, CORS.
+read deadlines, CORS (docs/RELIABILITY.md, "Limits" and "Security").
 
-`install_http_guards(app, settings)` adds two ASGI middlewares:
-
-- `BodyLimitMiddleware`: a request whose Content-Length is over `settings.body_limit_bytes` gets
-  413 at once, before one byte of its body is read; any body is counted while it is read and
-  refused (413) as soon as it passes the limit, so no route ever buffers more than the limit.
-  After a refusal the rest of the body is read and discarded for a bounded time (a "lingering
-  close", as nginx does): closing a socket with unread data resets it, and the client would lose
-  the 413 it had not read yet. The bodies held at once are summed **as their bytes arrive** (a
-  request that has sent nothing holds nothing, whatever its Content-Length says); a request that
-  would take the sum over `settings.inflight_body_limit_bytes` gets 503 + Retry-After (a flood of
-  large uploads cannot exhaust memory). Body reads have deadlines: no wait for the next piece
-  longer than `settings.body_idle_s`, and on average at least `settings.body_min_rate_bps` once
-  that wait is used up; a client that sends slower gets 408 and its connection is closed (four
-  stalled uploads used to lock every POST out for good).
-- Starlette's `CORSMiddleware` with `settings.cors_allow_origins` (empty by default): no
-  `Access-Control-Allow-Origin` is ever sent for another site, and preflights from other origins
-  are refused. Its presence also turns off Gradio's own CORS handling, which otherwise reflects
-  any Origin when the server is reached under a non-localhost name (i.e. on a public Space).
-
-Connection-level limits (request-head deadline, idle keep-alive, the connection cap) live in
-`connections.py`; both count what they refuse in one `GuardCounters` (read by /metrics).
+`BodyLimitMiddleware` refuses a body over the limit before reading it or once it passes it (413,
+then a bounded "lingering close"), sums bodies in flight as their bytes arrive (503) and enforces
+the body read deadlines (`body_idle_s`, `body_min_rate_bps`: 408); `CORSMiddleware` keeps the app
+same-origin, turning off Gradio's own CORS. Refusals count in `GuardCounters` (/metrics).
 """
 
 from __future__ import annotations

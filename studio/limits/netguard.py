@@ -1,19 +1,10 @@
 """Fetch a user-given http(s) URL without letting it reach the server's own network (SSRF guard).
 
-Rules, applied to the first URL and to every redirect:
-- only `http` and `https`, no user:password@, a host name or IP literal, a port in 1-65535;
-- the host is resolved once; EVERY address it resolves to must be public: loopback, private
-  (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), link-local (169.254/16, fe80::/10),
-  multicast, unspecified, reserved and documentation ranges are refused, including IPv4 hidden in
-  IPv6 (::ffff:a.b.c.d, 64:ff9b::/96 NAT64, 2002::/16 6to4) and spellings such as 2130706433 or
-  0x7f.1 (the resolver turns them into 127.0.0.1 and that is what is checked);
-- the connection goes to the checked address (no second lookup, so DNS rebinding cannot swap it),
-  with the original Host header and, for https, the original name for SNI and certificate checks;
-- no proxy from the environment, no compression, at most `max_bytes` (declared or counted), and one
-  deadline for everything (DNS, connect, redirects, body).
-
-`allow_hosts` exempts exact "host" / "host:port" entries from the public-address rule (a trusted
-mirror, or 127.0.0.1 in tests); it is empty unless configured.
+For the first URL and every redirect: http(s) only, no credentials; the host is resolved once and
+EVERY address must be public (`is_public_address`); the connection goes to the checked address
+(no DNS rebinding) with the original Host and TLS name; no proxy, no compression, a size cap and
+one deadline for everything. `allow_hosts` exempts exact "host" / "host:port" entries. The full
+rules: docs/RELIABILITY.md ("Security", remote fetch).
 """
 
 from __future__ import annotations
@@ -113,7 +104,8 @@ def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
 
 
 def is_public_address(ip: IPAddress) -> bool:
-    """True only for globally routable unicast addresses."""
+    """True only for globally routable unicast addresses (IPv4 inside IPv6, as ::ffff:, NAT64 or
+    6to4, is judged as that IPv4 address)."""
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.scope_id or ip.teredo is not None:
             return False

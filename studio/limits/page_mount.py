@@ -1,24 +1,10 @@
 """Builds the Gradio page's ASGI app the way Gradio's own `launch()` would have set it up.
 
-`build_page_app` runs `gr.mount_gradio_app` on a holder app (the live server is never changed
-while it serves) and returns the Gradio app with the start-up `mount_gradio_app` would have put
-in the server's lifespan; `page_slot.PageSlot` serves it at "/" once started. Gradio is imported
+`build_page_app` mounts the page on a holder app (the live server is never changed while it
+serves) and returns it with its start-up, which sets `Blocks.has_launched` so Gradio's file guard
+checks every file input; `blocked_paths`, an empty `allowed_paths`, `show_error=False`,
+`delete_cache` and `GradioFileGuard` in front (docs/RELIABILITY.md, "Security"). Gradio is imported
 only here, on first use, so the API's start-up never waits for it.
-
-`gr.mount_gradio_app` leaves `Blocks.has_launched` False, and Gradio's file guard
-(`processing_utils._check_allowed`) does nothing until it is True: any server path a client named
-in a file input was then hashed and copied into the cache (/dev/zero: forever, on the event loop).
-`launch()` sets it when the server starts, and Gradio's reloader sets it on the blocks it swaps into
-a running server; the page's start-up here does the same. Besides:
-
-- `blocked_paths`: the repository, the checkpoints, the voice cache and the system folders, so
-  that not even a bug elsewhere lets Gradio serve them (the upload folder itself stays allowed);
-- `allowed_paths` stays empty: the page serves no files of its own through Gradio;
-- `show_error=False`: Gradio's own error texts (which quote values and object reprs) never reach
-  the page; our handlers write their own messages;
-- `delete_cache`: Gradio deletes what it cached after an hour (and everything at shutdown);
-  `UploadDiskBound` keeps the folder within a size and a file count meanwhile;
-- `GradioFileGuard` (gradio_files.py) in front: path-free upload handles, no URLs, no paths.
 """
 
 from __future__ import annotations

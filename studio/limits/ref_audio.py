@@ -1,14 +1,9 @@
 """The `ref_audio` request field -> checked clip bytes, shared by `/v1/audio/speech` and `/api/tts/stream`.
 
-Accepted: base64 (standard or URL-safe alphabet, padding optional), a `data:` URL (base64 or
-percent-encoded), or an http(s) URL where the server allows remote audio (fetched through
-`studio.limits.netguard`). Never a local file: a string that looks like a path or a `file:` URL is
-refused before anything else happens.
-
-Limits, all from `ServerSettings`: the size (`max_upload_bytes`) is checked from the base64 length
-before decoding it (413); everything about the audio (header, length, shape, content) is checked
-by `clip_decode.py` while the clip is decoded in its bounded pool, which also trims it to what
-the voice bank uses and hands it on as 48 kHz audio.
+Accepted: base64 (either alphabet, padding optional), a `data:` URL, or an http(s) URL where remote
+audio is allowed (`netguard`). Never a local file: a path or `file:` URL is refused first. The size
+is checked from the base64 length before decoding (413); the audio itself by `clip_decode.py` in its
+bounded pool.
 """
 
 from __future__ import annotations
@@ -103,12 +98,9 @@ def _inline_or_url(text: str, settings: ServerSettings) -> bytes | str:
 
 
 async def read_ref_audio(value: str, settings: ServerSettings, *, synth=None, transcript: str | None = None) -> Voice:
-    """The voice of a `ref_audio` field (base64, a data: URL, or an allowed URL), checked, decoded
-    and (with `synth`) encoded in the clip pool (`ClipDecoder.voice`).
-
-    Never opens a local file, whatever the string looks like. Too big or too long: 413, before
-    decoding in full; anything else unusable: 400; decode pool and queue full (with `synth`): 503.
-    """
+    """The voice of a `ref_audio` field, checked, decoded and (with `synth`) encoded in the clip pool
+    (`ClipDecoder.voice`); never opens a local file. Too big or too long: 413, before decoding in
+    full; anything else unusable: 400; decode pool and queue full (with `synth`): 503."""
     if not isinstance(value, str):
         raise bad("must be a string: base64 audio or a data: URL", "invalid_type")
     text = value.strip()

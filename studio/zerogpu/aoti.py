@@ -1,21 +1,10 @@
 """The LM's frame-step units compiled ahead of time: `torch.export` + AOTInductor, no torch.compile.
 
-ZeroGPU has no `torch.compile` but runs AOTInductor packages (hub-docs spaces-zerogpu.md,
-"Compilation"; its `spaces.aoti_*` helpers wrap the same torch functions used here). This module
-exports the very functions of `lm_step` (the transformer units: `local_position`, `block_qkv`,
-`block_finish`, `final_norm`), compiles each into a `.pt2` package with
-`torch._inductor.aoti_compile_and_package`, loads it with `aoti_load_package`, and hands back a
-`StepUnits` whose units call the packages; the sampling units (`decide`, `pick`, `embed`) stay the
-plain functions (they take the sampling dataclass and a possibly quantised head). The units are
-exported with the plain ops (`fused_ops.plain_ops`): a package's kernels are AOTInductor's own.
-
-One package serves every layer: the unit's module weights are inputs of the exported graph, not
-constants baked into it (`_WeightsAsInputs`). So a package depends on the shapes (model config and
-batch), the dtype, the device's architecture (e.g. `sm_90` for an H200, `sm_120` for ZeroGPU's
-Blackwell cards, `cpu-x86_64`) and the torch version, which name it in the cache folder. Packages
-are compiled for one batch size (ZeroGPU's worker runs one stream: B = 1); a call with another
-batch, a unit whose export or compile fails, or a package that does not load, runs the plain
-function instead (eager stays the fallback, and the reason is logged once).
+The transformer units of `lm_step` (exported with the plain ops) become `.pt2` packages whose
+module weights are graph inputs, so one package serves every layer; the sampling units stay plain.
+Packages are named by shapes, dtype, device architecture and torch version and compiled for one
+batch (B = 1); another batch, a failed export or compile, or a package that does not load runs the
+plain function instead (the reason logged once). docs/DEPLOY.md, "Ahead-of-time compiled step".
 """
 
 from __future__ import annotations
@@ -42,8 +31,7 @@ logger = logging.getLogger(__name__)
 AOT_UNITS = ("local", "qkv", "finish", "norm")
 PACKAGE_FORMAT = 2  # part of every package's name: bump it when what is exported changes
 # Settings for the package's compile: the C++ wrapper at -O0 with precompiled headers (the kernels
-# keep inductor's own flags): a unit compiles several times faster and runs as fast (the wrapper
-# only launches the kernels).
+# keep inductor's own flags): the wrapper only launches kernels, so it need not be optimised.
 COMPILE_CONFIGS = {"aot_inductor.compile_wrapper_opt_level": "O0", "aot_inductor.precompile_headers": True}
 
 
@@ -191,10 +179,9 @@ _BUILD = ("-c", "import sys; sys.path.insert(0, sys.argv[1]); "
                 "from studio.zerogpu.aoti import compile_from_job; compile_from_job(sys.argv[2])")
 BUILD_TIMEOUT_S = 1800
 
-# A package is loaded in a separate process before this one trusts it: a loader that crashes (seen
-# on an H200 with torch 2.11: a segfault inside `aoti_load_package`) then costs that process, not
-# the GPU worker; the unit stays eager. The outcome is kept beside the package, so each package is
-# checked once: an `.ok` marker, or a `.failed` file with the reason (delete it to check again).
+# A package is loaded in a separate process before this one trusts it: a loader that crashes
+# (docs/DEPLOY.md) then costs that process, not the GPU worker; the unit stays eager. The outcome is
+# kept beside the package: an `.ok` marker, or a `.failed` file with the reason (delete to recheck).
 _LOAD_CHECK = ("-c", "import sys, torch; torch._inductor.aoti_load_package(sys.argv[1])")
 LOAD_CHECK_TIMEOUT_S = 120
 
@@ -281,13 +268,10 @@ def _prepare(unit: str, module: nn.Module, args: tuple, path: Path, device: torc
 def build_aoti_units(lm, *, batch: int, device: torch.device, cache_dir: str | Path,
                      units: tuple[str, ...] = AOT_UNITS, base: lm_step.StepUnits = lm_step.EAGER,
                      compile_missing: bool = True) -> tuple[lm_step.StepUnits, AotReport]:
-    """`base` with the transformer units replaced by AOTInductor packages for `batch` streams.
-
-    Packages come from `cache_dir/<arch>/` when there, else are exported and compiled (unless
-    `compile_missing` is False), every missing unit at once in processes of their own, and stored
-    there for the next start. Returns the units and a report (a unit's seconds: its compile, its
-    load check and its load here).
-    """
+    """`base` with the transformer units replaced by AOTInductor packages for `batch` streams, from
+    `cache_dir/<arch>/` or else compiled there (unless `compile_missing` is False), every missing
+    unit at once in processes of their own. Returns the units and a report (per unit: its compile,
+    load check and load seconds)."""
     dtype = next(lm.parameters()).dtype
     arch = device_arch(device)
     folder = Path(cache_dir) / arch

@@ -1,30 +1,10 @@
 """A stand-in for `spaces.GPU` that keeps ZeroGPU's contract, for machines without Spaces.
 
-What a ZeroGPU Space does to a decorated function, reproduced here so the app's ZeroGPU mode runs
-(and is tested) anywhere, with or without a GPU:
-
-- each call runs in a worker process forked from the caller; a worker that finished its call
-  cleanly waits for the next one (the same worker keeps what it built, e.g. weights on its GPU);
-- arguments are pickled to the worker and every result back (an unpicklable argument fails the
-  call before it starts, an unpicklable result fails it in the worker), so nothing but what is
-  sent and what the fork inherited is shared;
-- a generator's yields are relayed one by one as they are made; closing the caller's generator
-  stops the worker's at its next yield;
-- a worker keeps none of the caller's open files (sockets, pipes) but its own pipe and stdio;
-- the caller's process must not initialise CUDA (a forked child cannot use it then): a call made
-  after the caller did so is refused, as `spaces` refuses to start then;
-- `duration` (seconds, or a function of the call's arguments) is validated and recorded per call,
-  with the time the call held its worker (`usage`); nothing is cut short when it runs over
-  (ZeroGPU may);
-- the daily quota (`quota.py`, when `set_quota` gave a ledger): a call that asks for more
-  than its visitor has left is refused before it starts (`QuotaExceeded`, as `spaces` refuses with
-  "ZeroGPU quota exceeded"), and each finished call is charged (xlarge counts twice);
-- module-level placement: what the caller `place_on_cuda`s (the documented `model.to("cuda")` at
-  start-up, which `spaces` records and moves to the GPU in the worker) stays in the caller's memory
-  and is moved to the worker's device before its calls (on a machine without CUDA, the CPU).
-
-Not reproduced: the GPU queue of Hugging Face, the CUDA emulation in the caller (the placed modules
-keep reporting `cpu` there, where `spaces` makes them report `cuda`).
+Each call runs in a worker forked from the caller (kept for the next call): pickled arguments and
+results, relayed yields, none of the caller's open files, refused once the caller initialised CUDA;
+`duration` recorded, the daily quota (`quota.py`) checked before and charged after, `place_on_cuda`d
+modules moved to the worker's device first. Not reproduced: Hugging Face's queue and the caller's
+CUDA emulation (docs/DEPLOY.md, "ZeroGPU mode: what runs where").
 """
 
 from __future__ import annotations
@@ -102,10 +82,9 @@ def set_quota(ledger: QuotaLedger | None) -> None:
 
 
 def place_on_cuda(module):
-    """The harness's `module.to("cuda")` at start-up: remembered here, moved in each worker.
-
-    Call it in the server process before the first GPU call (workers inherit the list through the
-    fork). Returns `module`, still on the CPU here."""
+    """The harness's `module.to("cuda")` at start-up: remembered here, moved in each worker. Call it
+    in the server process before the first GPU call (workers inherit the list through the fork).
+    Returns `module`, still on the CPU here."""
     if not any(placed is module for placed in _placed):
         _placed.append(module)
     return module

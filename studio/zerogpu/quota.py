@@ -1,16 +1,10 @@
 """ZeroGPU's daily GPU quota, as the local harness keeps it (Hugging Face keeps the real one).
 
-What the Hub documents (https://huggingface.co/docs/hub/spaces-zerogpu, see docs/DEPLOY.md): every visitor
-has a daily budget of GPU seconds by account tier (unauthenticated 2 min, free 5 min, PRO 40 min),
-reset 24 h after its first use. A call asks for its `duration`; if that is more than the visitor has
-left, `spaces` refuses the call before it starts, with a Gradio error titled "ZeroGPU quota
-exceeded" ("... (20s requested vs. 8s left). Try again in 23:59:30"). What is charged after a call
-is modelled as the time it held the GPU (`charge="used"`) or, as forum reports describe, the whole
-reservation (`charge="requested"`).
-
-`QuotaLedger` keeps that per visitor; the harness asks it before each call and charges it after.
-The visitor of a call is read from `current_visitor` (the page's event sets it from the Gradio
-request, as `spaces` reads the request of the event it runs in).
+Per visitor, daily seconds by account tier, reset 24 h after first use (docs/DEPLOY.md, "ZeroGPU as
+documented today"). `QuotaLedger` refuses a call that asks for more than the visitor has left
+(`QuotaExceeded`, as `spaces` refuses) and charges each finished call its held time
+(`charge="used"`) or its whole reservation (`"requested"`). The visitor is read from
+`current_visitor`, which the page's event sets from the Gradio request.
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """ZeroGPU mode, web side: the server process stays on the CPU, the page's audio comes from GPU calls.
 
-`ZeroGPUMode` owns the decorated generator (`studio.zerogpu.worker.make_gpu_stream`) and the GPU
-copy of the weights, read and placed "on cuda" in the main thread before serving (ZeroGPU's
-documented module-level placement: `load_weights`), while the CPU synthesizer loads in the
-service's thread. What runs where:
-
-- The page's Generate / Compare buttons: a Gradio event (so ZeroGPU sees the visitor's request and
-  charges the visitor's quota) whose generator `PageRelay.relay` checks and prepares each request on
-  the CPU (text, voice, prompt rows), then calls the GPU generator and turns every chunk into one
-  relay message: a JSON string written to a hidden component. static/zerogpu/bridge-zerogpu.js forwards each
-  message to the player iframe (docs/PROTOCOL.md §3.2: tts:start / tts:pcm / tts:end / tts:error), and
-  static/zerogpu/zerogpu-notice.js shows the GPU time asked for, or, for an "unavailable" message, the
-  plain reason and the offer to generate on the server's CPU engine instead.
-- The OpenAI API and POST /api/tts/stream keep the CPU engine of the server process (a GPU call
-  needs a Gradio request to be charged to; see docs/DEPLOY.md).
-
-Relay message (one JSON object per Gradio update, docs/PROTOCOL.md §5): `relay` (this event's id) and
-`n` (0, 1, 2, ...: a gap means a lost update), `type` start | pcm | end | error | unavailable,
-`requestId`, and per type: start: `label`, `item`, `items`, `sampleRate`, `channels`,
-`estimatedDuration`, `gpuSeconds` (the GPU time the call asks ZeroGPU for, charged to the visitor's
-quota: shown on the page), `format` ("f32" or "opus"), `bitRate` (opus); pcm: `pcm` (base64 of
-little-endian float32, interleaved stereo) or, with the page's relay transport "opus", `opus`
-(base64 of the next bytes of ONE Ogg/Opus stream per item, the player's own transport:
-studio/delivery/transports.py; the encoder's tail comes in a last pcm message before end); end: `audioSeconds`,
-`firstAudioMs`, `elapsedMs`; error: `message`; unavailable (the GPU call was refused or failed
-before any audio: quota out, no GPU, weights not loaded): `reason` (quota | gpu), `message` (plain
-words), `item` and `fallback` (the payload of the items not yet played, for the page's "generate on
-the server's CPU" offer: static/zerogpu/zerogpu-notice.js).
+`ZeroGPUMode` owns the decorated generator (`worker.make_gpu_stream`) and the GPU copy of the
+weights, placed "on cuda" in the main thread before serving. A Generate click is a Gradio event (so
+the visitor's quota is charged) whose generator `PageRelay.relay` prepares each request on the CPU,
+calls the GPU generator and turns every chunk into one relay message (docs/PROTOCOL.md §5) for the
+page's hidden component. The API routes keep the server's CPU engine (docs/DEPLOY.md, "ZeroGPU mode").
 """
 
 from __future__ import annotations
@@ -56,11 +34,8 @@ logger = logging.getLogger(__name__)
 
 
 class ZeroGPUMode:
-    """The decorated GPU generator (made at start-up, as `spaces` expects) and its weights.
-
-    `backend` is "spaces" on a ZeroGPU Space, "harness" elsewhere (`studio.zerogpu.harness`).
-    Make it before the Gradio page is built and before serving.
-    """
+    """The decorated GPU generator (made at start-up, as `spaces` expects) and its weights; `backend`
+    is "spaces" on a ZeroGPU Space, "harness" elsewhere. Make it before the page is built and serving."""
 
     def __init__(self, *, concurrency: int = 4) -> None:
         from .worker import gpu_decorator, make_gpu_stream  # imports torch (never CUDA)
@@ -88,7 +63,7 @@ class ZeroGPUMode:
         from .worker import load_gpu_weights, place_weights
 
         aoti_dir = None
-        if env_flag(AOTI_ENV):  # off by default: not yet measured on ZeroGPU's Blackwell cards
+        if env_flag(AOTI_ENV):  # off by default: no AoTI speed measured yet (docs/DEPLOY.md)
             from tts_core.loader import default_cache_dir
 
             aoti_dir = str(default_cache_dir() / "aoti")
@@ -216,7 +191,7 @@ class PageRelay:
         self.reraise = error_types  # shown by Gradio too (e.g. ZeroGPU's quota errors, gr.Error)
         if transport not in ("f32", "opus"):
             raise ValueError(f"relay transport must be 'f32' or 'opus', not {transport!r}")
-        self.transport = transport  # "opus": every byte passes through Gradio's queue, a twentieth of f32
+        self.transport = transport  # "opus": every byte passes through Gradio's queue, far fewer than f32's
 
     def _stream(self, request_body: dict) -> Stream:
         """The item's stream, checked and built here, for a GPU worker to run."""

@@ -1,32 +1,10 @@
 """ZeroGPU mode, engine side: one request per GPU call, run eagerly in a forked worker process.
 
-On a ZeroGPU Space a GPU exists only inside a call of a `@spaces.GPU`-decorated function, and that
-call runs in a worker process forked from the server: arguments and results cross a pipe (pickled),
-a generator's yields are relayed one by one, and the server process itself must never initialise
-CUDA (the `spaces` package virtualises it there). `torch.compile` is not available.
-
-So the server process keeps a pristine fp32 copy of both models on its CPU (`GPUWeights`, loaded
-once at start-up; the server's own CPU engine has its own copy, which CPU precision modes may
-convert). The decorated generator (`make_gpu_stream`) receives a built `Stream` (prompt rows,
-sampling, seed: everything the worker needs; it pickles as a fresh stream), and in the worker:
-
-1. the weights are on the worker's GPU when the call starts: the server process placed them "on
-   cuda" at start-up (`place_weights`, the documented module-level `model.to("cuda")`), and the
-   worker got them there (`spaces` unpacks them onto its GPU; the harness moves them before the
-   call); a worker kept idle for the next call keeps them there;
-2. the server's own runner + `Engine` run the stream with one slot, eagerly: no compile, no CUDA
-   graphs (the plain static step on CUDA, the usual eager path on a CPU);
-3. the engine's `AudioChunk`s are yielded as they are made; closing the generator cancels the stream.
-
-The placement needs, with the real `spaces`: the `.to("cuda")` made in the thread that imported
-`spaces` (its CUDA emulation is a torch mode entered in that thread only) and `spaces.zero.startup()`
-(which packs the placed tensors) before serving; Gradio's `launch()` runs it, and this server,
-which mounts Gradio in FastAPI, runs it itself (`studio.zerogpu.relay.ZeroGPUMode.before_serving`).
-So the web server reads this copy in its main thread before it serves (see docs/DEPLOY.md for what
-that costs at start-up against moving the weights inside the call).
-
-`gpu_decorator()` picks `spaces.GPU` on a ZeroGPU Space and `harness.GPU` (the same
-contract, without Spaces) elsewhere.
+The server process never initialises CUDA; it keeps a pristine fp32 copy of both models
+(`GPUWeights`), placed "on cuda" in its main thread before serving (`place_weights`). The decorated
+generator (`make_gpu_stream`) receives a built `Stream` and, in the worker, runs it on the server's
+own runner + `Engine` with one slot, eagerly, yielding its chunks; closing it cancels the stream.
+`gpu_decorator()` picks `spaces.GPU` on a Space, `harness.GPU` elsewhere (docs/DEPLOY.md).
 """
 
 from __future__ import annotations
@@ -63,15 +41,9 @@ _CONTEXT_ROWS = EngineConfig().max_context_rows
 
 @dataclass(frozen=True, slots=True)
 class GPUWeights:
-    """Both models in fp32 on the server's CPU, for the workers to move to their GPU.
-
-    Args:
-        lm, codec: the models (eval mode, CPU, fp32), never used by the server process itself.
-        dtype: the LM precision flag (`--dtype`); "auto" is resolved in the worker, by its GPU.
-        max_context_rows: the KV length per stream (as the server's engine).
-        aoti_dir: where AOTInductor packages of the LM's step units are cached (per GPU
-            architecture); None runs the plain eager step. Used on CUDA only (`aoti.py`).
-    """
+    """Both models (eval, fp32) on the server's CPU, never used there, for the workers to move to
+    their GPU. `dtype`: the LM's `--dtype` ("auto" resolved in the worker); `max_context_rows`: as
+    the server's engine; `aoti_dir`: AOTInductor package cache (CUDA only; None: plain eager step)."""
 
     lm: torch.nn.Module
     codec: torch.nn.Module
@@ -92,11 +64,9 @@ def load_gpu_weights(lm_dir: str | Path, codec_dir: str | Path, *, dtype: str = 
 
 
 def place_weights(weights: GPUWeights, backend: str) -> GPUWeights:
-    """The documented module-level placement: both models "on cuda" in the server process.
-
-    With `spaces` (backend "spaces") that is `.to("cuda")`, which its CUDA emulation records without
-    touching a GPU (call it in the main thread, before serving); with the harness it is
-    `harness.place_on_cuda`, which moves them in each worker before its calls."""
+    """The documented module-level placement: both models "on cuda" in the server process. With
+    `spaces` that is `.to("cuda")`, recorded by its CUDA emulation (main thread, before serving);
+    with the harness `harness.place_on_cuda`, which moves them in each worker before its calls."""
     if backend == "spaces":
         weights.lm.to("cuda")
         weights.codec.to("cuda")
@@ -171,11 +141,9 @@ GPUDecorator = Callable[..., Callable]
 
 
 def make_gpu_stream(weights: Callable[[], GPUWeights], gpu: GPUDecorator) -> Callable[[Stream], Iterator[AudioChunk]]:
-    """The decorated generator: `stream(built)` yields a built stream's chunks, generated in a GPU worker.
-
-    `weights()` gives the loaded `GPUWeights`; the worker reads it through the fork (never pickled).
-    `gpu` is `spaces.GPU` or `harness.GPU`; the call's duration comes from `gpu_seconds`.
-    """
+    """The decorated generator: `stream(built)` yields a built stream's chunks, generated in a GPU
+    worker. `weights()` gives the loaded `GPUWeights` (read through the fork, never pickled); `gpu`
+    is `spaces.GPU` or `harness.GPU`; the call's duration comes from `gpu_seconds`."""
 
     def stream_on_gpu(stream: Stream) -> Iterator[AudioChunk]:
         yield from worker_engine(weights()).stream(stream)

@@ -1,11 +1,9 @@
 """One encoder worker process seen from the server: its pipes, and the thread that routes its answers.
 
-Requests go out over the worker's stdin without waiting (`send`); a thread per worker reads its
-stdout and puts each answer on the queue of the channel it belongs to (`Replies`), where the
-stream's encoder picks it up when it wants it (`Replies.take`). A stream can so have several
-pieces of audio in the worker at once, and its pump thread never waits for a pipe round trip
-unless it asks to. When the worker dies, every open channel gets `WorkerGone` on its queue, after
-the answers that did arrive.
+Requests go out over the worker's stdin without waiting (`send`); a reader thread per worker puts
+each answer on its channel's queue (`Replies`), where the stream's encoder takes it when it wants
+it, so a pump never waits for a pipe round trip unless it asks to. When the worker dies, every open
+channel gets `WorkerGone` after the answers that did arrive.
 """
 
 from __future__ import annotations

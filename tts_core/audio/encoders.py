@@ -1,12 +1,9 @@
 """Audio out, piece by piece: the output profile (sample rate, channels) and progressive encoders.
 
-`ProfileConverter` turns the engine's 48 kHz stereo into the rate and channel count a client asked
-for (soxr's streaming resampler, which gives the same samples however the stream is cut).
-`StreamEncoder` turns float32 [C, n] pieces into the bytes of one format as they come: raw pcm
-(s16le) and float32, WAV with a streaming header, and mp3 / opus (Ogg) / aac (ADTS) / flac through
-PyAV (FFmpeg's libmp3lame, libopus, aac and flac encoders), and telephony's 8-bit mu-law / A-law
-(`g711.py`), each packet handed out as soon as the
-encoder has it, so the first bytes leave one encoder frame after the first audio.
+`ProfileConverter` turns the engine's 48 kHz stereo into the client's rate and channels (soxr's
+streaming resampler: the same samples however the stream is cut). `StreamEncoder` turns float32
+[C, n] pieces into one format's bytes as they come: raw pcm / float32, streaming WAV, and mp3 /
+opus (Ogg) / aac (ADTS) / flac through PyAV, and mu-law / A-law (`g711.py`), each packet handed out as soon as the encoder has it.
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ class PyAVFormat:
     sample_format: str = "flt"  # what the frames are handed over as (the encoder's own: no conversion)
 
 
-# LAME's quality level 7 (FFmpeg's compression_level; LAME's default is 3) encodes about a third
-# faster with the same measured quality at this bit rate: bench/http/encoders.py, in the
-# http-load record. mp3 and aac take planar float, so frames go as fltp (no conversion pass).
+# LAME's quality level 7 (FFmpeg's compression_level) costs less CPU than its default 3 for the same
+# quality at this bit rate (docs/SERVING.md). mp3 and aac take planar float: frames go as fltp.
 LAME_QUALITY = 7
 _PYAV: dict[str, PyAVFormat] = {
     "mp3": PyAVFormat("mp3", "libmp3lame", codec_options=(("compression_level", str(LAME_QUALITY)),),
@@ -120,14 +116,10 @@ class _Sink:
 
 
 class StreamEncoder:
-    """float32 [channels, n] pieces -> the bytes of `fmt`, progressively. One per stream.
-
-    `encode(pcm)` returns the bytes ready so far (maybe b""), `finish()` the rest (encoder tail,
-    trailer). `bit_rate` (bits per second, all channels) overrides the format's default. Samples are
-    clipped to [-1, 1] and, but for float32, taken on the 16-bit grid round(x * 32767): pcm and wav
-    as such, the compressed formats from those values (`encode_int16`, which the encoder processes
-    receive, then gives the very same bytes).
-    """
+    """float32 [channels, n] pieces -> the bytes of `fmt`, progressively; one per stream. `encode`
+    returns the bytes ready so far (maybe b""), `finish()` the rest. Samples are clipped and, but for
+    float32, taken on the 16-bit grid round(x * 32767), so `encode_int16` (what the encoder processes
+    receive) gives the very same bytes. `bit_rate` (all channels) overrides the format's default."""
 
     def __init__(self, fmt: str, sample_rate: int, channels: int, *, bit_rate: int | None = None):
         if fmt not in STREAM_FORMATS:
@@ -138,8 +130,8 @@ class StreamEncoder:
         self.fmt, self.sample_rate, self.channels = fmt, int(sample_rate), int(channels)
         self._started = False
         self._samples = 0
-        # Samples in the bytes handed out so far (compressed formats: the packets' durations; the
-        # encoder holds some audio back, e.g. LAME about 56 ms of the first 80).
+        # Samples in the bytes handed out so far (compressed formats: the packets' durations; an
+        # encoder holds some audio back for its look-ahead).
         self.encoded_samples = 0
         # Sent but not yet handed out as bytes: always 0 here (`encode` returns its own bytes); the
         # pooled twin (`encoder_pool.PooledEncoder`) returns them later.

@@ -69,12 +69,9 @@ def sniff_container(data: bytes) -> str | None:
 
 
 def load_audio(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
-    """Decode a clip -> (float32 [C, n] in [-1, 1], sample_rate).
-
-    Raises InvalidRequestError(param="ref_audio") for a missing file, empty / truncated / non-audio
-    bytes, an unknown container, no samples or fewer than MIN_DURATION_S, more than 8 channels, or
-    non-finite samples. No other exception type escapes.
-    """
+    """Decode a clip -> (float32 [C, n] in [-1, 1], sample_rate). Raises only
+    InvalidRequestError(param="ref_audio"): a missing file, bytes that are not audio, an unknown
+    container, under MIN_DURATION_S, more than 8 channels, or non-finite samples."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
         source = "uploaded audio"
@@ -115,13 +112,9 @@ def load_audio(path_or_bytes: str | os.PathLike | bytes | bytearray | memoryview
 
 
 def to_codec_input(wav: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Any clip [C, n] (or [n]) -> float32 [2, m] at 48 kHz, m = round(n * 48000 / sample_rate).
-
-    Mono is duplicated to both channels and stereo kept, as the reference runtime does. With more than
-    two channels the first two are kept (the reference's fine-tuning data prep does the same): in
-    common layouts they are front left/right, while a downmix could cancel out-of-phase content.
-    No loudness or DC normalisation: the codec was trained without it (docs/spec/CODEC.md §3.1).
-    """
+    """Any clip [C, n] (or [n]) -> float32 [2, m] at 48 kHz, m = round(n * 48000 / sample_rate). Mono
+    is duplicated, stereo kept, and of more channels the first two kept (front left/right; a downmix
+    could cancel), as the reference does. No loudness or DC normalisation (docs/spec/CODEC.md §3.1)."""
     wav = np.asarray(wav)
     if wav.ndim == 1:
         wav = wav[None]
@@ -172,11 +165,8 @@ def pcm_to_int16_bytes(pcm: np.ndarray) -> bytes:
 
 
 def wav_stream_header(sample_rate: int, channels: int) -> bytes:
-    """44-byte 16-bit PCM WAV header for a stream of unknown length.
-
-    RIFF and data sizes are 0xFFFFFFFF, the usual "until the connection closes" marker that browsers,
-    ffmpeg and libsndfile accept; follow it with `pcm_to_int16_bytes` chunks.
-    """
+    """44-byte 16-bit PCM WAV header for a stream of unknown length (RIFF and data sizes 0xFFFFFFFF,
+    the "until the connection closes" marker browsers, ffmpeg and libsndfile accept)."""
     if sample_rate < 1 or not 1 <= channels <= MAX_CHANNELS:
         raise ValueError(f"bad stream header parameters: {sample_rate} Hz, {channels} channels")
     block_align = channels * 2
@@ -193,11 +183,8 @@ def wav_stream_header(sample_rate: int, channels: int) -> bytes:
 
 
 def encode_audio(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
-    """float [C, n] -> a whole file in `fmt` (one of AUDIO_FORMATS).
-
-    wav/flac are 16-bit PCM (clipped, round(x * 32767), like `pcm`); mp3 and opus are lossy encodes of
-    the clipped float signal; pcm is raw s16le interleaved; float32 raw f32le interleaved, unclipped.
-    """
+    """float [C, n] -> a whole file in `fmt` (one of AUDIO_FORMATS): wav/flac/pcm 16-bit (clipped,
+    round(x * 32767)); mp3 and opus lossy encodes of the clipped signal; float32 raw, unclipped."""
     if fmt not in AUDIO_FORMATS:
         raise InvalidRequestError(
             f"unsupported audio format {fmt!r}: choose one of {', '.join(AUDIO_FORMATS)}",

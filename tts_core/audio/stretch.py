@@ -1,18 +1,10 @@
 """Pitch-preserving time-stretch of a 48 kHz stream by `speed` in [0.25, 4], on Rubber Band.
 
-pedalboard's `time_stretch` (Rubber Band's offline stretcher) works on a whole buffer, so a stream is
-cut into blocks on a fixed grid of INPUT positions: never on chunk boundaries, so the output depends
-only on the samples, not on how they arrived (a streamed and a buffered response are the same audio).
-Each block is stretched together with CONTEXT_SAMPLES of real audio on both sides, so Rubber Band's
-window never starts cold inside the part that is kept. The part kept is the block's exact share of the
-output timeline (input sample p sits at output round(p / speed)), plus CROSSFADE_SAMPLES more that the
-next block fades over: both renders cover that stretch, so the join has no step and no gap. Two
-Rubber Band runs need not agree on phase, so the next block first slides (at most 5 ms) to where its
-waveform best matches the previous one's over the crossfade.
-
-Cost and delay: the first audio waits for FIRST_BLOCK_SAMPLES + CONTEXT_SAMPLES of input (0.3 s of
-speech, a few codec frames); after that one block (0.5 s) at a time. `bench/http/speech_api.py` compares
-the joins with stretching the whole clip at once. `speed == 1.0` is an exact pass-through.
+The stream is cut into blocks on a fixed grid of input positions, never at chunk boundaries, so the
+output depends only on the samples (streamed and buffered responses are the same audio). Each block
+is stretched with real context on both sides and keeps its exact share of the output (input sample p
+at round(p / speed)) plus a crossfade, phase-aligned, into the next. The first audio waits for
+FIRST_BLOCK_SAMPLES + CONTEXT_SAMPLES of input; `speed == 1.0` is an exact pass-through.
 """
 
 from __future__ import annotations
@@ -72,12 +64,9 @@ def _best_shift(tail: np.ndarray, render: np.ndarray, at: int) -> int:
 
 
 class Stretcher:
-    """Streams float32 [C, n] chunks through a pitch-preserving time-stretch.
-
-    `push(pcm)` returns the output that is final so far (maybe empty); `flush()` returns the rest.
-    In total, n input samples give round(n / speed) output samples, whatever the chunking.
-    Not thread-safe: one per stream.
-    """
+    """Streams float32 [C, n] chunks through a pitch-preserving time-stretch: `push(pcm)` returns the
+    output final so far (maybe empty), `flush()` the rest; n input samples give round(n / speed)
+    output samples whatever the chunking. Not thread-safe: one per stream."""
 
     def __init__(self, speed: float, sample_rate: int = SAMPLE_RATE_HZ):
         self.speed = check_speed(speed)

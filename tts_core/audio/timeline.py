@@ -1,11 +1,9 @@
 """Captions: which text segment is heard when, in the OUTPUT timeline (after any speed change).
 
-The engine tags every chunk with the segment (sentence chunk) it speaks; a pause chunk belongs to
-the segment before it. `CaptionTimeline` follows the chunks and, as soon as a segment's end is known
-(a pause, the next segment, or the end of the stream), gives its event:
-`{"type": "speech.segment", "index": i, "text": t, "start": s, "end": s}` (docs/PROTOCOL.md §2.4).
-Pauses count as time but not as a segment. Times are seconds of output audio: input sample p is
-heard at round(p / speed), the mapping `stretch.Stretcher` keeps exactly at its block edges.
+Every chunk is tagged with the segment it speaks (a pause belongs to the segment before it).
+`CaptionTimeline` gives each segment's `speech.segment` event (docs/PROTOCOL.md §2.4) as soon as its
+end is known. Times are seconds of output audio: input sample p is heard at round(p / speed), the
+mapping `stretch.Stretcher` keeps exactly at its block edges.
 """
 
 from __future__ import annotations

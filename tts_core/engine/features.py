@@ -1,10 +1,8 @@
 """What an engine actually runs, resolved once from its config and its device.
 
-The only switch a user sets is `EngineConfig.enforce_eager` (no CUDA graphs). Everything else
-follows the device: a CPU has no graphs, no compile, no step-ahead and no readout thread; a CUDA
-device without Triton (or one Triton cannot build for) runs the plain ops instead of the fused
-kernels. The server logs this at start-up and shows it in `/health`, so a run can be told apart
-from another without reading its environment.
+The only switch a user sets is `EngineConfig.enforce_eager` (no CUDA graphs); everything else
+follows the device (a CPU has no graphs, compile, step-ahead or readout thread; a GPU without a
+working Triton runs the plain ops). Logged at start-up and shown in `/health`.
 """
 
 from __future__ import annotations

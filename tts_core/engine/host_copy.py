@@ -1,12 +1,9 @@
 """Decoded audio from the device to host arrays the caller owns, through reused pinned buffers.
 
-A plain `.cpu()` of a batch's PCM copies into freshly allocated pageable memory: the driver stages
-the copy through its own pinned buffer and the new pages fault in while it runs, which at large
-batch costs a sizeable share of the codec pass. Here the device writes into a pinned buffer that
-lives as long as the stepper, at the link's speed; the rows are then copied on the host into
-arrays of their own (blocks of one row's size, which the allocator reuses), so no caller ever
-holds a view of a reused buffer. `HostPcm` waits for its copy; `PinnedRing` returns at once and is read out later, by
-another thread (the codec readout thread, `pipeline.py`).
+The device writes into a pinned buffer that lives as long as the stepper (not fresh pageable memory:
+docs/PERFORMANCE.md); the rows are then copied on the host into arrays of their own, so no caller
+ever holds a view of a reused buffer. `HostPcm` waits for its copy; `PinnedRing` returns at once
+and is read out later by the codec readout thread (`pipeline.py`).
 """
 
 from __future__ import annotations
@@ -18,10 +15,9 @@ import torch
 
 
 def copy_rows(host: torch.Tensor) -> list[np.ndarray]:
-    """Rows of a host tensor [B, ...] as fresh float32 arrays, copied in one torch call: it releases
-    the interpreter lock once for all of them; a clone per row would re-take it once per row, each
-    time possibly waiting a switch interval behind the busy engine and listener threads. A numpy
-    copy would hold the lock throughout."""
+    """Rows of a host tensor [B, ...] as fresh float32 arrays, copied in one torch call, which
+    releases the interpreter lock once for all rows (a clone per row re-takes it per row; a numpy
+    copy holds it throughout)."""
     rows = [np.empty(host.shape[1:], np.float32) for _ in range(host.shape[0])]
     torch._foreach_copy_([torch.from_numpy(row) for row in rows], list(host.unbind(0)))
     return rows
@@ -64,12 +60,9 @@ class PendingPcm:
 
 class PinnedRing:
     """Decoded audio copies in flight: `copy_async` queues a decode's copy into the next of `count`
-    pinned buffers and returns at once, so the thread that launched the decode can launch the next
-    one while another thread reads this one out (`PendingPcm.result`). A buffer is reused only once
-    its last copy was read out: `copy_async` waits for that, so at most `count` copies are pending.
-    At large batch reading a decode out takes about as long as decoding it, and the GPU would sit
-    idle meanwhile (`bench/engine/trace.py` shows both).
-    """
+    pinned buffers and returns at once, so the next decode launches while another thread reads this
+    one out (`PendingPcm.result`). A buffer is reused only once its last copy was read out
+    (`copy_async` waits for that), so at most `count` copies are pending."""
 
     def __init__(self, count: int = 3):
         self._slots = [_PinnedSlot() for _ in range(count)]
@@ -103,12 +96,8 @@ class PinnedRing:
 
 
 class HostPcm:
-    """Copies PCM [B, 2, S] from the device to a list of B host arrays [2, S] (float32), and waits:
-    `PinnedRing` with one buffer, read out at once.
-
-    Not thread-safe: the buffer is reused by the next call, so one thread at a time (the runner's
-    decodes are serialised by the engine).
-    """
+    """Copies PCM [B, 2, S] from the device to B host arrays [2, S] (float32) and waits: `PinnedRing`
+    with one buffer, read out at once. Not thread-safe: the next call reuses the buffer."""
 
     def __init__(self) -> None:
         self._ring = PinnedRing(count=1)

@@ -9,11 +9,8 @@ FRAME_S = 0.08  # one codec frame
 
 
 def frame_budget(lead_s: float | None) -> int:
-    """Frames to gather before the next codec decode, given how far audio is ahead of playback.
-
-    `lead_s` is None before the first chunk: then the first frame is decoded alone, so first audio
-    is as early as possible.
-    """
+    """Frames to gather before the next codec decode, given how far audio is ahead of playback;
+    `lead_s` is None before the first chunk, which is then one frame, so first audio is early."""
     if lead_s is None or lead_s < 0.20:
         return 1
     if lead_s < 0.55:
@@ -24,14 +21,9 @@ def frame_budget(lead_s: float | None) -> int:
 
 
 def decode_count(pending: int, lead_s: float | None, step: int) -> int:
-    """Frames of a stream to decode at engine step `step` (0: not at this step).
-
-    The budget follows the listener's lead (`frame_budget`), and a stream decodes on the steps that
-    are multiples of its budget, taking every frame it holds. Budgets are powers of two, so streams
-    that started at different steps fall into the same phase and share one batched decode: a codec
-    pass costs nearly as much for a few rows as for many, and streams decoding in phases of their
-    own (requests arriving one by one, as a server receives them) multiplied the passes.
-    """
+    """Frames of a stream to decode at engine step `step` (0: not at this step): every frame it
+    holds, on the steps that are multiples of its budget (`frame_budget`, a power of two), so streams
+    started at different steps share one batched decode (docs/PERFORMANCE.md, "Arrivals spread out")."""
     if pending <= 0 or step % frame_budget(lead_s):
         return 0
     return pending

@@ -1,16 +1,10 @@
 """Codec decodes on worker threads, in submission order, overlapping the LM's next step.
 
-On a CPU the frame loop is two jobs of similar size that depend on each other only one way: the
-LM makes frame t+1 while the codec turns frames <= t into audio. Run on one thread they add up;
-on two cores (one torch thread each) the slower one sets the pace. The engine thread submits a
-decode and goes on with the next LM step; before it touches codec state itself (a new segment, a
-released slot) or emits anything, it drains the queue, so each stream's chunks stay in order.
-
-A job may hand back a second part (`push`): on a GPU the first part queues a decode on the
-device and returns at once, and the second waits for its audio, copies it out and emits it, on a
-second thread, so the first thread launches the next decode while this one is read out (at large
-batch reading out takes about as long as decoding). Both threads keep
-submission order.
+The LM makes frame t+1 while the codec turns frames <= t into audio. The engine thread drains the
+queue before it touches codec state itself (a new segment, a released slot) or emits anything, so
+each stream's chunks stay in order. A job may hand back a second part (`push`), run on a second
+thread: on a GPU the first queues a decode and the second reads its audio out and emits it, so the
+next decode launches meanwhile. Both threads keep submission order.
 """
 
 from __future__ import annotations

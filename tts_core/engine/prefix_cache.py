@@ -1,10 +1,9 @@
 """Reuse of prompt-prefix KV across requests.
 
 Every voice-clone prompt of one voice starts with the same rows (the template and the reference
-audio frames, ~170 rows for a 8 s clip); only the text rows after them differ. Prefilling that
-prefix is most of a CPU request's time to first audio, and a long text pays it again for every
-sentence chunk. The cache keeps the post-RoPE keys/values of recent prefixes, keyed by a hash of
-the prefix rows, and copies them into a stream's slot instead of recomputing them.
+audio frames); only the text rows after them differ. The cache keeps the post-RoPE keys/values of
+recent prefixes, keyed by a hash of the prefix rows, and copies them into a stream's slot instead
+of prefilling them again (most of a CPU request's time to first audio, paid per sentence chunk).
 """
 
 from __future__ import annotations
@@ -21,11 +20,8 @@ def prefix_key(rows: np.ndarray, num_rows: int) -> str:
 
 
 class PrefixCache:
-    """LRU of per-layer (K, V) snapshots [heads, P, head_dim] of prompt prefixes.
-
-    Args:
-        capacity: prefixes kept (each is ~12 MB for a 170-row prefix of the full-size LM in fp32).
-    """
+    """LRU of per-layer (K, V) snapshots [heads, P, head_dim] of at most `capacity` prompt prefixes
+    (a full-size fp32 prefix of P rows takes P x 72 KiB)."""
 
     def __init__(self, capacity: int = 8):
         self.capacity = capacity

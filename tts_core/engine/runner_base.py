@@ -20,16 +20,9 @@ from .sampler import StreamSampler
 
 
 class SlotRunner:
-    """The state both runners keep for `num_slots` streams (see the module doc).
-
-    Args:
-        lm, codec: the models (eval mode, on `device`).
-        num_slots: streams that can run at once.
-        max_context_rows: KV rows per stream (prompt + generated).
-        state_rows: rows of the state tensors (>= num_slots: a runner may keep spare rows).
-        cache_len: columns of the KV cache (>= max_context_rows).
-        prefix_cache_size: voice prefixes kept for reuse (0: none).
-    """
+    """The state both runners keep for `num_slots` streams of at most `max_context_rows` KV rows each,
+    with `lm` and `codec` in eval mode on `device`: `state_rows` (>= num_slots: spare rows allowed)
+    rows of `cache_len` (>= max_context_rows) columns, and `prefix_cache_size` voice prefixes."""
 
     def __init__(self, lm, codec, *, num_slots: int, max_context_rows: int, device: torch.device | str,
                  state_rows: int, cache_len: int, prefix_cache_size: int):

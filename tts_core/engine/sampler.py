@@ -17,22 +17,14 @@ import torch
 from ..config import SamplingParams
 from ..model.sampling import FilterParams, SamplingBatch, kth_index, top_p_bound
 
-# A stream's uniforms are drawn this many frames at a time: one generator call instead of one per
-# frame, which halves the engine thread's drawing time per step at many streams. The CPU generator
-# fills a tensor element by element, so the draws are the very ones of per-frame calls
-# (tests/model/test_sampling.py pins the sequence).
+# A stream's uniforms are drawn this many frames at a time (one generator call, not one per frame);
+# the CPU generator fills element by element, so the draws equal per-frame calls' (test_sampling.py).
 DRAW_BLOCK_FRAMES = 16
 
 
 class StreamSampler:
-    """Sampling state of one stream: its parameters, its own generator, and the seen mask.
-
-    Args:
-        params: the request's `SamplingParams`.
-        seed: seeds this stream's private `torch.Generator` (CPU).
-        n_vq: number of codebooks.
-        codebook_size: largest codebook size (width of the seen mask).
-    """
+    """Sampling state of one stream: the request's `SamplingParams`, its own CPU `torch.Generator`
+    seeded with `seed`, and the seen mask [n_vq, codebook_size] (the largest codebook's width)."""
 
     def __init__(self, params: SamplingParams, seed: int, n_vq: int = 16, codebook_size: int = 1024):
         self.params = params
@@ -129,13 +121,9 @@ def param_row(params: SamplingParams, vocab: int) -> list[float]:
 
 
 def packed_batch(table: torch.Tensor, uniforms: torch.Tensor, seen: torch.Tensor, vocab: int) -> SamplingBatch:
-    """A `SamplingBatch` read from device tables (no host values: CUDA-graph friendly).
-
-    Args:
-        table: [B, 8] rows of `param_row`; uniforms: [B, 1 + K]; seen: [B, K, V].
-    Both branches (greedy and sampled) and the penalty always run, so the kernels never depend on
-    the rows' parameters.
-    """
+    """A `SamplingBatch` read from device tables (no host values: CUDA-graph friendly): table [B, 8]
+    rows of `param_row`, uniforms [B, 1 + K], seen [B, K, V]. Both branches (greedy and sampled) and
+    the penalty always run, so the kernels never depend on the rows' parameters."""
     return SamplingBatch(
         do_sample=table[:, 0] > 0.5,
         audio=FilterParams(table[:, 1:2], table[:, 2:3].long(), table[:, 3:4], window=0, vocab=vocab),

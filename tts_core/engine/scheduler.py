@@ -22,12 +22,8 @@ class SchedulerStats:
 
 @dataclass(slots=True)
 class Scheduler:
-    """Admits stream ids into `num_slots` slots, FIFO, with at most `max_queue` waiting.
-
-    Args:
-        num_slots: streams decoded together (batch rows of the engine).
-        max_queue: streams allowed to wait for a slot; one more is refused with QueueFullError.
-    """
+    """Admits stream ids into `num_slots` slots (batch rows of the engine), FIFO, with at most
+    `max_queue` waiting for a slot; one more is refused with QueueFullError."""
 
     num_slots: int
     max_queue: int

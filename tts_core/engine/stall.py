@@ -1,14 +1,9 @@
 """A stuck device ends in an error, not in silence.
 
-When the device stops finishing work (a GPU kernel that never completes, a wedged driver), the
-engine thread blocks in a wait that never returns, and every listener would wait for ever with
-it. `StallWatch` runs beside the engine thread: the engine marks when each iteration starts and
-ends, and an iteration still running after `timeout_s` calls `on_stall` once, from the watch's own
-thread. The engine then fails every stream it holds and refuses new ones; nothing in the process
-can unstick the device, so the server must be restarted (its /health says so).
-
-The limit is far above any normal iteration (milliseconds on a GPU, well under a second on a CPU;
-start-up compiles and graph captures run outside iterations), so a slow machine never trips it.
+`StallWatch` runs beside the engine thread, which marks when each iteration starts and ends; an
+iteration still running after `timeout_s` calls `on_stall` once, from the watch's thread. The
+engine then fails every stream it holds and refuses new ones until a restart (/health says so).
+The limit is far above any normal iteration (start-up compiles and captures run outside them).
 """
 
 from __future__ import annotations
@@ -23,14 +18,9 @@ logger = logging.getLogger(__name__)
 
 
 class StallWatch:
-    """Watches the engine's iterations from a daemon thread of its own.
-
-    Args:
-        timeout_s: an iteration running this long is a stall.
-        on_stall: called once, with the seconds the iteration had run, from the watch thread.
-        clock: monotonic seconds (tests pass a fake one and call `check` themselves).
-        start: start the watch thread (tests of the logic alone leave it off).
-    """
+    """Watches the engine's iterations from a daemon thread of its own: an iteration running
+    `timeout_s` is a stall, reported once to `on_stall(seconds)`. `clock` (monotonic seconds) and
+    `start=False` let tests drive `check` themselves."""
 
     def __init__(self, timeout_s: float, on_stall: Callable[[float], None], *,
                  clock: Callable[[], float] = time.monotonic, start: bool = True):

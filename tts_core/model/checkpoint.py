@@ -22,13 +22,9 @@ WEIGHT_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "pytorch_model*.
 
 
 def resolve_checkpoint_dir(name_or_path: str | os.PathLike, *, what: str = "checkpoint") -> Path:
-    """Return a local directory holding `config.json` and weights.
-
-    A path that exists is used as is. Anything else is treated as a Hub id and fetched with
-    `huggingface_hub.snapshot_download` into the standard HF cache (honours HF_HOME,
-    HF_HUB_OFFLINE). Failures raise `ModelLoadError`: one clause of what happened, for people (the
-    Hub's own exception goes to the log).
-    """
+    """Return a local directory holding `config.json` and weights: an existing path as is, anything
+    else as a Hub id fetched into the standard HF cache (honours HF_HOME, HF_HUB_OFFLINE). Failures
+    raise `ModelLoadError` with one clause for people (the Hub's own exception goes to the log)."""
     path = Path(os.fspath(name_or_path)).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

@@ -38,12 +38,9 @@ def _build_stages(stages: Sequence[PatchSpec | TransformerSpec]) -> nn.ModuleLis
 
 
 class CodecDecodeState:
-    """Streaming-decoder state for `batch_size` independent stream rows.
-
-    One `StageCache` per decoder transformer stage (windowed post-RoPE KV per layer, ring positions,
-    per-row offsets). Memory is fixed: rings hold window + max_frames_per_pass * tokens_per_frame - 1
-    tokens, whatever the stream length. Rows never read one another's entries.
-    """
+    """Streaming-decoder state for `batch_size` independent stream rows: one `StageCache` per decoder
+    transformer stage, of fixed size whatever the stream length (rings of window +
+    max_frames_per_pass * tokens_per_frame - 1 tokens). Rows never read one another's entries."""
 
     def __init__(self, stages: list[StageCache], tokens_per_frame: list[int], max_frames_per_pass: int):
         self.stages = stages
@@ -117,14 +114,9 @@ def _row_mask(rows: torch.Tensor | Sequence[int] | None, batch: int, device: tor
 
 
 class MossAudioCodec(nn.Module):
-    """The codec with the reference state_dict layout: `encoder.{0..8}`, `quantizer`, `decoder.{0..8}`.
-
-    Args:
-        config: the checkpoint's architecture (`CodecConfig.from_json`).
-
-    Keep the parameters fp32 (do not `.to(torch.bfloat16)` the module): reduced precision is chosen
-    with `set_compute_dtype`, which autocasts the transformer stages and leaves the quantiser in fp32.
-    """
+    """The codec with the reference state_dict layout: `encoder.{0..8}`, `quantizer`, `decoder.{0..8}`,
+    built from `config` (`CodecConfig.from_json`). Keep the parameters fp32: reduced precision is
+    chosen with `set_compute_dtype`, which autocasts the transformer stages, never the quantiser."""
 
     def __init__(self, config: CodecConfig):
         super().__init__()
@@ -190,10 +182,8 @@ class MossAudioCodec(nn.Module):
         self, wav: torch.Tensor, lengths: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """wav [B, 2, T] float at 48 kHz (lengths [B], default T) -> (codes [B, 16, F], code_lengths [B]).
-
-        code_lengths = floor(length / 3840): a trailing partial frame is dropped. F = max(code_lengths);
-        columns past a row's code length are padding and must be ignored.
-        """
+        code_lengths = floor(length / 3840) (a trailing partial frame is dropped); columns past a row's
+        code length are padding."""
         latents, frames = self.encode_latents(wav, lengths)
         codes = self.quantizer.encode(latents, frames)  # [B, 16, F']
         return codes[:, :, : int(frames.max()) if frames.numel() else 0], frames
@@ -266,10 +256,8 @@ class MossAudioCodec(nn.Module):
         self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor | None = None
     ) -> torch.Tensor:
         """Decode n >= 1 new frames per row: codes [B, 16, n] -> exactly the new audio [B, 2, 3840 n].
-
-        Each row continues from its own position. Rows with active[b] False keep their state untouched;
-        their output is zeros.
-        """
+        Each row continues from its own position; rows with active[b] False keep their state and get
+        zeros."""
         if codes.dim() != 3 or codes.shape[0] != state.batch_size:
             raise ValueError(
                 f"codes must be [{state.batch_size}, 16, n] for this decode state, got {list(codes.shape)}"
@@ -316,13 +304,9 @@ class MossAudioCodec(nn.Module):
     def decode_frames_static(
         self, codes: torch.Tensor, state: CodecDecodeState, active: torch.Tensor, attention: str = "sdpa"
     ) -> torch.Tensor:
-        """One `decode_step` pass with no host syncs or checks (CUDA-graph capture): codes [B, 16, n]
-        long with n <= state.max_frames_per_pass, active [B] bool, both on the device -> [B, 2, 3840 n].
-        `attention`: how the ring attention runs, one of `codec_layers.ATTENTION_MODES`.
-
-        Inactive rows keep their state and get zeros. Codes of active rows must be valid (they are
-        not range-checked here).
-        """
+        """One `decode_step` pass with no host syncs or checks (CUDA-graph capture): valid codes
+        [B, 16, n <= state.max_frames_per_pass], active [B] bool, on the device -> [B, 2, 3840 n];
+        inactive rows keep their state and get zeros. `attention`: one of `ATTENTION_MODES`."""
         codes = torch.where(active[:, None, None], codes, torch.zeros_like(codes))
         h = self.quantizer.decode(codes).transpose(1, 2)  # [B, n, 768]
         caches = iter(state.stages)

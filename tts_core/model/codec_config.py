@@ -27,11 +27,8 @@ class PatchSpec:
 
 @dataclass(frozen=True, slots=True)
 class TransformerSpec:
-    """One projected causal transformer stage (docs/spec/CODEC.md §3.3).
-
-    `rate_hz` is the token rate at this stage and `context_tokens` the sliding attention window,
-    int(round(rate_hz * context_duration)) as the reference computes it.
-    """
+    """One projected causal transformer stage (docs/spec/CODEC.md §3.3): `rate_hz` is its token rate,
+    `context_tokens` its sliding window, int(round(rate_hz * context_duration)) as the reference."""
 
     input_dim: int
     output_dim: int

@@ -17,10 +17,8 @@ from torch import nn
 from . import ring_kernel
 from .codec_config import TransformerSpec
 
-# Offline attention runs over blocks of queries, each against keys [q0 - W + 1, q1) only: memory stays
-# O(block x (block + window)) instead of O(N^2), and every query still sees exactly its window, so the
-# result equals the reference's full N x N mask up to rounding. Blocks of 256 waste less work on
-# masked keys than larger ones.
+# Offline attention runs over blocks of queries, each against keys [q0 - W + 1, q1) only: memory
+# O(block x (block + window)) instead of O(N^2), the same result as the reference's full mask.
 QUERY_BLOCK = 256
 
 
@@ -33,13 +31,9 @@ ATTENTION_MODES = ("sdpa", "gemm", "ring_kernel")
 def ring_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
                    explicit: bool = False) -> torch.Tensor:
     """Attention of a streaming step's queries [B, H, n, D] over ring keys/values [B, H, K, D] under an
-    additive mask [B, 1, n, K].
-
-    `explicit`: two batched GEMMs around a softmax instead of the fused SDPA kernel. For few rows the
-    fused kernel runs one thread block per (row, head, 64 queries) and walks all K keys serially,
-    while the GEMMs spread the keys over the whole GPU;
-    for many rows the fused kernel wins (the engine picks per batch size, see `engine/graphs.py`).
-    """
+    additive mask [B, 1, n, K]. `explicit`: two batched GEMMs around a softmax instead of the fused
+    SDPA kernel, which walks the keys serially per (row, head) and so only wins with many rows (the
+    engine picks per batch size: `engine/cuda/codec_passes.py`)."""
     if not explicit:
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
     scores = torch.matmul(q, keys.transpose(-1, -2)).float() * (q.shape[-1] ** -0.5) + mask
@@ -212,13 +206,10 @@ class _RingWrite:
 
 @dataclass(slots=True)
 class StageCache:
-    """Sliding-window attention state of one transformer stage for B independent stream rows.
-
-    A ring of `capacity` slots per layer holds post-RoPE keys/values; `positions` records which absolute
-    position each slot holds (-1 = empty). All layers of a stage see the same positions, so they share
-    one positions/offsets record. capacity = window + (max tokens per call) - 1 so the oldest key the
-    first new query needs is never overwritten by the same call.
-    """
+    """Sliding-window attention state of one stage for B stream rows: a ring of `capacity` slots per
+    layer of post-RoPE keys/values, and the absolute position each slot holds (-1 = empty), shared by
+    the layers. capacity = window + (max tokens per call) - 1, so a call never overwrites a key its
+    first query needs."""
 
     keys: list[torch.Tensor]  # per layer [B, H, capacity, D]
     values: list[torch.Tensor]  # per layer [B, H, capacity, D]
@@ -287,15 +278,9 @@ class ProjectedTransformer(nn.Module):
 
     def step(self, x: torch.Tensor, cache: StageCache, active: torch.Tensor | None,
              trim: bool = False, attention: str = "sdpa") -> torch.Tensor:
-        """Streaming pass over n new tokens x [B, n, C_in] per row, at each row's own offset.
-
-        `trim` (host-synchronising; for the CPU path): attend over the ring slots filled so far
-        instead of all of them. Until a ring wraps, row r has filled slots [0, offset_r + n), and
-        the empty ones are masked anyway, so early in a stream (most of a short utterance) the
-        attention costs what was said so far rather than the whole window.
-        `attention`: one of ATTENTION_MODES; "ring_kernel" falls back to "sdpa" where the kernel
-        does not fit (not fp32, or no Triton).
-        """
+        """Streaming pass over n new tokens x [B, n, C_in] per row, at each row's own offset. `trim`
+        (host-synchronising, the CPU path): attend only over the ring slots filled so far. `attention`:
+        one of ATTENTION_MODES; "ring_kernel" falls back to "sdpa" where the kernel does not fit."""
         batch, n, _ = x.shape
         if n > cache.capacity - cache.window + 1:
             raise ValueError(f"{n} tokens in one call exceed the ring (capacity {cache.capacity})")

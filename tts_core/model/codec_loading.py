@@ -70,12 +70,9 @@ def check_codec_state_dict(model: MossAudioCodec, state: dict[str, torch.Tensor]
 def load_codec(
     name_or_path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> MossAudioCodec:
-    """Load the codec from a local directory or a Hugging Face id.
-
-    Weights (safetensors, sharded or not, or pytorch_model.bin) are read as fp32 and checked strictly.
-    `dtype` is the compute dtype of the transformer stages (bf16/fp16 = CUDA autocast); the weights
-    and the quantiser stay fp32 (docs/spec/CODEC.md §4.3).
-    """
+    """Load the codec from a local directory or a Hugging Face id; weights read as fp32 and checked
+    strictly. `dtype` is the transformer stages' compute dtype (bf16/fp16 = CUDA autocast); weights
+    and quantiser stay fp32 (docs/spec/CODEC.md §4.3)."""
     directory = resolve_checkpoint_dir(name_or_path, what="codec checkpoint")
     config = CodecConfig.from_json(directory / "config.json")
     state = canonicalize_codec_keys(read_state_dict(directory))

@@ -23,12 +23,10 @@ class _WeightNormParams(nn.Module):
 
 
 class WeightNormConv1d(nn.Module):
-    """1x1 conv with weight norm, W[o] = g[o] * v[o] / ||v[o]||, plus bias.
-
-    Why not torch's parametrisation: it recomputes W on every forward, and removing it renames the keys.
-    Here `fuse()` computes W once in fp32 into a non-persistent buffer, so inference pays nothing per call
-    while `state_dict()` keeps the reference names. Without `fuse()`, W is computed on the fly.
-    """
+    """1x1 conv with weight norm, W[o] = g[o] * v[o] / ||v[o]||, plus bias. `fuse()` computes W once
+    in fp32 into a non-persistent buffer (torch's parametrisation recomputes it every call, and
+    removing it renames the keys), so `state_dict()` keeps the reference names; unfused, W is
+    computed on the fly."""
 
     def __init__(self, in_channels: int, out_channels: int):
         super().__init__()

@@ -1,15 +1,10 @@
-"""The codec's streaming decode for several stream rows at once, each row's audio independent of the
-other rows and of how its frames are split into calls (the CPU runner's batched decode).
+"""The CPU runner's batched codec decode: each row's audio independent of the other rows and of
+how its frames are split into calls.
 
-What `MossAudioCodec.decode_step` computes, with two changes that keep a row's arithmetic the same
-whatever rows and frames share a call: the matrix products run through row-independent linears
-(`row_linear.py`: the decoder's own, swapped in place, and the quantiser's 1x1 convolutions as such
-linears), and the attention runs per row and per frame, each frame's queries over its own ring
-trimmed to the slots filled up to that frame, exactly as a lone row decoding that frame alone
-would (one call over several rows or frames pads them to the longest ring, which rounds
-differently). Later frames of the same pass sit in ring slots that the earlier frames' queries do
-not see (masked, like the stale entries a frame-by-frame decode finds there), so the frames of a
-pass cost one set of products but round as if decoded one at a time.
+What `MossAudioCodec.decode_step` computes, with the products through row-independent linears
+(`row_linear.py`) and the attention per row and per frame over the ring slots filled up to that
+frame (later frames of the pass are masked), so a pass costs one set of products but rounds as
+if each frame were decoded alone.
 """
 
 from __future__ import annotations
@@ -25,12 +20,8 @@ from .row_linear import RowLinear, make_rows_independent, rows_independent
 
 
 class RowDecoder:
-    """Streaming decodes of listed rows of a `CodecDecodeState` (see the module doc).
-
-    Args:
-        codec: the `MossAudioCodec` on the CPU (fp32, or a CPU precision mode's decoder); its
-            decoder's fp32 linears are made row-independent in place (`row_linear.make_rows_independent`).
-    """
+    """Streaming decodes of listed rows of a `CodecDecodeState` with `codec` on the CPU (fp32, or a
+    CPU precision mode's decoder), whose fp32 linears are made row-independent in place."""
 
     def __init__(self, codec: MossAudioCodec):
         self.codec = codec

@@ -1,27 +1,10 @@
-"""Fused GPU kernels (Triton) for the two small, launch-bound parts of a frame step.
+"""Triton kernels for the launch-bound parts of a CUDA frame step (docs/PERFORMANCE.md).
 
-A batch-1 frame is hundreds of tiny kernels; two parts dominate it:
-- each codebook's pick (repetition penalty, temperature, top-k, top-p, the draw, and the greedy
-  alternative): six kernels in plain torch, one of them a full sort of 1,024 scores;
-- each local-transformer attention (at most 17 keys): cache writes, a mask and a general
-  attention kernel sized for long sequences.
-Here each becomes one kernel with one program per row (pick) or per (row, head) (attention).
-The global decode attention (one query over up to 2,048 cached keys per row) gets only one program
-per (row, head) from a general kernel; here it is split over chunks of keys and combined (two
-kernels). The fused-off records are rendered in docs/PERFORMANCE.md.
-
-Same math as `sampling.pick_codes` and `kv_cache.attend_local`, not the same rounding: sums run in
-another order, so codes equal the plain path's except where a draw lands within a rounding step
-of a boundary. Every CUDA path (eager, compiled, graphed) uses these kernels, so they agree with
-each other bit for bit; the CPU keeps the plain path (parity with the reference runs there).
-Each row is computed alone, so batch invariance holds.
-
-Ties: scores are ordered by value, then by ascending id (a total order, so the draw is fully
-defined); top-k keeps every score equal to the k-th, as the plain path does.
-
-Off where Triton is not installed or cannot build for the GPU (`check_device`), chosen at start-up
-and logged; a CPU build of torch does not import Triton at all. Tests on a machine without a GPU run the kernels in Triton's interpreter
-(TRITON_INTERPRET=1, CPU tensors).
+A codebook's pick and the local attention become one kernel each; the global decode attention is
+split over chunks of keys, then combined. Same math as the plain ops, other rounding: every CUDA
+path (eager, compiled, graphed) runs these, so they agree bit for bit, and each row is computed
+alone (batch invariant); the CPU keeps the plain ops. Off where Triton is missing or cannot build
+for the GPU (`check_device`); tests run them in Triton's interpreter (TRITON_INTERPRET=1).
 """
 
 from __future__ import annotations
@@ -39,8 +22,7 @@ from ..env import env_str
 
 def _import_triton():
     """Triton, where its kernels can run: a CUDA (or ROCm) build of torch, or Triton's interpreter
-    asked for (TRITON_INTERPRET). A CPU build never runs them: importing Triton there cost a CPU
-    start a third of a second on its way to the first audio."""
+    asked for (TRITON_INTERPRET). A CPU build never imports it (the import delays a CPU start)."""
     if torch.version.cuda is None and torch.version.hip is None and not env_str("TRITON_INTERPRET"):
         return None, None
     try:  # Triton ships with CUDA builds of torch; a CPU install may lack it
@@ -278,11 +260,10 @@ def _col(t: torch.Tensor) -> torch.Tensor:
 def pick_code(logits: torch.Tensor, seen: torch.Tensor, uniforms: torch.Tensor, do_sample: torch.Tensor,
               temperature: torch.Tensor, kth_index: torch.Tensor, top_p: torch.Tensor,
               penalty: torch.Tensor) -> torch.Tensor:
-    """`sampling.pick_codes` in one kernel: codes [B] (int64) from logits [B, V].
-
-    seen: [B, >= V] bool history; uniforms, do_sample, penalty: [B]; temperature, kth_index, top_p:
-    [B] or [B, 1] (the `FilterParams` fields). Any row strides; the last dims must be contiguous.
-    """
+    """`sampling.pick_codes` in one kernel: codes [B] (int64) from logits [B, V]. Ties order by
+    value, then ascending id; top-k keeps every score equal to the k-th, as the plain path does.
+    seen: [B, >= V] bool; uniforms, do_sample, penalty: [B]; temperature, kth_index, top_p: [B] or
+    [B, 1] (the `FilterParams` fields). Any row strides; the last dims must be contiguous."""
     batch, vocab = logits.shape
     out = torch.empty(batch, dtype=torch.int64, device=logits.device)
     temperature, kth_index, top_p = _col(temperature), _col(kth_index), _col(top_p)
@@ -338,13 +319,9 @@ def decode_attention_fits(q: torch.Tensor, keys: torch.Tensor, key_mask: torch.T
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                      write_pos: torch.Tensor, key_mask: torch.Tensor, length: int) -> torch.Tensor:
-    """`kv_cache.StaticDecodeAttender.attend` in two kernels (split over the keys, then combined):
-    stores k, v [B, nh, 1, D] at column `write_pos` [B] of keys/values [B, nh, L, D] and returns q's
-    attention over columns [0, length) under the additive `key_mask` [B, 1, 1, length].
-
-    A general attention kernel gives one program per (row, head): 12 programs for one stream, each
-    walking every key. Splitting the keys into chunks of DECODE_CHUNK fills the GPU instead.
-    """
+    """`kv_cache.StaticDecodeAttender.attend` in two kernels (split over chunks of DECODE_CHUNK keys
+    so one stream fills the GPU, then combined): stores k, v [B, nh, 1, D] at column `write_pos` [B]
+    of keys/values [B, nh, L, D]; returns q's attention over columns [0, length) under `key_mask`."""
     batch, heads, _, dim = q.shape
     q, k, v = _last_dim_contiguous(q, k, v)
     splits = triton.next_power_of_2(-(-length // DECODE_CHUNK))

@@ -1,11 +1,9 @@
 """Key/value caches and the attention over them.
 
-`KVCache` is the global transformer's static cache: per layer one K and one V buffer
-[num_slots, heads, max_len, head_dim] and a host-side length per slot. Each stream owns one slot;
-a slot's rows are only ever read or written through its own index, so streams never see each
-other. `LocalKVCache` is the local transformer's scratch state for one frame (positions 0..n_vq).
-
-Keys are stored already rotated (RoPE is applied before caching, as in the reference).
+`KVCache` is the global transformer's static cache: per layer K and V [num_slots, heads, max_len,
+head_dim] and a host-side length per slot. Each stream owns one slot, only ever read or written
+through its own index, so streams never see each other. `LocalKVCache` is the local transformer's
+scratch state for one frame. Keys are stored already rotated (as in the reference).
 """
 
 from __future__ import annotations
@@ -18,13 +16,8 @@ from . import fused_ops
 
 
 class KVCache:
-    """Static per-slot cache of the global transformer.
-
-    Args:
-        num_layers, num_heads, head_dim: transformer geometry.
-        num_slots: concurrent streams.
-        max_len: rows per slot (prompt + generated).
-    """
+    """Static per-slot cache of the global transformer: per layer K and V [num_slots, num_heads,
+    max_len, head_dim], one slot per concurrent stream, max_len rows (prompt + generated) each."""
 
     def __init__(
         self,
@@ -41,8 +34,8 @@ class KVCache:
         shape = (num_slots, num_heads, max_len, head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
-        # Host-side bookkeeping: lengths drive positions and masks without device syncs. A numpy
-        # array: the engine updates one entry per stream per frame, ~100x cheaper than a tensor's.
+        # Host-side lengths drive positions and masks without device syncs; a numpy array, since
+        # the engine updates one entry per stream per frame (far cheaper than a tensor's).
         self.lengths = np.zeros(num_slots, dtype=np.int64)
 
     @property
@@ -151,10 +144,9 @@ class DecodeAttender:
 
 
 class RowDecodeAttender:
-    """`DecodeAttender` with each row's attention computed alone, over exactly its slot's rows, so a
-    row's result never depends on the other rows (one batched call pads every row to the longest
-    one, which rounds differently). Two matrix products around a softmax rather than the fused
-    kernel, which splits a long row over threads: the result does not depend on the thread count."""
+    """`DecodeAttender` with each row's attention computed alone over exactly its slot's rows (a
+    batched call pads rows, which rounds differently), as two matrix products around a softmax, so
+    the result depends neither on the other rows nor on the thread count."""
 
     def __init__(self, cache: KVCache, slots: list[int], positions: list[int]):
         self.cache = cache
@@ -202,14 +194,10 @@ class StaticDecodeAttender:
 
 
 class LocalKVCache:
-    """Scratch state of the local transformer for one frame of up to `rows` streams.
-
-    Per layer K/V [rows, heads, P, head_dim] with P = n_vq + 1 positions, and per-position
-    constants (position index, RoPE cos/sin in the model dtype), so a frame step reads no host
-    value and allocates nothing: the same object serves eager steps and captured CUDA graphs.
-    Every position is rewritten before it is read, so nothing needs clearing between frames.
-    Create it with `MossTTSNanoLM.new_local_cache`.
-    """
+    """Scratch state of the local transformer for one frame of up to `rows` streams: per layer K/V
+    [rows, heads, n_vq + 1, head_dim] and per-position constants, so a step reads no host value and
+    allocates nothing (eager and graphed alike). Every position is rewritten before it is read.
+    Create it with `MossTTSNanoLM.new_local_cache`."""
 
     def __init__(self, num_layers: int, rows: int, num_heads: int, head_dim: int, cos: torch.Tensor,
                  sin: torch.Tensor, device: torch.device, dtype: torch.dtype):

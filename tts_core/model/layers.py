@@ -37,12 +37,9 @@ def rope_inv_freq(head_dim: int, base: float) -> torch.Tensor:
 
 
 class RotaryTable:
-    """cos/sin of the rotary angles, float32, for positions 0..n-1; grown on demand, one per device.
-
-    Angles stay float32 whatever dtype the model runs in (cos/sin are cast only when applied).
-    Kept as plain tensors rather than module buffers so that meta-device construction and
-    `model.to(dtype)` never touch them.
-    """
+    """cos/sin of the rotary angles for positions 0..n-1, float32 whatever the model's dtype (cast
+    only when applied); grown on demand, one per device. Plain tensors, not buffers, so meta-device
+    construction and `model.to(dtype)` never touch them."""
 
     def __init__(self, head_dim: int, base: float):
         self.head_dim = head_dim
@@ -78,11 +75,9 @@ class RotaryTable:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate adjacent lane pairs (2i, 2i+1) of x [..., D] by the angles behind cos/sin [..., D/2].
-
-    out[2i] = x[2i] cos - x[2i+1] sin, out[2i+1] = x[2i+1] cos + x[2i] sin; bit-identical to the
-    reference's `x * cos_rep + rotate_half(x) * sin_rep`. cos/sin must broadcast to [..., D/2].
-    """
+    """Rotate adjacent lane pairs (2i, 2i+1) of x [..., D] by the angles behind cos/sin [..., D/2]:
+    out[2i] = x[2i] cos - x[2i+1] sin, out[2i+1] = x[2i+1] cos + x[2i] sin, bit-identical to the
+    reference's `x * cos_rep + rotate_half(x) * sin_rep`."""
     pairs = x.unflatten(-1, (-1, 2))  # [..., D/2, 2]
     even, odd = pairs[..., 0], pairs[..., 1]
     return torch.stack((even * cos - odd * sin, odd * cos + even * sin), dim=-1).flatten(-2)
@@ -116,11 +111,8 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """h = h + attn(ln_1(h)); h = h + mlp(ln_2(h)).
-
-    The forward is split around the attention (`block_qkv`, `block_finish`): whoever owns the
-    keys and values (an `Attender`) sits in the middle, and compiled steps compile the two halves.
-    """
+    """h = h + attn(ln_1(h)); h = h + mlp(ln_2(h)), split around the attention (`block_qkv`,
+    `block_finish`) so the owner of the keys and values (an `Attender`) sits in the middle."""
 
     def __init__(self, hidden_size: int, num_heads: int, inner_size: int, eps: float):
         super().__init__()
@@ -159,12 +151,8 @@ def block_finish(block: Block, h: torch.Tensor, attn_out: torch.Tensor) -> torch
 
 
 class Embedding(nn.Embedding):
-    """`nn.Embedding` whose random init is skipped on the meta device.
-
-    The loaders build every model on "meta" and assign the checkpoint's tensors. There torch's
-    `normal_` has nothing to fill, yet it goes through torch._refs, whose first use imports
-    torch._dynamo: seconds of a CPU start spent on a compiler the CPU path never runs.
-    """
+    """`nn.Embedding` whose random init is skipped on the meta device, where the loaders build every
+    model: torch's `normal_` there would import torch._dynamo, which a CPU start never needs."""
 
     def reset_parameters(self) -> None:
         if not self.weight.is_meta:
@@ -198,11 +186,8 @@ class DecoderStack(nn.Module):
         attender: Attender,
         collect: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """h: [B, S, H] input embeddings -> post-ln_f states [B, S, H].
-
-        `collect`, if given, receives the input of every block and then the ln_f output (the
-        reference's `output_hidden_states` tuple).
-        """
+        """h: [B, S, H] input embeddings -> post-ln_f states [B, S, H]. `collect`, if given, receives
+        each block's input, then the ln_f output (the reference's `output_hidden_states`)."""
         for index, block in enumerate(self.h):
             if collect is not None:
                 collect.append(h)

@@ -1,13 +1,9 @@
 """MOSS-TTS-Nano language model: global transformer over frame rows + local transformer per frame.
 
-State-dict names and shapes are exactly the reference's (docs/spec/LM.md §2.2), including the tied aliases
-`text_lm_head.weight` (= `transformer.wte.weight`) and `audio_lm_heads.k.weight`
-(= `audio_embeddings.k.weight`).
-
-Call pattern, per stream: `prefill(prompt_rows, cache, slot)` -> hidden [H]; then per frame,
-batched over the active streams: `generate_frame(hidden [B, H], sampling)` -> (is_continue [B],
-codes [B, n_vq]), and for streams that continue, `decode(codes, cache, slots)` -> hidden [B, H].
-Both are the one per-frame step of `lm_step.py` (which the engine also compiles and captures).
+State-dict names and shapes are the reference's (docs/spec/LM.md §2.2), tied aliases included.
+Per stream: `prefill(prompt_rows, cache, slot)` -> hidden [H]; then per frame, batched:
+`generate_frame(hidden [B, H], sampling)` -> (is_continue [B], codes [B, n_vq]) and, for streams
+that continue, `decode(codes, cache, slots)` -> hidden [B, H]; both run `lm_step.py`'s one step.
 """
 
 from __future__ import annotations
@@ -77,12 +73,9 @@ class MossTTSNanoLM(nn.Module):
             )
 
     def embed_rows(self, rows: torch.Tensor, *, validate: bool = True) -> torch.Tensor:
-        """Row embeddings [B, T, H] of rows [B, T, n_vq + 1].
-
-        e = W_te[x] + sum_k 1[c_k != pad] E_k[c_k], summed text first, then channels 0..n_vq-1 in
-        order (the reference order). Audio pad ids contribute exactly zero.
-        `validate=False` skips the range check (and its device sync) for rows built from sampled codes.
-        """
+        """Row embeddings [B, T, H] of rows [B, T, n_vq + 1]: e = W_te[x] + sum_k 1[c_k != pad] E_k[c_k],
+        summed text first, then channels in order (the reference order); pads add exactly zero.
+        `validate=False` skips the range check (a device sync) for rows built from sampled codes."""
         c = self.config
         if rows.ndim != 3 or rows.shape[-1] != c.row_width:
             raise ValueError(f"rows must have shape [B, T, {c.row_width}], got {list(rows.shape)}")
@@ -153,13 +146,9 @@ class MossTTSNanoLM(nn.Module):
         return_all: bool = False,
         hidden_states_out: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """Run prompt rows [T, n_vq + 1] of one stream into cache slot `slot`.
-
-        With `reset` (default) the slot is cleared first, so the rows get positions 0..T-1;
-        `reset=False` appends after the slot's current rows (chunked prefill).
-        Returns the post-ln_f hidden state of the last row [H] ([T, H] with `return_all`).
-        `hidden_states_out` receives each block's input and the ln_f output, [T, H] each.
-        """
+        """Run prompt rows [T, n_vq + 1] of one stream into cache slot `slot` (cleared first with
+        `reset`, else appended after its rows). Returns the last row's post-ln_f hidden [H] ([T, H]
+        with `return_all`); `hidden_states_out` receives each block's input and the ln_f output."""
         rows = torch.as_tensor(rows, dtype=torch.long)
         if rows.ndim != 2:
             raise ValueError(
@@ -185,13 +174,10 @@ class MossTTSNanoLM(nn.Module):
     @torch.no_grad()
     def prefill_many(self, rows: torch.Tensor, lengths: list[int], cache: KVCache, slots: list[int],
                      units: lm_step.StepUnits = lm_step.EAGER, start: int = 0) -> torch.Tensor:
-        """Prefill P fresh slots in one pass: rows [P, T, n_vq + 1] right-padded (any valid ids in the
-        padding), lengths [P] real rows of each. Slot i gets positions 0..lengths[i]-1 (its padded
-        columns hold junk that the slot's length masks out). Returns each slot's last hidden [P, H].
-        `units`: plain (`lm_step.EAGER`) or compiled (`StepUnits.compiled`); their `prefill` runs.
-        `start` > 0: every slot already holds the same `start`-row prefix (e.g. copied from a
-        `PrefixCache`) and `rows` are what follows it (their `prefill_after`).
-        """
+        """Prefill P fresh slots in one pass: rows [P, T, n_vq + 1] right-padded, lengths [P] real
+        rows each; slot i gets positions 0..lengths[i]-1. Returns each slot's last hidden [P, H].
+        `units`: plain or compiled. `start` > 0: every slot already holds the same `start`-row
+        prefix (e.g. from a `PrefixCache`) and `rows` follow it."""
         if rows.ndim != 3 or rows.shape[0] != len(slots) or len(lengths) != len(slots):
             raise ValueError(f"prefill_many takes rows [P, T, {self.config.row_width}] for P slots")
         total = rows.shape[1]
@@ -218,11 +204,8 @@ class MossTTSNanoLM(nn.Module):
     @torch.no_grad()
     def decode(self, codes: torch.Tensor, cache: KVCache, slots: torch.Tensor | list[int],
                units: lm_step.StepUnits = lm_step.EAGER) -> torch.Tensor:
-        """Append one generated frame per stream: codes [B, n_vq] into `slots` [B]; returns hidden [B, H].
-
-        Each row goes to its slot's current length (streams may have different lengths); attention
-        reads exactly each slot's rows (`DecodeAttender`).
-        """
+        """Append one generated frame per stream: codes [B, n_vq] into `slots` [B], each at its slot's
+        own length; attention reads exactly each slot's rows. Returns hidden [B, H]."""
         slot_list = [int(s) for s in (slots.tolist() if isinstance(slots, torch.Tensor) else slots)]
         if codes.ndim != 2 or codes.shape != (len(slot_list), self.config.n_vq):
             raise ValueError(f"decode takes codes [B, {self.config.n_vq}] for B slots, got {list(codes.shape)}")
@@ -283,11 +266,9 @@ class MossTTSNanoLM(nn.Module):
     def generate_frame(self, hidden: torch.Tensor, sampling: SamplingBatch, *, local: LocalKVCache | None = None,
                        units: lm_step.StepUnits = lm_step.EAGER,
                        trace: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decide continue/stop and draw the frame's codes for B streams (`lm_step.frame`).
-
-        `local`: the caller's scratch state (the engine keeps one); default a fresh one.
-        Returns is_continue [B] bool, codes [B, n_vq] long (meaningless for rows that stop).
-        """
+        """Decide continue/stop and draw the frame's codes for B streams (`lm_step.frame`); `local`
+        is the caller's scratch state (default a fresh one). Returns is_continue [B] bool and codes
+        [B, n_vq] long (meaningless for rows that stop)."""
         if local is None:
             local = self.new_local_cache(hidden.shape[0], hidden.device)
         return lm_step.frame(self, hidden, sampling, local, units, trace)

@@ -1,19 +1,10 @@
 """The LM's per-frame step: the one definition every path runs (docs/spec/LM.md §3.3, §5).
 
-A frame of B streams: the local transformer runs over n_vq + 1 positions (position 0 holds the
-global hidden state and decides continue/stop; positions 1..n_vq each draw one codebook's code,
-which is fed back as the next input), then the global transformer appends the new row
-[assistant slot, c_0..c_{n_vq-1}] to each stream's KV cache and returns the next hidden state.
-
-The step is made of a few units (`StepUnits`): one local position, the stop decision, one code
-pick, the row embedding, the two halves of a global block around its attention, the final norm.
-By default they are the plain functions below (`EAGER`); `ROWS` swaps in the local attention and
-the stop decision in forms whose result for a row does not depend on the batch (the CPU runner's
-batched step). `StepUnits.compiled()` wraps each with torch.compile, gpt-fast style: the model's
-own functions are compiled once per batch shape and reused at every position, codebook and layer.
-The engine's static stepper captures calls of either kind into CUDA graphs. Attention over the
-global cache is delegated to an `Attender` (exact slices on the CPU, each row alone in the CPU's
-batched step, a fixed-length masked cache under graphs).
+A frame of B streams: the local transformer runs n_vq + 1 positions (position 0 decides
+continue/stop, each next one draws a codebook's code), then the global transformer appends the row
+[assistant slot, codes] to each stream's KV cache and returns the next hidden state. The step is a
+few units (`StepUnits`): plain (`EAGER`), row-independent (`ROWS`, the CPU's batched step) or
+compiled (`StepUnits.compiled`); global attention goes through an `Attender`.
 """
 
 from __future__ import annotations
@@ -73,11 +64,8 @@ def embed_frame(wte: torch.Tensor, tables: list[torch.Tensor], codes: torch.Tens
                 cos_table: torch.Tensor, sin_table: torch.Tensor,
                 slot_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Embedding of the generated rows [slot_id, codes [B, K]] -> x [B, 1, H], and RoPE cos/sin at
-    `positions` [B] -> [B, 1, 1, 1, D/2] each (model dtype).
-
-    Same sums in the same order as `embed_rows` (text first, then codebooks 0..K-1); sampled codes
-    are never the pad id, so no mask is needed.
-    """
+    `positions` [B] -> [B, 1, 1, 1, D/2] each (model dtype). Same sums in the same order as
+    `embed_rows`; sampled codes are never the pad id, so no mask is needed."""
     h = wte[slot_id].expand(codes.shape[0], 1, -1)  # [B, 1, H]
     for k, table in enumerate(tables):
         h = h + F.embedding(codes[:, k : k + 1], table)
@@ -92,13 +80,10 @@ def final_norm(ln_f: nn.Module, h: torch.Tensor) -> torch.Tensor:
 
 def prefill_stack(stack: DecoderStack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   keys: list[torch.Tensor], values: list[torch.Tensor], slot_index: torch.Tensor) -> torch.Tensor:
-    """Prompts of P fresh slots through the global stack at once: x [P, T, H] embedded rows (right-
-    padded), cos/sin [1, T, 1, 1, D/2]; each layer's keys/values land in columns 0..T-1 of the slots'
-    rows `slot_index` [P] of keys/values (per layer [R, nh, L, D]). Returns post-ln_f states [P, T, H].
-
-    Causal attention means a slot's real rows never see its padding, so each slot gets what a prefill
-    of its own rows would give (up to the rounding of the larger matrix products).
-    """
+    """Prompts of P fresh slots through the global stack at once: x [P, T, H] right-padded rows,
+    cos/sin [1, T, 1, 1, D/2]; keys/values land in columns 0..T-1 of rows `slot_index` [P] (causal:
+    real rows never see the padding, so each slot gets its own prefill up to rounding). Returns
+    post-ln_f states [P, T, H]."""
     length = x.shape[1]
     h = x
     for layer, block in enumerate(stack.h):
@@ -111,11 +96,9 @@ def prefill_stack(stack: DecoderStack, x: torch.Tensor, cos: torch.Tensor, sin: 
 
 def prefill_after_prefix(stack: DecoderStack, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          keys: list[torch.Tensor], values: list[torch.Tensor], slot_index: torch.Tensor) -> torch.Tensor:
-    """`prefill_stack` for rows that follow a prefix already in the slots' columns 0..start-1:
-    x [P, T, H] at positions start..end-1, where cos/sin [1, end, 1, 1, D/2] cover positions 0..end-1
-    (so start = end - T: one compiled graph serves every prefix and text length, no int to
-    specialise on). The rows attend causally over the prefix and themselves. Returns post-ln_f
-    states [P, T, H]."""
+    """`prefill_stack` for rows x [P, T, H] after a prefix already in columns 0..start-1, attending
+    causally over it and themselves. cos/sin [1, end, 1, 1, D/2] cover 0..end-1, so start = end - T
+    (one compiled graph for every prefix and text length). Returns post-ln_f states [P, T, H]."""
     end = cos.shape[1]
     start = end - x.shape[1]
     cos, sin = cos[:, start:], sin[:, start:]
@@ -149,10 +132,8 @@ class StepUnits:
     @functools.cache
     def compiled(cls, backend: str = "inductor") -> StepUnits:
         """Each unit through torch.compile (whole-graph; batch dims dynamic from B = 2 up). One set
-        per backend for the process, so every runner (and every model: their tensors are inputs to
-        the compiled graphs) reuses what was compiled before instead of tracing again. (A whole frame
-        as one graph ran no faster than unit by unit and took far longer to compile.)
-        """
+        per backend for the process, so every runner and model (their tensors are graph inputs)
+        reuses what was compiled instead of tracing again."""
         compile_unit = _compiler(backend)
         # Second argument: positions of the arguments whose dim 0 is the batch. The prefill compiles
         # once for any prompt length and cache size: (argument, dim) pairs marked dynamic. Eager, a
@@ -173,9 +154,8 @@ def local_position_rows(stack: DecoderStack, x: torch.Tensor, index: torch.Tenso
                         sin: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor],
                         key_pos: torch.Tensor) -> torch.Tensor:
     """`local_position` with its attention as two batched matrix products around a softmax, which
-    compute each row alone, whereas the fused CPU kernel splits its work over threads by the batch
-    size. (Not by selecting SDPA's math backend: that switch is process-wide, and the codec thread
-    attends at the same time.)"""
+    compute each row alone (SDPA's CPU kernel splits work by batch size; its math-backend switch is
+    process-wide, and the codec thread attends meanwhile)."""
     h = x[:, None]  # [B, 1, H]
     visible = key_pos <= index  # [P]
     for layer, block in enumerate(stack.h):

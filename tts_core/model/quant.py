@@ -1,19 +1,10 @@
 """Reduced-precision CPU modes: which linear layers keep fp32, fp16 or int8 weights.
 
-On a small CPU the frame loop reads weights far more than it computes (batch-1 matrix-vector
-products; the local transformer's layer is read at each of its 17 positions per frame), so smaller
-weights buy time directly. Both modes use PyTorch's dynamic quantisation modules (FBGEMM):
-arithmetic stays fp32, only the stored weights shrink.
-
-- "fp16": every linear of the LM (global and local transformers, the 16 audio heads) and of the
-  codec decoder's transformer stages stores fp16 weights. Greedy codes matched fp32 teacher-forced on the
-  full-size random model and the codec kept ~64 dB SNR (`bench/engine/fidelity.py` has the table).
-- "int8": as "fp16", but the global transformer's linears hold int8 weights. int8 in the local
-  transformer or the heads changed many greedy codes (each local position feeds the next), and in
-  the codec cost ~40 dB of SNR, so those stay fp16.
-
-The text head stays fp32 (tied to the token table; only two of its rows are used) and so do the
-embedding tables and the codec's quantiser. On CUDA the LM runs in bf16 instead.
+Dynamic quantisation (FBGEMM): arithmetic stays fp32, only the stored weights shrink. "fp16": every
+linear of the LM (global and local transformers, audio heads) and of the codec decoder's
+transformer stages; "int8": as "fp16", but the global transformer's linears hold int8. The text
+head, the embedding tables and the codec's quantiser stay fp32. Why and what each costs:
+docs/PERFORMANCE.md (the CPU section and the precision table).
 """
 
 from __future__ import annotations
@@ -49,9 +40,8 @@ def _quantize(module: nn.Module, names: set[str], dtype: torch.dtype) -> None:
 
 def dynamic_linear(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
     """What `torch.ao.quantization.quantize_dynamic` makes of `linear` with torch's default dynamic
-    qconfigs (the same packed weights: a per-tensor symmetric MinMax scale for int8, fp16 packing
-    otherwise), built without its throw-away full-size zero weight, packed along with the real
-    one: that doubled the cost of converting a model, a step a CPU start waits for."""
+    qconfigs (same packed weights: per-tensor symmetric MinMax for int8, fp16 packing otherwise),
+    built without its throw-away full-size zero weight, which a CPU start would wait to pack."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
     from torch.ao.quantization import default_dynamic_qconfig
 

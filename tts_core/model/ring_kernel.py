@@ -1,18 +1,10 @@
-"""The codec's streaming ring attention as one Triton kernel (fp32 codec, CUDA).
+"""The codec's streaming ring attention as one Triton kernel (fp32 codec, CUDA; docs/PERFORMANCE.md).
 
-At large batch the ring attention is the biggest part of a streaming codec pass. PyTorch's fp32
-attention runs on CUDA cores and reads an additive mask [B, 1, n, K] that each stage first builds
-and writes (hundreds of MB at a few hundred rows). Here:
-- visibility comes from the ring's positions inside the kernel (no mask tensor at all);
-- slots that cannot hold a visible key are never read: until a ring wraps, slot = position, so a
-  block of queries walks the slots up to its last position only, i.e. early in a stream what was
-  said so far rather than the whole window;
-- both products run on tensor cores as three TF32 products each ("tf32x3": every operand split
-  into a high and a low TF32 part), which keeps the error near fp32's (the low x low term is
-  dropped: about 2^-22 relative per product, against 2^-11 for plain TF32).
-
-Same math as `codec_layers.ring_attention` under the stage's mask; the rounding differs (another
-summation order, an online softmax), by about what fp32 rounding is (see tests/model/test_ring_kernel.py).
+Visibility comes from the ring's positions (no mask tensor), slots that cannot hold a visible key
+are never read, and both products run on tensor cores as "tf32x3" (each operand split into high and
+low TF32 parts, the low x low term dropped: about 2^-22 relative error per product). Same math as
+`codec_layers.ring_attention` under the stage's mask; the rounding differs by about fp32's
+(another summation order, an online softmax; tests/model/test_ring_kernel.py).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""CPU linear layers whose result for one row does not depend on the other rows of the call.
+"""CPU linears whose result for a row does not depend on the other rows of the call.
 
-A CPU matrix product picks its kernel by the number of rows and splits rows over threads: with
-PyTorch's default path (MKL) the same input row comes out rounded otherwise in a product of 1, 2
-or 5 rows. That is what kept the CPU engine from batching streams without changing their audio.
-Two ways round it, both checked on this machine at start-up (`rows_independent`), since a BLAS is
-free to change its kernels and other CPUs get other ones:
-
-- oneDNN's matmul on weights packed once for it (what `torch.compile` uses for frozen CPU linears)
-  computes every row with the same kernel from 2 rows on, wherever the row sits and whatever the
-  thread count (and it is faster than MKL for a few rows of a large weight);
-- MKL computes every row alike when the row count is a multiple of 4, so the rows are padded to
-  one. Its calls cost several times less than oneDNN's, which is what counts for small weights
-  (the tiny test checkpoints, a few codec layers).
-
-`torch.ao`'s fp16 dynamic linears (FBGEMM) already compute each row alike; its int8 ones do not
-(one activation scale is measured over all the rows), so `EachRowLinear` runs them row by row.
-`make_rows_independent` swaps a module's linears in place. The CPU runner batches streams only
-where the check passes (`engine/eager_runner.py`).
+A CPU matrix product picks its kernel by row count, so the CPU runner batches streams only through
+these (docs/ARCHITECTURE.md, "Two runners"): `RowLinear` (oneDNN on a weight packed once, or MKL on
+rows padded to a multiple of 4 for small weights) and `EachRowLinear` (int8 dynamic linears, row by
+row; fp16 ones are row-independent already). `make_rows_independent` swaps them in place;
+`rows_independent` probes the property at start-up, since a BLAS may change its kernels.
 """
 
 from __future__ import annotations

@@ -17,13 +17,8 @@ import torch
 
 
 def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
-    """Penalise ids already generated: s < 0 -> s * rp, else s / rp (only where `seen`).
-
-    Args:
-        logits: [B, V] scores.
-        seen: [B, V] bool, ids emitted earlier in this generation (same codebook).
-        penalty: [B] repetition penalty per row (1.0 leaves the row unchanged bit for bit).
-    """
+    """Penalise ids already generated: s < 0 -> s * rp, else s / rp, only where `seen` [B, V] bool
+    (this codebook's history). logits: [B, V]; penalty: [B] (1.0 leaves a row unchanged bit for bit)."""
     rp = penalty.to(logits.dtype)[:, None]  # [B, 1]
     penalised = torch.where(logits < 0, logits * rp, logits / rp)
     return torch.where(seen, penalised, logits)
@@ -90,18 +85,10 @@ def _ties_overflow(values: torch.Tensor, threshold: torch.Tensor) -> bool:
 
 
 def sample_filtered(logits: torch.Tensor, params: FilterParams, uniforms: torch.Tensor) -> torch.Tensor:
-    """Temperature, top-k, top-p (the reference order), then one inverse-CDF draw per row.
-
-    top-k keeps every score >= the k-th largest (ties kept). top-p drops the sorted entries whose
-    cumulative probability *before* them exceeds p, so the first token crossing p and the top token
-    are always kept. Both keep a prefix of the descending order, so the draw is
-    #(cdf < u * cdf[last kept]) over the top-k probabilities: the same distribution as
-    re-normalising over the kept set.
-
-    Args:
-        logits: [B, V]; params: the rows' `FilterParams`; uniforms: [B] in [0, 1).
-    Returns: ids [B].
-    """
+    """Temperature, top-k, top-p (the reference order), then one inverse-CDF draw per row: ids [B]
+    from logits [B, V], the rows' `FilterParams` and uniforms [B] in [0, 1). top-k keeps every score
+    >= the k-th (ties kept); top-p drops the entries whose cumulative probability *before* them
+    exceeds p. Both keep a prefix of the order, so the draw is #(cdf < u * cdf[last kept])."""
     scores = logits / params.temperature.to(logits.dtype)  # [B, V]
     vocab = scores.shape[-1]
     kth_index = params.kth_index
@@ -172,11 +159,9 @@ class SamplingBatch:
 
 
 def decide_continue(stop_logits: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
-    """2-way continue/stop choice from [s_continue, s_stop] logits [B, 2] -> bool [B].
-
-    Greedy rows continue iff s_continue >= s_stop (ties go to index 0). Sampling rows use the text
-    temperature / top-k (min(k, 2)) / top-p and the frame's first uniform; no repetition penalty.
-    """
+    """2-way continue/stop choice from [s_continue, s_stop] logits [B, 2] -> bool [B]. Greedy rows
+    continue iff s_continue >= s_stop; sampling rows use the text temperature / top-k (min(k, 2)) /
+    top-p and the frame's first uniform; no repetition penalty."""
     choice = pick_tokens(
         stop_logits,
         do_sample=batch.do_sample,
@@ -190,11 +175,7 @@ def decide_continue(stop_logits: torch.Tensor, batch: SamplingBatch) -> torch.Te
 
 def pick_codes(logits: torch.Tensor, seen: torch.Tensor, uniforms: torch.Tensor, batch: SamplingBatch) -> torch.Tensor:
     """Codes [B] of one codebook from its logits [B, V_k]: repetition penalty, then greedy or sampled.
-
-    Args:
-        seen: [B, V] this codebook's history (only the first V_k columns are read).
-        uniforms: [B] this codebook's uniforms.
-    """
+    seen: [B, V] this codebook's history (the first V_k columns are read); uniforms: [B]."""
     if batch.any_penalty:
         logits = apply_repetition_penalty(logits, seen[:, : logits.shape[-1]], batch.audio_repetition_penalty)
     return pick_tokens(

@@ -82,13 +82,10 @@ def _cut_to_budget(text: str, count_tokens: Callable[[str], int], max_tokens: in
 
 
 def split_text(text: str, count_tokens: Callable[[str], int], max_tokens: int = 75) -> list[str]:
-    """Split long text into chunks of at most `max_tokens` tokens (docs/spec/LM.md §4.7).
-
-    Sentences (after .!?。！？；; plus closers), then clauses (,，、；;：:) for sentences over budget,
-    then a greedy cut; pieces are packed greedily (joined with "" next to CJK, else " "). A single
-    resulting chunk is the original (stripped) text. `max_tokens <= 0` disables splitting.
-    Deviation: a join whose re-tokenised count exceeds the budget starts a new chunk instead.
-    """
+    """Split long text into chunks of at most `max_tokens` tokens (docs/spec/LM.md §4.7): sentences,
+    then clauses for sentences over budget, then a greedy cut; pieces packed greedily ("" next to CJK,
+    else " "). One chunk is the stripped text; `max_tokens <= 0` disables splitting. Deviation: a
+    join whose re-tokenised count exceeds the budget starts a new chunk."""
     original = text.strip()
     if not original:
         return []

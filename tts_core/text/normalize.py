@@ -36,7 +36,7 @@ _PROTECTORS = (
     re.compile(r"(?<![A-Za-z0-9_&])#[^\s#，。！？；：、,!?;]+"),  # #hashtag
     re.compile(r"(?<![A-Za-z0-9_.])\.[A-Za-z0-9][A-Za-z0-9_.-]*"),  # .env, .gitignore
     # Candidate file/version token, checked in _protect: a maximal run holding a . / + : or - (a run
-    # without one is never protected: matching every plain word cost ~15 % of the cleanup).
+    # without one is never protected, so plain words are not matched at all).
     re.compile(rf"(?<![{_TOK}_])[{_TOK}_]*[./+:\-][{_TOK}_]*"),
 )
 _TRAILING_JUNK = ".,;:!?'\"-_/+"
@@ -218,11 +218,9 @@ def _ensure_terminal(text: str) -> str:
 
 
 def detect_language(text: str, voice_language: str | None = None) -> str:
-    """The upstream WeText rule (docs/spec/LM.md §4.6) plus kana -> "ja" and hangul -> "ko".
-
-    Kana anywhere -> "ja"; else any U+3400-U+9FFF ideograph -> "zh"; else hangul -> "ko"; else
-    any ASCII letter -> "en"; else the voice's language if given, else "zh" (upstream default).
-    """
+    """The upstream WeText rule (docs/spec/LM.md §4.6) plus kana and hangul: kana anywhere -> "ja";
+    else any U+3400-U+9FFF ideograph -> "zh"; else hangul -> "ko"; else any ASCII letter -> "en";
+    else the voice's language if given, else "zh" (upstream default)."""
     if text.isascii():  # the common case, without a loop over the characters
         return "en" if _ASCII_LETTER.search(text) else voice_language or "zh"
     has_han = has_hangul = has_ascii_letter = False

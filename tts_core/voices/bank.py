@@ -1,12 +1,10 @@
 """`VoiceBank`: a preset, an upload or raw codes -> prompt codes [T, 16].
 
-A preset takes the first of its sources that works (`sources.py`); a clip, preset or upload, is
-encoded once by our codec and kept in the on-disk cache (`cache.py`). Audio decoding and the
-codec are injected callables, so importing this module needs neither torch nor the codec.
-
-A preset is listed as available only when it can speak now: its codes are at hand, or a source is
-on this machine, or a download is allowed and not known to fail. Otherwise its listing carries the
-reason, the same clause its requests' error gives (`VoiceUnavailableError`: no retry helps).
+A preset takes the first of its sources that works (`sources.py`); a clip is encoded once by our
+codec and kept on disk (`cache.py`). Decoding and the codec are injected, so this imports no torch.
+A preset is listed as available only when it can speak now (codes at hand, a local source, or a
+download allowed and not known to fail); otherwise its listing carries the clause its requests'
+`VoiceUnavailableError` gives.
 """
 
 from __future__ import annotations
@@ -62,17 +60,13 @@ class VoiceBank:
 
     Args:
         catalog: the preset catalog (`load_catalog()`).
-        voices_dir: folder holding the reference clips under their catalog file names (and
-            optionally `browser_poc_manifest.json`); None = no local clips.
+        voices_dir: reference clips under their catalog file names (and optionally the manifest).
         cache_dir: where codes (`<codec_fingerprint>/<sha256>.npy`) and downloads are kept.
         encoder: float32 [2, n] at 48 kHz -> int codes [F, 16]; None = clips cannot be encoded.
-        codec_fingerprint: identifies the codec weights, so codes of another codec are never reused.
+        codec_fingerprint: the codec weights' id, so codes of another codec are never reused.
         allow_download: fetch the manifest / clips from their pinned URLs when not found locally.
-        max_clip_s: uploads longer than this are trimmed to their first `max_clip_s` seconds.
-        max_upload_bytes: larger uploads are refused (PayloadTooLargeError).
-        manifest_path: an explicit local copy of `browser_poc_manifest.json`.
-        load_audio / to_codec_input: decoding and 48 kHz stereo conversion (default: tts_core.audio.io).
-        fetch: downloader `(url, max_bytes, timeout_s) -> bytes` (default: `fetch_url`).
+        max_clip_s / max_upload_bytes: uploads are trimmed to the first seconds / refused above.
+        load_audio / to_codec_input / fetch: decoding, 48 kHz stereo conversion, downloads.
         max_cached_uploads: encoded uploads kept in memory (least recently used dropped first).
     """
 

@@ -1,14 +1,9 @@
 """The on-disk cache of encoded voices: one `<key>.npy` of prompt codes [T, 16] per key.
 
-A cache lives in one folder per codec (the folder name is the codec fingerprint), so codes of
-another codec are never reused. Keys are sha256 hex digests (of a clip's bytes or of decoded
-upload audio), so no path can be built from user input. Every failure to read or write only
-costs a re-encode: the cache never fails a request.
-
-The folder is bounded: at most `max_files` entries and `max_bytes` bytes. After each `put` the
-least recently used entries go first (a hit marks its file used by touching its modification
-time), and temporary files left by an interrupted write are cleaned once they are old.
-Every distinct uploaded clip used to leave a file here forever.
+One folder per codec fingerprint, so codes of another codec are never reused. Keys are sha256 hex
+digests, so no path is built from user input. A failure to read or write only costs a re-encode:
+the cache never fails a request. Bounded by `max_files` and `max_bytes`: after each `put` the least
+recently used entries go (a hit touches its file), and stale temporary files are removed.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ from .catalog import HEX64, check_codes
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_FILES = 4096  # ~20 s clips: 32 KB each, so about 128 MiB at most
+DEFAULT_MAX_FILES = 4096  # 20 s of codes is 32 KB, so about 128 MiB at most
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 STALE_TEMP_S = 3600.0  # a temporary file this old belongs to a write that never finished
 
@@ -50,14 +45,9 @@ def write_atomic(path: Path, write: Callable[[Any], None]) -> None:
 
 
 class CodeCache:
-    """Prompt codes by key in `directory`, bounded (see the module docstring). Safe to share
-    between threads (atomic files; one lock around eviction).
-
-    Args:
-        directory: the folder of one codec, created on the first `put`.
-        max_files / max_bytes: bounds of the folder's entries; None = unbounded (for codes that
-            must never be evicted, kept in their own folder).
-    """
+    """Prompt codes by key in `directory` (one codec's folder, created on the first `put`), within
+    `max_files` / `max_bytes` (None = unbounded, for codes that must never be evicted). Safe to share
+    between threads (atomic files; one lock around eviction)."""
 
     def __init__(self, directory: Path, *, max_files: int | None = DEFAULT_MAX_FILES,
                  max_bytes: int | None = DEFAULT_MAX_BYTES):

@@ -1,34 +1,9 @@
 """The clip doctor: how fit a reference clip is for cloning, and its best clean 3-10 s window.
 
-Pure functions on a clip `[C, n]` float32 at any rate; nothing is refused here (the hard limits stay
-in `studio/limits/clip_decode.py`). The method, all on 16 kHz mono, 32 ms frames every 10 ms:
-
-- **Level**: each frame's energy in dB. Frames within 45 dB of the loudest are *sounding*
-  (the rest is silence). The noise floor is the 10th percentile of the frames' energies (every
-  recording has pauses); a sounding frame 8 dB above it is *active*.
-- **Non-speech** (music, tones, hum): speech moves its harmonics and formants within tens of
-  milliseconds, a held note or hum does not. Each frequency bin's power, averaged over 90 ms, is
-  reduced to its minimum over +-0.25 s: the *stationary* power. `nonspeech_fraction` is the
-  stationary share of all sounding energy (clean speech: about 0.01). A frame is *steady*
-  (non-speech) when half its power is stationary, or when it is active and its spectrum is flat
-  (spectral flatness over 100 Hz-7 kHz above 0.5: broadband noise); *tainted* when a fifth is.
-- **Speech**: active frames that are not steady, gaps under 0.3 s closed (pauses between words
-  belong to speech), runs under 0.1 s dropped. `speech_seconds` is their total time: the clip's
-  speech once silence is trimmed.
-- **SNR**: the mean power of the speech frames over the noise floor's power (the mean of the
-  quietest 10 % of frames), in dB; capped at 60 dB (digital silence has no floor).
-- **Clipping**: the share of samples (any channel) at or above 0.999 of full scale, or in a run
-  of three or more samples at the clip's peak when that peak is above 0.5 (a limiter's flat top).
-- **Channels**: the RMS difference of the first two channels in dB (0 for mono).
-- **Window**: candidates start where a speech run begins and end where one ends (never inside a
-  word), padded by 0.1 s, 3-10 s long; each scores its clean speech seconds minus three times
-  the seconds of clipped, steady or tainted frames in it, plus 0.01 per second of length (ties go
-  to the longer window, then the earlier). A clip with no 3 s span of speech gets all its speech,
-  first word to last; a run longer than 10 s is cut at its quietest frame in the last 3 s of
-  each 10 s stretch.
-- **Verdict**: "good", or the problems to fix joined by "; ", each saying what to do: non-speech
-  share above 0.1, SNR under 20 dB, over 0.1 % of samples clipped, under 3 s of speech, channels
-  more than 6 dB apart, more than 60 % silence.
+Pure functions on a clip `[C, n]` float32 at any rate, analysed as 16 kHz mono in 32 ms frames
+every 10 ms: level, non-speech (stationary power, flatness), speech runs, SNR, clipping, channel
+balance, the window and the verdict. Nothing is refused here (the hard limits are in
+`studio/limits/clip_decode.py`). The method and every threshold: docs/AUDITION.md ("The clip doctor").
 """
 
 from __future__ import annotations
@@ -192,12 +167,9 @@ def frame_features(wav: np.ndarray, sample_rate: int, clipped_mask: np.ndarray) 
 
 
 def stationary_power(power: np.ndarray, span: int) -> np.ndarray:
-    """[F]: the part of each frame's power that every frame within +-`span` also has, bin by bin.
-
-    A bin's minimum over half a second is what stays put: a tone, a held chord, hum. Speech moves
-    its harmonics and formants within that time, so its minimum is far below its power. (Random
-    noise's minimum is low too: noise is found by flatness and the SNR instead.)
-    """
+    """[F]: the part of each frame's power that every frame within +-`span` also has, bin by bin:
+    what stays put (a tone, a held chord, hum), whereas speech moves its harmonics and formants.
+    Random noise's minimum is low too: noise is found by flatness and the SNR instead."""
     # averaged over 90 ms first: speech sharing a tone's bins beats with it (phases cancel for a
     # frame), which would pull a plain minimum far below the tone's power
     kernel = np.ones(9, np.float32) / 9

@@ -1,21 +1,10 @@
 """Saved voices: a clip a user named once, kept on disk with its encoded prompt codes.
 
-One folder per voice under the library directory (`<cache dir>/voices/library/` in the app):
-
-    voice_<24 hex>/voice.json          id, name, created_at, transcript, language, sample facts
-    voice_<24 hex>/sample.bin          the uploaded clip, as sent (to re-encode for another codec)
-    voice_<24 hex>/codes-<codec>.npy   prompt codes [T, 16] by the codec with that fingerprint
-
-A voice appears at once or not at all: it is written in a hidden temporary folder and renamed into
-place; deleting renames it away before removing it. Ids are random and checked against their
-pattern before any path is built from them; names are sanitised text that never reaches a path.
-Limits: `max_voices` voices, `max_sample_bytes` per clip.
-
-Several server processes may share the folder (replicas on one volume): saving and deleting hold an
-exclusive `flock` on `<library>/library.lock` (a fresh open per operation, so threads of one process
-exclude each other the same way), which makes the count check and the rename one step for every
-process; readers need no lock, since every change is a rename of a complete folder. A voice deleted
-while being listed is simply not listed.
+One folder per voice, `voice_<24 hex>/` (voice.json, sample.bin as sent, codes-<codec>.npy), written
+in a hidden folder and renamed into place, so a voice appears whole or not at all; ids are checked
+against their pattern before any path is built. Processes sharing the folder (replicas) save and
+delete under an exclusive `flock` on `library.lock`, so the count check and the rename are one step;
+readers need no lock (docs/SERVING.md, "Replicas").
 """
 
 from __future__ import annotations
@@ -105,13 +94,9 @@ def _parse_meta(data: object, voice_id: str) -> SavedVoice:
 
 
 class VoiceLibrary:
-    """Saved voices in `directory`. Safe across threads and processes sharing the folder.
-
-    Args:
-        directory: the library folder, created on the first save.
-        max_voices: saving more is refused until one is deleted.
-        max_sample_bytes: larger clips are refused (413).
-    """
+    """Saved voices in `directory` (created on the first save). Safe across threads and processes
+    sharing the folder. Saving past `max_voices` is refused until one is deleted; clips over
+    `max_sample_bytes` are refused (413)."""
 
     def __init__(self, directory: Path, *, max_voices: int = 64, max_sample_bytes: int = 10 * 2**20):
         if max_voices < 1 or max_sample_bytes < 1:

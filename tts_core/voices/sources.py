@@ -1,11 +1,9 @@
 """Where a preset's codes come from: the ONNX manifest's pre-encoded codes, or a reference clip.
 
-Every byte used is checked against the sha256 pinned in the catalog, whether it comes from the
-voices folder, the download folder or the network. Downloads are capped in size and time, and a
-failed one is not retried by every request. A failure is remembered until a download succeeds: a
-preset that needs a download which failed is not listed as available (`download_problem`); one
-failed for want of a network counts for every download not yet made, until one succeeds. Messages in `SourceError` are
-clauses for people (no URL, no path); the details go to the log.
+Every byte used is checked against the sha256 pinned in the catalog, wherever it comes from.
+Downloads are capped in size and time; a failure is remembered until a download succeeds, so a
+preset that needs it is listed unavailable (`download_problem`) rather than retried by every
+request. `SourceError` messages are clauses for people (no URL, no path); details go to the log.
 """
 
 from __future__ import annotations
@@ -112,17 +110,9 @@ def _parse_manifest(data: bytes) -> dict[str, np.ndarray]:
 
 
 class PresetSources:
-    """Finds, verifies and (when allowed) downloads the manifest and the reference clips. Thread-safe.
-
-    Args:
-        manifest: the pinned ONNX manifest of the catalog.
-        voices_dir: folder with the clips under their catalog file names (and optionally the
-            manifest); None = no local clips.
-        downloads_dir: where verified downloads are kept.
-        allow_download: fetch the manifest / clips from their pinned URLs when not found locally.
-        fetch: downloader `(url, max_bytes, timeout_s) -> bytes`.
-        manifest_path: an explicit local copy of `browser_poc_manifest.json`.
-    """
+    """Finds, verifies and (when `allow_download`) downloads with `fetch` the pinned `manifest` and the
+    reference clips. Looks in `voices_dir` (clips under their catalog names, maybe the manifest) and
+    `manifest_path`; keeps verified downloads in `downloads_dir`. Thread-safe."""
 
     def __init__(self, manifest: ManifestRef, *, voices_dir: Path | None, downloads_dir: Path,
                  allow_download: bool, fetch: Fetch, manifest_path: Path | None = None):

@@ -25,9 +25,7 @@ def pick_bucket(num_rows: int, buckets: list[int]) -> int:
 
 def padded_step_input(slots: list[int], uniforms: np.ndarray, has_room: np.ndarray, bucket: int) -> np.ndarray:
     """Host rows of one LM step for a bucket: [bucket, 1 + n_vq + 1] float32 = uniforms | step flag.
-
-    Row s holds slot s; rows not stepped stay zero (flag 0: their state is left alone).
-    """
+    Row s holds slot s; rows not stepped stay zero (flag 0: their state is left alone)."""
     width = uniforms.shape[1] + 1
     rows = np.zeros((bucket, width), np.float32)
     rows[slots, :-1] = uniforms

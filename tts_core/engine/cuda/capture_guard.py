@@ -1,15 +1,9 @@
 """Python's cyclic garbage collector kept out of CUDA graph capture.
 
-torch no longer collects garbage when a capture begins (`torch.compiler.config.force_cudagraph_gc`
-is off by default), so a collection can start in the middle of a capture, triggered by whatever
-the captured body allocates. If the garbage holds a CUDA graph (a dropped runner in a reference
-cycle), destroying it is an operation CUDA forbids while the thread is capturing: the capture is
-invalidated and fails ("operation failed due to a previous error during capture"), e.g. when a
-runner is built in a process that has dropped graphed runners before.
-
-So: collect once before the captures, and keep the collector off until they are done. The
-collector is process-wide; it is off for the seconds a capture takes, and back on afterwards
-unless it was already off.
+A collection mid-capture that destroys a dead CUDA graph (a dropped runner in a reference cycle)
+fails the capture ("operation failed due to a previous error during capture"), and torch does not
+collect before one by default (`force_cudagraph_gc`). So: collect once before the captures and keep
+the process-wide collector off until they are done (back on after, unless it was off already).
 """
 
 from __future__ import annotations

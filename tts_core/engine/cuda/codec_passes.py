@@ -4,11 +4,9 @@ runs its ring attention. Pure functions: the stepper (`graphs.py`) calls them.""
 from __future__ import annotations
 
 CODEC_PASS_FRAMES = (1, 2, 4)  # codec graphs per bucket: frames decoded by one pass (one replay)
-# Chosen from bench/results/codec-attention-h200.json (time per graphed pass over full rings):
-# - from 16 rows on, the Triton ring kernel is fastest for passes of every length;
-# - below that, the GEMMs;
-# - without the kernel (no Triton, or a reduced-precision codec), 1-frame passes and buckets up to 16
-#   rows take the GEMMs, larger passes SDPA.
+# Measured per batch and pass length by `python -m bench.engine.codec_attention` (docs/PERFORMANCE.md):
+# the Triton ring kernel from 16 rows on, the GEMMs below; without the kernel (no Triton, or a
+# reduced-precision codec), 1-frame passes and buckets up to 16 rows take the GEMMs, larger SDPA.
 RING_KERNEL_ROWS = 16
 GEMM_CODEC_ATTENTION_ROWS = 16
 

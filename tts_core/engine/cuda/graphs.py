@@ -1,25 +1,10 @@
 """Static-shape steps of the runner, captured as CUDA graphs per batch bucket (and length bucket).
 
-A step for bucket B works on rows 0..B-1 of the runner's state (KV cache, hidden states, codec
-rings, sampling tables): a batch is padded to the smallest bucket that holds its highest slot, and
-the rows it does not step are masked (they keep their state; the runner gives its state spare rows
-so every bucket fits). All per-step host data goes in through one small copy into a static input
-buffer and comes back through one copy out of a static output buffer (audio through a pinned one,
-`host_copy.py`), so the captured work never sees a host value:
-
-- LM step (`static_step.run_lm_step`): the model's own per-frame step, its units torch.compile'd
-  on CUDA; the global decode attends over the smallest length bucket (a power of two) holding
-  every stepped row, so attention costs what the rows in use cost, not the cache's full length.
-- Codec step: streaming decode of 1, 2 or 4 frames (one graph each) for the bucket's rows.
-
-Start-up: with `defer=True` the stepper starts on the plain (eager, uncompiled) functions at once;
-`compile_in_background` builds the fused kernels and the compiled units on throw-away tensors in
-another thread (the plain ops serve meanwhile: `fused_ops.hold`), and the engine thread calls
-`upgrade` between steps to switch over and capture the graphs (seconds, once).
-
-Per-stream uniforms are drawn on the host from each stream's own generator, so codes never depend
-on which streams share the batch. With graphs off (`enforce_eager`, a CPU) the
-same functions run eagerly. This module only captures and replays: the math is the model's.
+A step for bucket B works on rows 0..B-1 of the runner's state, the rows it does not step masked;
+host data goes in and out through one copy into / out of static buffers, so captured work never
+sees a host value. The LM step attends over the smallest length bucket holding its rows; the codec
+step decodes 1, 2 or 4 frames. With `defer=True` the plain functions serve while a background
+thread compiles, and `upgrade` captures between two steps. Graphs off: the same functions, eager.
 """
 
 from __future__ import annotations
@@ -54,20 +39,10 @@ MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `deco
 
 
 class StaticStepper:
-    """Static buffers and per-bucket step functions over the runner's state (graphed on CUDA).
-
-    Args:
-        lm, codec: the models (eval, on `device`).
-        cache: the runner's `KVCache`; its last column is scratch (rows that do not advance write there).
-        codec_state: the runner's `CodecDecodeState` (same number of rows as the cache).
-        hidden: the runner's [rows, H] last hidden state per slot.
-        buckets: ascending batch sizes; the largest must not exceed the state's rows.
-        use_graphs: capture CUDA graphs (CUDA only); else run the same functions eagerly.
-        compile: `compile_mode` of the LM step's units.
-        defer: start on the plain functions; compile and capture later (see the module doc).
-        spare_row: a state row no stream uses; with graphs, single prompts are then prefilled by
-            graph replays (`prefill_graphs.PrefillGraphs`, captured on that row).
-    """
+    """Static buffers and per-bucket step functions over the runner's state: `cache` (its last
+    column is scratch for rows that do not advance), `codec_state` and `hidden` [rows, H]. `buckets`
+    ascend to at most the state's rows; `use_graphs` captures on CUDA; `compile` and `defer` as in
+    the module doc; `spare_row`, a row no stream uses, lets single prompts prefill by graph replay."""
 
     def __init__(self, lm, codec, cache, codec_state, hidden: torch.Tensor, *, buckets: list[int],
                  use_graphs: bool, compile: str | None = None, defer: bool = False, spare_row: int | None = None):
@@ -193,8 +168,8 @@ class StaticStepper:
     # ---- per-stream tables (outside the graphs) ----------------------------------------------
 
     # A stream's sampling row and prompt length are staged on the host and written for every staged
-    # slot at once by `apply_staged` (the runner calls it before each step): admitting 64 streams
-    # then costs a few copies, not several small device writes and a synchronising copy per stream.
+    # slot at once by `apply_staged` (before each step): a burst costs a few copies, not a
+    # synchronising copy per stream.
 
     def set_sampling(self, slot: int, params: SamplingParams) -> None:
         self._staged_params[slot] = param_row(params, self.state.vocab)
@@ -254,11 +229,9 @@ class StaticStepper:
 
     @torch.inference_mode()
     def warm_kernels(self) -> None:
-        """Run the LM step once per length bucket, and a codec pass of each size over the largest
-        bucket, with every row masked (no state changes, as in `capture`), so that Triton builds each
-        variant of the fused kernels (`model/fused_ops.py`, `model/ring_kernel.py`) now rather than in
-        a listener's first chunk; kernels that cannot be built or run here are turned off for the
-        process, and the plain ops serve."""
+        """Run the LM step once per length bucket and a codec pass of each size, every row masked, so
+        Triton builds each fused-kernel variant now rather than in a listener's first chunk; kernels
+        that cannot be built or run here are turned off for the process (the plain ops serve)."""
         self.state.step_in.zero_()
         self.codec_in.zero_()
         try:
@@ -276,16 +249,12 @@ class StaticStepper:
     @torch.inference_mode()
     def capture(self) -> None:
         """Capture the LM step of every (batch, length) bucket and the codec passes of every batch
-        bucket, largest first (they share one memory pool).
-
-        Inputs are zero while capturing: every row is masked, so the warm-up runs change no state.
-        """
+        bucket, largest first; every row is masked while capturing, so warm-up runs change no state."""
         # Two memory pools: codec replays may run on their own stream while an LM replay runs, so
         # the two kinds must never share intermediate buffers.
         pools = {"lm": torch.cuda.graph_pool_handle(), "codec": torch.cuda.graph_pool_handle()}
-        # ... nor one cuBLAS workspace: torch keys it by the stream a call runs on, and a graph keeps
-        # the one of the stream it was captured on. With one capture stream for both kinds, an LM
-        # replay and a codec replay running at once share it, and the codec replay can hang.
+        # ... nor one cuBLAS workspace (keyed by the capture stream): an LM replay and a codec replay
+        # sharing one at once can hang, so each kind is captured on a stream of its own.
         streams = self.capture_streams = {kind: torch.cuda.Stream(self.device) for kind in pools}
         with torch.cuda.device(self.device), no_gc_during_capture():
             self.state.step_in.zero_()

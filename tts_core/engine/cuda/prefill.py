@@ -1,13 +1,9 @@
 """Prompt prefills of the static (GPU) path: every prompt admitted since the last step, at once.
 
-The runner flushes them before each step:
-- a prompt alone: one graph replay (`prefill_graphs.PrefillGraphs`) when a captured length fits it;
-- prompts whose voice prefix (template and reference frames, the same rows for every request of
-  one voice) was computed before: its keys/values are copied into their slots (one copy per layer
-  for all of them) and only the rows after it (the text, a tenth of a typical prompt) run through
-  the model (the `prefill_after` unit, compiled on CUDA);
-- the rest: right-padded batches of similar lengths through the prefill unit (compiled on CUDA).
-Prefixes met in a full prefill are kept for the next prompts of that voice (`PrefixCache`, LRU).
+Flushed before each step: a prompt alone by one graph replay (`prefill_graphs.PrefillGraphs`) when
+a captured length fits it; prompts whose voice prefix was computed before get its keys/values
+copied into their slots and run only the rows after it (the `prefill_after` unit); the rest go in
+right-padded batches through the prefill unit. Prefixes met in a full prefill are kept (`PrefixCache`).
 """
 
 from __future__ import annotations
@@ -44,14 +40,9 @@ def _padded(rows: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
 
 
 class BatchPrefiller:
-    """The pending prompts of a static runner and how they are prefilled.
-
-    Args:
-        lm: the `MossTTSNanoLM`; cache, hidden: the runner's KV cache and [R, H] hidden states.
-        stepper: the runner's `StaticStepper` (its prefill unit and graphs).
-        prefixes: prompt-prefix store, or None to always prefill whole prompts.
-        spare_row: a cache row no stream uses (where `warm` computes a prefix).
-    """
+    """The pending prompts of a static runner and how they are prefilled, through the runner's
+    `cache`, `hidden` [R, H] and `stepper` (its prefill unit and graphs); `prefixes` None always
+    prefills whole prompts; `spare_row` is a cache row no stream uses (where `warm` computes)."""
 
     def __init__(self, lm, cache, hidden: torch.Tensor, stepper, prefixes: PrefixCache | None,
                  spare_row: int | None):

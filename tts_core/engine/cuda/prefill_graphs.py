@@ -1,12 +1,9 @@
 """A single prompt's prefill captured as CUDA graphs, one per length bucket.
 
-A listener alone on the server waits for its prompt's prefill before the first frame. Run eagerly
-or compiled, that pass is bound by host work (hundreds of kernel launches, the row embedding and
-the bookkeeping around them), several times its GPU work. One graph replay moves all of it to the
-GPU. The prompt is right-padded to its bucket with copies of
-its last row: causal attention means the real rows never see the padding, and the junk keys past
-the prompt stay hidden by the slot's length until its frames overwrite them. Several prompts at
-once, or one longer than the largest bucket, take the batched (compiled) pass instead.
+Run eagerly or compiled, a lone prompt's prefill is bound by host work (kernel launches); one graph
+replay moves it to the GPU. The prompt is right-padded to its bucket with copies of its last row
+(causal attention: the real rows never see the padding; junk keys stay hidden by the slot's
+length). Several prompts at once, or one longer than the largest bucket, take the batched pass.
 """
 
 from __future__ import annotations
@@ -27,14 +24,8 @@ def _bucket(length: int, buckets: list[int]) -> int | None:
 
 
 class PrefillGraphs:
-    """Graphed one-prompt prefill into the runner's KV cache and hidden states.
-
-    Args:
-        lm: the `MossTTSNanoLM`.
-        cache: the runner's `KVCache`; hidden: its [R, H] last hidden states.
-        spare_row: a cache row no stream uses (warm-up and capture write there).
-        forward: the prefill unit (`StepUnits.prefill`, compiled).
-    """
+    """Graphed one-prompt prefill through `forward` (`StepUnits.prefill`, compiled) into the runner's
+    `cache` and `hidden` [R, H]; warm-up and capture write only `spare_row`, a row no stream uses."""
 
     def __init__(self, lm, cache, hidden: torch.Tensor, spare_row: int, forward):
         self.lm = lm

@@ -1,13 +1,10 @@
 """The GPU's runner: static shapes, so every step and decode can be a CUDA graph replay.
 
-A batch is padded to the smallest batch bucket holding its highest slot (`buckets.py`) and the
-step attends over the smallest length bucket holding its rows (`graphs.StaticStepper`, which
-captures and replays them). Work is queued without reading a host value back: prompts admitted
-between two steps are prefilled together before the next one (`prefill.BatchPrefiller`); what
-admitting a stream writes on the device (sampling row, length, codec ring reset) is staged and
-written for all of them at once; a step is launched and collected later (`launch` / `collect`, so
-the engine can launch the next one meanwhile), and codec work runs on a CUDA stream of its own.
-Off CUDA (the tests' CPU runs, `bench/lib/runners.py`) the same functions run eagerly.
+Batches pad to a batch bucket, steps attend over a length bucket (`graphs.StaticStepper`). Nothing
+reads a host value back: admitted prompts are prefilled together before the next step
+(`prefill.BatchPrefiller`), admission writes are staged and applied at once, a step is launched and
+collected later (`launch` / `collect`), and codec work runs on a CUDA stream of its own. Off CUDA
+(the tests' CPU runs, `bench/lib/runners.py`) the same functions run eagerly.
 """
 
 from __future__ import annotations
@@ -42,21 +39,9 @@ class StepTicket:
 
 
 class StaticRunner(SlotRunner):
-    """Static-shape LM steps and codec decodes over `num_slots` stream slots.
-
-    Args:
-        lm: `MossTTSNanoLM` (eval mode, on `device`).
-        codec: `MossAudioCodec` (eval mode, on `device`).
-        num_slots: streams that can run at once.
-        max_context_rows: KV length per slot (prompt + generated rows).
-        enforce_eager: never capture CUDA graphs.
-        buckets: batch-size buckets (default 1, 2, 4, ... >= num_slots).
-        compile: how the LM step's units run (`static_step.compile_mode`): "inductor" (torch.compile,
-            the default on CUDA) or "off" (plain functions).
-        prefix_cache_size: voice prefixes whose KV is kept for the next prompts of the voice.
-        defer: serve at once on the plain step while the compiled units build in a background
-            thread; the engine calls `upgrade` when they are ready (then captures graphs).
-    """
+    """Static-shape LM steps and codec decodes over `num_slots` stream slots (`SlotRunner`'s args),
+    batch `buckets` 1, 2, 4, ... by default; `enforce_eager`: no graphs; `compile`:
+    `static_step.compile_mode`; `defer`: serve on the plain step until `upgrade` (then capture)."""
 
     can_step_ahead = True
 
@@ -73,10 +58,8 @@ class StaticRunner(SlotRunner):
                          state_rows=rows + 1, cache_len=kv_columns(max_context_rows),
                          prefix_cache_size=prefix_cache_size)
         device = self.device
-        # Codec work runs on its own CUDA stream, so a pipelined decode overlaps the next LM step;
-        # the event orders it after this thread's last change to codec state (reset, priming).
-        # High priority: its work is what a listener waits for (first chunks above all), and it is
-        # short beside the LM steps it overlaps.
+        # Codec work runs on its own high-priority CUDA stream (a listener waits on it), overlapping
+        # the next LM step; the event orders it after this thread's last codec-state change.
         self._codec_stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._codec_state_event: torch.cuda.Event | None = None
         self._codec_resets: set[int] = set()  # rows to clear in one batch before the next step
@@ -190,10 +173,8 @@ class StaticRunner(SlotRunner):
 
     @torch.inference_mode()
     def step(self, slots: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """One frame for each slot, waited for: `collect(launch(slots))`.
-
-        Returns (is_continue bool [B], codes int64 [B, 16]) on the host.
-        """
+        """One frame for each slot, waited for: `collect(launch(slots))` -> (is_continue bool [B],
+        codes int64 [B, 16]) on the host."""
         ticket = self.launch(slots)
         try:
             return self.collect(ticket)

@@ -1,11 +1,9 @@
 """The LM step over static tensors: what a CUDA graph captures, as a plain function.
 
-`StepState` holds every tensor one step reads or writes at a fixed address (the runner's KV cache
-and hidden states, the local scratch, per-slot sampling tables and repetition history, the step's
-input and output buffers). `run_lm_step` performs the model's own frame step (`model/lm_step.py`)
-for rows 0..B-1 of that state, with the repetition-history update in between and the attention of
-the global decode restricted to the first `length` cache columns. It reads no host value, so it
-can be captured once per (batch bucket, length bucket) and replayed; or it simply runs eagerly.
+`StepState` holds every tensor one step reads or writes at a fixed address. `run_lm_step` runs the
+model's own frame step (`model/lm_step.py`) for rows 0..B-1 of it, updating the repetition history,
+with the global decode over the first `length` cache columns. It reads no host value, so it can be
+captured once per (batch bucket, length bucket) and replayed, or simply run eagerly.
 """
 
 from __future__ import annotations
@@ -25,10 +23,8 @@ COMPILE_MODES = ("inductor", "off")
 
 
 def compile_mode(device: torch.device, requested: str | None = None) -> str:
-    """How the LM step's units run: "inductor" (torch.compile) or "off" (plain functions).
-
-    Default: "inductor" on CUDA, "off" elsewhere (the CPU path never compiles).
-    """
+    """How the LM step's units run: "inductor" (torch.compile; the default on CUDA) or "off" (plain
+    functions; the default elsewhere: the CPU path never compiles)."""
     if requested is not None:
         if requested not in COMPILE_MODES:
             raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {requested!r}")
