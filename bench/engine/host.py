@@ -61,11 +61,8 @@ class NullRunner:
         self._launched: deque[_Ticket] = deque()
         self._audio = np.ones((2, 8 * SAMPLES_PER_FRAME), np.float32)  # source of the per-stream copies
 
-    def start_background_compile(self, before_each=None, on_ready=None) -> None:
+    def start(self, wait_quiet, when_idle) -> None:
         return None
-
-    def upgrade_ready(self) -> bool:
-        return False
 
     def begin_stream(self, slot: int, sampling, seed: int) -> None:
         self._lengths[slot] = 0

@@ -25,9 +25,9 @@ class TracedStaticRunner(StaticRunner):
 
     def __init__(self, lm, codec, *, defer: bool = False, **options):
         super().__init__(lm, codec, compile="off", defer=True, **options)
-        self.stepper._target_mode = "aot_eager"  # what "inductor" is on CUDA
+        self.graphs._target_mode = "aot_eager"  # what "inductor" is on CUDA
         if not defer:
-            self.stepper.compile_in_background().join()
+            self.graphs.compile_in_background().join()
             self.upgrade()
 
 

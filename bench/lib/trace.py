@@ -3,7 +3,7 @@
 `EngineTrace.attach(engine)` wraps a few methods of one live engine (instance attributes only: the
 class and every other engine stay as they are) so that each call is recorded as a span of its
 thread: admission, prefills, LM launches and collects (the wait for a step; on a CPU, whole steps),
-codec decodes, drains, chunk hand-outs. On CUDA every graph replay or eager step body of the stepper
+codec decodes, drains, chunk hand-outs. On CUDA every graph replay or eager step body of the CUDA graphs
 is also bracketed by two timing events on the stream it runs on, so after the run the device's own
 busy intervals are known, per kind (LM, codec, prefill), and can be laid beside the host's. Nothing
 here changes what the engine computes; the events and the bookkeeping cost a few microseconds per
@@ -39,7 +39,7 @@ class Span:
 
 @dataclass(slots=True)
 class DeviceSpan:
-    """One stepper body on the device: [start, end] events on the stream it ran on."""
+    """One step body on the device: [start, end] events on the stream it ran on."""
 
     kind: str  # "lm", "codec", "prefill"
     rows: int
@@ -169,7 +169,7 @@ class EngineTrace:
         synth.build = traced_build
 
     def attach(self, engine) -> EngineTrace:
-        """Wrap `engine`'s methods (and its runner's, stepper's and scheduler's) for this trace."""
+        """Wrap `engine`'s methods (and its runner's, graphs' and scheduler's) for this trace."""
         runner = engine.runner
         engine._scheduler = _CountedAdmissions(engine._scheduler, self)
         engine._sync = self._timed("drain", engine._sync)
@@ -204,9 +204,9 @@ class EngineTrace:
         prefills = runner.prefills
         if prefills is not None:
             prefills.flush = self._timed("prefill", prefills.flush, lambda *_: len(prefills))
-        stepper = runner.stepper
+        graphs = runner.graphs
         if runner.device.type == "cuda":
-            stepper._run = self._device_timed(stepper._run, lambda kind, bucket, size: (kind, bucket))
+            graphs._run = self._device_timed(graphs._run, lambda kind, bucket, size: (kind, bucket))
             if prefills is not None:
                 prefills.flush = self._device_timed(prefills.flush, lambda *_: ("prefill", len(prefills)))
             torch.cuda.synchronize(runner.device)

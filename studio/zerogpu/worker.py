@@ -108,7 +108,7 @@ class WorkerEngine:
             # torch.compile is unavailable on ZeroGPU; AOTInductor packages are not (one stream: B = 1).
             from .aoti import build_aoti_units
 
-            runner.stepper.units, self.aoti = build_aoti_units(lm, batch=1, device=device, cache_dir=weights.aoti_dir)
+            runner.graphs.units, self.aoti = build_aoti_units(lm, batch=1, device=device, cache_dir=weights.aoti_dir)
         self.engine = Engine(runner, EngineConfig(max_active_streams=1, max_queue=0,
                                                   max_context_rows=weights.max_context_rows))
         logger.info("ZeroGPU worker %d: engine on %s (LM %s, %s step)", os.getpid(), device,

@@ -124,7 +124,7 @@ def test_admission_writes_are_staged_until_the_next_step(tiny_models, tiny_lm_ve
     sampling = SamplingParams(audio_repetition_penalty=1.3)
     alone, _ = drive(runner, [prompt], [5], [0], sampling)
     runner.begin_stream(1, SamplingParams.greedy(), 9)
-    assert 1 in runner.stepper._staged_params  # nothing written to the device yet
+    assert 1 in runner.graphs._staged_params  # nothing written to the device yet
     runner.release(1)
     together, _ = drive(runner, [prompt, prompt], [5, 5], [0, 3], sampling)  # slot 0 again: fresh history
     for codes in together:

@@ -159,7 +159,7 @@ def test_streams_crossing_length_buckets_equal_the_plain_eager_path(models, vect
     plain = EagerRunner(lm, codec, num_slots=2, max_context_rows=600, device=CPU)
     want, _ = drive(plain, prompts, [5, 6], [0, 1], SamplingParams(), frames=60)
     static = _static(models, num_slots=2)
-    assert static.stepper.lengths_buckets == [128, 256, 512, 608]
+    assert static.graphs.lengths_buckets == [128, 256, 512, 608]
     got, _ = drive(static, prompts, [5, 6], [0, 1], SamplingParams(), frames=60)
     for w, g in zip(want, got):
         assert len(g) > 128 - 86  # really crossed the first bucket
@@ -200,9 +200,9 @@ def test_compiled_step_units_equal_the_plain_step(models, vectors, params):
     CUDA compiles, run without inductor) give the plain step's codes, in every bucket."""
     prompts = [vectors[f"{case}.input_ids"].numpy() for case in CASES]
     plain = _static(models)
-    assert plain.stepper.compile_mode == "off" and plain.stepper.units is lm_step.EAGER  # CPU default
+    assert plain.graphs.compile_mode == "off" and plain.graphs.units is lm_step.EAGER  # CPU default
     traced = _static(models, traced=True)
-    assert traced.stepper.compile_mode == "aot_eager" and traced.stepper.units is not lm_step.EAGER
+    assert traced.graphs.compile_mode == "aot_eager" and traced.graphs.units is not lm_step.EAGER
     want, want_pcm = drive(plain, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
     got, got_pcm = drive(traced, prompts, [3, 4, 5, 6], [6, 1, 3, 0], params)
     for w, g in zip(want, got):

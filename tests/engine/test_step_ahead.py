@@ -1,4 +1,4 @@
-"""Step-ahead (`engine/stepping.py`): launching each LM step before reading the one before changes no
+"""Step-ahead (`engine/lookahead.py`): launching each LM step before reading the one before changes no
 stream's codes. Tiny parity checkpoints on the CPU, static runner (where step-ahead runs; the CPU
 launches synchronously, the bookkeeping is the same as on a GPU): the same jobs with step-ahead on,
 off (the runner seen through `bench.lib.runners.Synchronous`) and through the plain eager runner must give the same codes, with segments
@@ -20,7 +20,7 @@ from tts_core.config import EngineConfig, SamplingParams
 from tts_core.engine.cpu import EagerRunner
 from tts_core.engine.cuda.static_runner import StaticRunner
 from tts_core.engine.engine import Engine
-from tts_core.engine.stepping import StepDriver
+from tts_core.engine.lookahead import Lookahead
 from tts_core.engine.stream import Segment, Stream, StreamStatus
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -73,11 +73,11 @@ def _staggered(engine: Engine, prompts) -> list[np.ndarray]:
 
 def test_step_ahead_gives_the_codes_of_synchronous_steps(tiny_models, prompts):
     ahead_engine = _engine(tiny_models, static=True)
-    assert ahead_engine._steps.step_ahead
+    assert ahead_engine._lookahead.step_ahead
     got = _staggered(ahead_engine, prompts)
     assert ahead_engine.runner.most_outstanding == 2  # the runs really stepped ahead
     sync_engine = _engine(tiny_models, static=True, step_ahead=False)
-    assert not sync_engine._steps.step_ahead
+    assert not sync_engine._lookahead.step_ahead
     want = _staggered(sync_engine, prompts)
     assert sync_engine.runner.most_outstanding == 1
     plain = _staggered(_engine(tiny_models, static=False), prompts)  # eager runner: no launches ahead
@@ -147,7 +147,7 @@ def test_a_step_in_flight_is_settled_when_no_stream_is_left_running(prompts):
         stream.slot = i
         stream.first_audio_at = 0.0  # past their first chunks: step-ahead is on
         live[stream.id] = stream
-    driver = StepDriver(runner, live)
+    driver = Lookahead(runner, live)
     driver.generate()
     assert runner.calls == [("launch", (0, 1)), ("launch", (0, 1)), ("collect", (True, True))]
     for stream in live.values():

@@ -57,10 +57,10 @@ def test_graphed_equals_eager_bf16(runners, prompts):
 
 @pytest.mark.compiles
 def test_compile_on_by_default_and_off_when_asked(runners):
-    assert runners(torch.float32, 8).stepper.compile_mode == "inductor"
-    assert runners(torch.float32, 8).stepper.units is not lm_step.EAGER  # compiled and warmed without falling back
+    assert runners(torch.float32, 8).graphs.compile_mode == "inductor"
+    assert runners(torch.float32, 8).graphs.units is not lm_step.EAGER  # compiled and warmed without falling back
     runner = runners(torch.float32, 8, compile="off")
-    assert runner.stepper.compile_mode == "off" and runner.stepper.units is lm_step.EAGER
+    assert runner.graphs.compile_mode == "off" and runner.graphs.units is lm_step.EAGER
 
 
 def test_fused_kernels_build_and_serve_on_this_gpu(runners):
@@ -224,7 +224,7 @@ def test_lm_and_codec_graphs_are_captured_on_streams_of_their_own(runners):
     share the cuBLAS workspace torch keys by capture stream (with one capture stream, 64 streams
     with the compiled step and step-ahead hung in their first second, 3 runs of 3, H200)."""
     runner = runners(torch.float32, 8)
-    streams = runner.stepper.capture_streams
+    streams = runner.graphs.capture_streams
     assert set(streams) == {"lm", "codec"}
     assert streams["lm"].cuda_stream != streams["codec"].cuda_stream
 
@@ -286,7 +286,7 @@ def test_64_callers_on_the_servers_gpu_path_all_finish(full_models, prompts):
     and codec graphs had capture streams of their own this hung in the first second (H200, 3 of 3);
     the stall watch turns a hang into a failure here."""
     runner = _runner(full_models(torch.float32), 64)
-    assert runner.uses_graphs and runner.stepper.compile_mode == "inductor" and runner.can_step_ahead
+    assert runner.uses_graphs and runner.graphs.compile_mode == "inductor" and runner.can_step_ahead
     engine = Engine(runner, EngineConfig(max_active_streams=64, max_queue=0, stall_timeout_s=60))
     try:
         for round_ in range(2):
@@ -339,7 +339,7 @@ def test_step_ahead_changes_no_codes_under_graphs(runners, prompts):
                 for i in range(3)]
 
     ahead, runner = _engine_run(runners, torch.bfloat16, jobs(), runner={"batch_invariant": True, "compile": "off"})
-    assert runner.stepper.use_graphs
+    assert runner.graphs.use_graphs
     synchronous, _ = _engine_run(runners, torch.bfloat16, jobs(), runner={"batch_invariant": True, "compile": "off"}, step_ahead=False)
     for i, (got, want) in enumerate(zip(ahead, synchronous)):
         assert len(got) == 9 + 5 * i + 12

@@ -192,11 +192,11 @@ def test_warming_the_kernels_changes_no_stream_state(tiny_models, tiny_lm_vector
     runner.begin_stream(0, SamplingParams(), 7)
     runner.start_segment(0, prompt, None)
     runner.step([0])
-    state = runner.stepper.state
+    state = runner.graphs.state
     scratch = state.scratch_col
     before = [t.clone() for t in (state.hidden, state.lengths, state.seen)]
     before_kv = [t[:, :, :scratch].clone() for t in state.cache.k + state.cache.v]
-    runner.stepper.warm_kernels()
+    runner.graphs.warm_kernels()
     after_kv = [t[:, :, :scratch] for t in state.cache.k + state.cache.v]
     assert all(torch.equal(a, b) for a, b in zip(before, (state.hidden, state.lengths, state.seen)))
     assert all(torch.equal(a, b) for a, b in zip(before_kv, after_kv))
@@ -248,7 +248,7 @@ def test_a_ring_kernel_that_fails_at_start_up_turns_the_kernels_off(tiny_models,
     # The tiny runner's buckets are below the kernel's rows: ask for it at every size. (The LM part of
     # the warm-up is skipped: the test above covers it, and interpreted it would take minutes.)
     monkeypatch.setattr(graphs, "codec_attention", lambda rows, frames, kernel: "ring_kernel" if kernel else "gemm")
-    monkeypatch.setattr(graphs, "run_lm_step", lambda *_args: None)
+    monkeypatch.setattr(graphs, "step_static", lambda *_args: None)
     runner = _static_runner(tiny_models)
     assert "simulated ring kernel failure" in fused_ops.disabled_reason()
     runner.begin_stream(0, SamplingParams(), 0)

@@ -76,15 +76,8 @@ class EagerRunner(SlotRunner):
                            "each stream steps on its own (exact, slower with several streams)")
         return ok
 
-    def start_background_compile(self, before_each: Callable[[], None] | None = None,
-                                 on_ready: Callable[[], None] | None = None) -> None:
+    def start(self, wait_quiet: Callable[[], None], when_idle: Callable[..., None]) -> None:
         """Nothing to build: the eager step is the only one."""
-
-    def upgrade_ready(self) -> bool:
-        return False
-
-    def upgrade(self) -> None:
-        raise RuntimeError("the eager runner has no other step to switch to")
 
     # ---- stream lifecycle ----------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ schedules (fills free slots), steps (one frame per running stream), decodes and 
 
 A stream's frames are decoded in chunks whose size follows `pacing.decode_count`, on a codec thread
 where one pays (`pipeline.py`); on a GPU the next LM step is launched before the last one is read
-(`stepping.StepDriver`). Between iterations the thread builds queued streams (`intake.py`) and runs
+(`stepping.Lookahead`). Between iterations the thread builds queued streams (`intake.py`) and runs
 idle-time work. Cancelled or finished streams leave the batch at once. See docs/ARCHITECTURE.md.
 """
 
@@ -25,12 +25,12 @@ from .cuda.static_step import CompileCancelled
 from .features import EngineFeatures, resolve_features
 from .idle import MAX_DEFER_S, QUIET_S, IdleSignal
 from .intake import Intake
+from .lookahead import Lookahead
 from .pacing import decode_count, playback_lead_s
 from .pipeline import CodecPipeline
 from .runner_types import Runner
 from .scheduler import Scheduler
 from .stall import StallWatch
-from .stepping import StepDriver
 from .stream import Stream, StreamStatus
 from .types import EngineStats
 
@@ -55,10 +55,11 @@ class Engine:
         self.idle = idle or IdleSignal()
         self._streams: dict[str, Stream] = {}  # admitted: waiting for a slot or running
         self._live: dict[str, Stream] = {}  # running, in slots
-        self._idle_work: deque[tuple[Callable[..., object], tuple]] = deque()  # prefix warm-ups: run when idle
+        # Work for idle moments (prefix warm-ups, the compiled step's switch): (work, args, run by then at the latest)
+        self._idle_work: deque[tuple[Callable[..., object], tuple, float | None]] = deque()
         self._cancels: set[str] = set()  # stream ids cancelled since the last iteration
         self._intakes: list[Intake] = []  # request queues this thread builds and admits (`intake.py`)
-        self._steps = StepDriver(runner, self._live)  # the LM steps, one ahead where possible
+        self._lookahead = Lookahead(runner, self._live)  # the LM steps, one ahead where possible
         self._tick = 0  # LM steps so far: decodes are due on multiples of a stream's budget (`pacing.decode_count`)
         self._stopping = False
         self._stalled: str | None = None  # why the engine gave up on its device (see `stall.py`)
@@ -70,12 +71,11 @@ class Engine:
         self._pipeline = CodecPipeline(split=runner.device.type == "cuda") if pipelined else None
         # On a GPU a decode overlapping an LM step runs much slower: a first chunk is decoded with the LM paused.
         self._first_chunk_alone = runner.device.type == "cuda"
-        self._upgrade_ready_since: float | None = None
         self._thread = threading.Thread(target=self._run, name="tts-engine", daemon=True)
         self._thread.start()
         self.intake = Intake(self.admit)  # streams built on this thread (`submit`)
         self.attach_intake(self.intake)
-        runner.start_background_compile(self._wait_until_quiet, self._notify)
+        runner.start(self._wait_until_quiet, self.when_idle)
 
     # ---- caller side (any thread) -------------------------------------------------------------
 
@@ -107,9 +107,11 @@ class Engine:
         """Queue a prompt prefix [P, 17] whose KV the runner keeps; computed only while idle."""
         self.when_idle(self.runner.warm_prefix, np.asarray(rows, dtype=np.int64))
 
-    def when_idle(self, work: Callable[..., object], *args) -> None:
-        """Run `work(*args)` on this thread at an idle moment, in order; errors are logged."""
-        self._idle_work.append((work, args))  # (deque.append is atomic; the engine takes work under its lock)
+    def when_idle(self, work: Callable[..., object], *args, within_s: float | None = None) -> None:
+        """Run `work(*args)` on this thread at an idle moment, in order (or between two steps once
+        `within_s` has passed, on a server that is never idle); errors are logged."""
+        due = None if within_s is None else time.monotonic() + within_s
+        self._idle_work.append((work, args, due))  # (atomic; the engine takes work under its lock)
         self._notify()
 
     def attach_intake(self, intake: Intake) -> None:
@@ -133,7 +135,7 @@ class Engine:
             return EngineStats(**self._scheduler.report(), stalled=self._stalled is not None)
 
     def features(self) -> list[EngineFeatures]:
-        return [resolve_features(self.runner, step_ahead=self._steps.step_ahead, pipeline=self._pipeline,
+        return [resolve_features(self.runner, step_ahead=self._lookahead.step_ahead, pipeline=self._pipeline,
                                  engine_prepares=bool(self._intakes))]
 
     def close(self, timeout_s: float = 5.0) -> None:
@@ -164,14 +166,12 @@ class Engine:
             for intake in intakes:  # (outside the lock: what it builds is submitted to this engine too)
                 with self._watch.watching():
                     intake.pump()
-            if self._upgrade_due():  # the compiled step is ready: switch over between steps
-                self._upgrade()
-                continue
             with self._wake:
-                work = self._idle_work.popleft() if self._is_idle() and self._idle_work else None
+                work = self._idle_work.popleft() if self._idle_work_due() else None
             if work is not None:
-                # Watched too: a request arriving now waits for it (an upgrade's capture is not: slow GPUs take longer)
-                with self._watch.watching():
+                self._settle_quietly()  # (when busy: the step in flight and the codec work first)
+                self._sync()
+                with self._watch.watching():  # a request arriving now waits for it
                     try:
                         work[0](*work[1])
                     except Exception:  # a warm-up problem must not stop the engine
@@ -182,7 +182,7 @@ class Engine:
                     self._iterate()
                 except Exception as exc:  # a bug must not kill the server: fail the running streams
                     logger.exception("engine iteration failed")
-                    self._steps.forget()
+                    self._lookahead.forget()
                     for live in list(self._live.values()):
                         self._fail(live, exc)
         ending = EngineStalledError(self._stalled) if self._stalled else TTSError("the engine was shut down")
@@ -210,11 +210,18 @@ class Engine:
             intake.detach(self._notify, EngineStalledError(message))
 
     def _has_work(self) -> bool:
-        return bool(self._live or self._scheduler.num_waiting or self._idle_work or self._upgrade_due()
+        return bool(self._live or self._scheduler.num_waiting or self._idle_work
                     or any(intake.waiting for intake in self._intakes))
 
     def _is_idle(self) -> bool:
         return not self._live and not self._scheduler.num_waiting
+
+    def _idle_work_due(self) -> bool:
+        """(Lock held.) The oldest idle work may run now: the engine is idle, or its time is up."""
+        if not self._idle_work:
+            return False
+        due = self._idle_work[0][2]
+        return self._is_idle() or (due is not None and time.monotonic() >= due)
 
     def _wait_until_quiet(self) -> None:
         """Called by the background compile before each unit (tracing holds the interpreter lock and
@@ -222,23 +229,6 @@ class Engine:
         self.idle.wait_quiet(QUIET_S, timeout_s=MAX_DEFER_S)
         if self._stopping:
             raise CompileCancelled("the engine is shutting down")
-
-    def _upgrade_due(self) -> bool:
-        """The compiled step is ready and the engine is idle (or it has waited MAX_DEFER_S)."""
-        if not self.runner.upgrade_ready():
-            return False
-        now = time.monotonic()
-        self._upgrade_ready_since = self._upgrade_ready_since or now
-        return self._is_idle() or now - self._upgrade_ready_since >= MAX_DEFER_S
-
-    def _upgrade(self) -> None:
-        self._settle_quietly()
-        self._sync()
-        try:
-            self.runner.upgrade()
-            logger.info("engine now runs the %s step%s", self.runner.step_kind, "" if self._live else " (idle)")
-        except Exception:  # keep serving on the plain step rather than failing
-            logger.exception("switching to the compiled step failed")
 
     def _take_cancels(self) -> tuple[list[Stream], list[Stream]]:
         """(Lock held.) The cancelled streams: (running, to retire; waiting, dropped from the queue, to
@@ -266,7 +256,7 @@ class Engine:
         for live in cancelled:
             self._retire(live, StreamStatus.CANCELLED)
         if admitted:
-            self._steps.admitted()
+            self._lookahead.admitted()
         for stream_id, slot in admitted:
             live = self._streams[stream_id]
             live.slot = slot
@@ -278,7 +268,7 @@ class Engine:
             except Exception as exc:
                 logger.exception("could not start stream %s", stream_id)
                 self._fail(live, exc)
-        self._steps.generate()
+        self._lookahead.generate()
         self._tick += 1
         self._decode_and_publish()
         self._advance_segments()
@@ -289,8 +279,8 @@ class Engine:
             self._pipeline.drain()
 
     def _start_segment(self, live: Stream) -> None:
-        if self._steps.covers(live):
-            self._steps.settle()  # the step in flight still works on the slot's previous segment
+        if self._lookahead.covers(live):
+            self._lookahead.settle()  # the step in flight still works on the slot's previous segment
         self._sync()  # the segment resets (or primes) the slot's codec state
         segment = live.segment
         self.runner.start_segment(live.slot, segment.rows, segment.prime_codes, segment.prefix_rows)
@@ -375,7 +365,7 @@ class Engine:
 
     def _settle_quietly(self) -> None:
         try:
-            self._steps.settle()
+            self._lookahead.settle()
         except Exception:  # the iteration that launched it fails its streams; here we only wait
             logger.exception("the LM step in flight failed")
 

@@ -1,6 +1,6 @@
 """Decoded audio from the device to host arrays the caller owns, through reused pinned buffers.
 
-The device writes into a pinned buffer that lives as long as the stepper (not fresh pageable memory:
+The device writes into a pinned buffer that lives as long as the CUDA graphs (not fresh pageable memory:
 docs/PERFORMANCE.md); the rows are then copied on the host into arrays of their own, so no caller
 ever holds a view of a reused buffer. `HostPcm` waits for its copy; `PinnedRing` returns at once
 and is read out later by the codec readout thread (`pipeline.py`).

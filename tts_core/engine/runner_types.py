@@ -70,15 +70,10 @@ class Runner(Protocol):
     def decode(self, slots: Sequence[int], codes: np.ndarray) -> list[np.ndarray]:
         """`decode_async(...).result()`."""
 
-    def start_background_compile(self, before_each: Callable[[], None] | None = None,
-                                 on_ready: Callable[[], None] | None = None) -> None:
-        """Start building a faster step in the background (a no-op where there is none): `before_each`
-        runs ahead of each unit (a wait for a quiet moment), `on_ready()` once it is built."""
-
-    def upgrade_ready(self) -> bool:
-        """A faster step is built and waits for `upgrade` (between steps, on the engine thread)."""
-
-    def upgrade(self) -> None: ...
+    def start(self, wait_quiet: Callable[[], None], when_idle: Callable[..., None]) -> None:
+        """The engine runs: a runner that builds a faster step (the CUDA runner's deferred compile)
+        starts it now in the background, calling `wait_quiet()` before each piece of work, and hands
+        its switch to `when_idle(switch, within_s=...)`, which the engine runs between two steps."""
 
 
 class LaunchingRunner(Runner, Protocol):

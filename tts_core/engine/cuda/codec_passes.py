@@ -1,5 +1,5 @@
 """How a streaming codec decode is cut into passes (one CUDA-graph replay each) and how each pass
-runs its ring attention. Pure functions: the stepper (`graphs.py`) calls them."""
+runs its ring attention. Pure functions: the CUDA graphs (`graphs.py`) calls them."""
 
 from __future__ import annotations
 

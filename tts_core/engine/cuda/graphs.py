@@ -25,12 +25,12 @@ from .codec_passes import CODEC_PASS_FRAMES, codec_attention, split_passes
 from .prefill_graphs import PrefillGraphs
 from .static_step import (
     CompileCancelled,
-    StepLaunch,
-    StepState,
+    Launched,
+    StaticTensors,
     build_on_scratch,
     compile_mode,
     compile_on_scratch,
-    run_lm_step,
+    step_static,
 )
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 MAX_PASSES_PER_COPY = 16  # codec passes staged per host-to-device copy in `decode`
 
 
-class StaticStepper:
+class CudaGraphs:
     """Static buffers and per-bucket step functions over the runner's state: `cache` (its last
     column is scratch for rows that do not advance), `codec_state` and `hidden` [rows, H]. `buckets`
     ascend to at most the state's rows; `use_graphs` captures on CUDA; `compile` and `defer` as in
@@ -55,7 +55,7 @@ class StaticStepper:
         if self.buckets[-1] > rows or codec_state.batch_size != rows:
             raise ValueError(f"buckets {self.buckets} need state rows >= {self.buckets[-1]}, got {rows}")
         self.n_vq = lm.config.n_vq
-        self.state = StepState.allocate(lm, cache, hidden)
+        self.state = StaticTensors.allocate(lm, cache, hidden)
         self.lengths_buckets = length_buckets(cache.max_len)
         self.pass_frames = [n for n in CODEC_PASS_FRAMES if n <= codec_state.max_frames_per_pass]
         most = max(self.pass_frames)
@@ -147,9 +147,6 @@ class StaticStepper:
         thread.start()
         return thread
 
-    def upgrade_ready(self) -> bool:
-        return not self.upgraded and self._compile_done.is_set()
-
     @torch.inference_mode()
     def upgrade(self) -> None:
         """Switch to the compiled units and capture the graphs (engine thread, between steps)."""
@@ -212,7 +209,7 @@ class StaticStepper:
         if graph is not None:
             graph.replay()
         elif kind == "lm":
-            run_lm_step(self.lm, self.state, bucket, size, self.units)
+            step_static(self.lm, self.state, bucket, size, self.units)
         else:
             self._codec_step(bucket, size)
 
@@ -236,7 +233,7 @@ class StaticStepper:
         self.codec_in.zero_()
         try:
             for length in self.lengths_buckets:
-                run_lm_step(self.lm, self.state, self.buckets[0], length, self.units)
+                step_static(self.lm, self.state, self.buckets[0], length, self.units)
             for frames in self.pass_frames:
                 self._codec_step(self.buckets[-1], frames)
             if self.device.type == "cuda":
@@ -260,7 +257,7 @@ class StaticStepper:
             self.state.step_in.zero_()
             self.codec_in.zero_()
             for bucket in reversed(self.buckets):
-                bodies = [(("lm", bucket, length), lambda b=bucket, n=length: run_lm_step(
+                bodies = [(("lm", bucket, length), lambda b=bucket, n=length: step_static(
                     self.lm, self.state, b, n, self.units)) for length in reversed(self.lengths_buckets)]
                 bodies += [(("codec", bucket, n), lambda b=bucket, n=n: self._codec_step(b, n))
                            for n in self.pass_frames]
@@ -299,7 +296,7 @@ class StaticStepper:
         return pick_bucket(needed, self.lengths_buckets)
 
     @torch.inference_mode()
-    def launch(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> StepLaunch:
+    def launch(self, bucket: int, rows: np.ndarray, needed: int | None = None) -> Launched:
         """Queue one LM step without waiting for it; rows = `padded_step_input(...)` [bucket, 1 + K + 1];
         `needed`: the largest KV length among the stepped rows + 1 (default: the whole cache). At most
         two launches may be uncollected at once (the host buffers alternate)."""
@@ -315,9 +312,9 @@ class StaticStepper:
         if self.device.type == "cuda":
             done = torch.cuda.Event()
             done.record()
-        return StepLaunch(out, done)
+        return Launched(out, done)
 
-    def collect(self, launch: StepLaunch) -> np.ndarray:
+    def collect(self, launch: Launched) -> np.ndarray:
         """Wait for a launched step: int64 [bucket, 1 + K], continue flag then the frame's codes."""
         if launch.done is not None:
             launch.done.synchronize()  # releases the GIL while it waits

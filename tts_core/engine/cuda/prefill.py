@@ -41,15 +41,15 @@ def _padded(rows: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
 
 class BatchPrefiller:
     """The pending prompts of a static runner and how they are prefilled, through the runner's
-    `cache`, `hidden` [R, H] and `stepper` (its prefill unit and graphs); `prefixes` None always
+    `cache`, `hidden` [R, H] and `graphs` (its prefill unit and graphs); `prefixes` None always
     prefills whole prompts; `spare_row` is a cache row no stream uses (where `warm` computes)."""
 
-    def __init__(self, lm, cache, hidden: torch.Tensor, stepper, prefixes: PrefixCache | None,
+    def __init__(self, lm, cache, hidden: torch.Tensor, graphs, prefixes: PrefixCache | None,
                  spare_row: int | None):
         self.lm = lm
         self.cache = cache
         self.hidden = hidden
-        self.stepper = stepper
+        self.graphs = graphs
         self.prefixes = prefixes
         self.spare_row = spare_row
         self._pending: dict[int, PendingPrompt] = {}
@@ -76,12 +76,12 @@ class BatchPrefiller:
             while count < len(prompts) and (count + 1) * prompts[count].rows.shape[0] <= max_rows_per_pass:
                 count += 1
             group, prompts = prompts[:count], prompts[count:]
-            if count == 1 and self.stepper.prefill_one(group[0].slot, group[0].rows):
+            if count == 1 and self.graphs.prefill_one(group[0].slot, group[0].rows):
                 self.cache.lengths[group[0].slot] = group[0].rows.shape[0]
             else:
                 rows, lengths = _padded([p.rows for p in group])
                 self._set_hidden([p.slot for p in group], self.lm.prefill_many(
-                    rows, lengths, self.cache, [p.slot for p in group], self.stepper.units))
+                    rows, lengths, self.cache, [p.slot for p in group], self.graphs.units))
             self._keep_prefixes(group)
 
     def _after_cached_prefixes(self, prompts: list[PendingPrompt]) -> list[PendingPrompt]:
@@ -98,7 +98,7 @@ class BatchPrefiller:
             slot_index = torch.tensor(slots).to(self.hidden.device, non_blocking=True)
             start = self.prefixes.restore_many(key, self.cache, slot_index)
             rows, lengths = _padded([p.rows[start:] for p in group])
-            self._set_hidden(slots, self.lm.prefill_many(rows, lengths, self.cache, slots, self.stepper.units,
+            self._set_hidden(slots, self.lm.prefill_many(rows, lengths, self.cache, slots, self.graphs.units,
                                                          start=start))
         return rest
 
@@ -124,7 +124,7 @@ class BatchPrefiller:
         row = self.spare_row
         self.cache.reset(row)
         prompt, lengths = _padded([np.asarray(rows, dtype=np.int64)])
-        self.lm.prefill_many(prompt, lengths, self.cache, [row], self.stepper.units)
+        self.lm.prefill_many(prompt, lengths, self.cache, [row], self.graphs.units)
         self.prefixes.store(key, self.cache, row, len(rows))
         self.cache.reset(row)
         return True

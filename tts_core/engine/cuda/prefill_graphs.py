@@ -63,7 +63,7 @@ class PrefillGraphs:
         """Capture every bucket (largest first); the warm-ups and captures write only the spare row."""
         self.index_in.copy_(torch.tensor([self.spare_row, 0]))
         stream = torch.cuda.Stream(self.hidden.device)
-        with no_gc_during_capture():  # nested in StaticStepper.capture too: harmless
+        with no_gc_during_capture():  # nested in CudaGraphs.capture too: harmless
             for length in reversed(self.buckets):
                 stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):

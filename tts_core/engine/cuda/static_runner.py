@@ -1,6 +1,6 @@
 """The GPU's runner: static shapes, so every step and decode can be a CUDA graph replay.
 
-Batches pad to a batch bucket, steps attend over a length bucket (`graphs.StaticStepper`). Nothing
+Batches pad to a batch bucket, steps attend over a length bucket (`graphs.CudaGraphs`). Nothing
 reads a host value back: admitted prompts are prefilled together before the next step
 (`prefill.BatchPrefiller`), admission writes are staged and applied at once, a step is launched and
 collected later (`launch` / `collect`), and codec work runs on a CUDA stream of its own. Off CUDA
@@ -10,32 +10,23 @@ collected later (`launch` / `collect`), and codec work runs on a CUDA stream of 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ...config import SamplingParams
 from ..host_copy import PendingPcm, ReadyPcm
+from ..idle import MAX_DEFER_S
 from ..runner_base import SlotRunner
-from ..sampler import StreamSampler
 from .buckets import bucket_sizes, kv_columns, padded_step_input, pick_bucket
-from .graphs import StaticStepper
+from .graphs import CudaGraphs
 from .prefill import BatchPrefiller
-from .static_step import StepLaunch, graphs_enabled
+from .static_step import Launched, graphs_enabled
 
-
-@dataclass(slots=True)
-class StepTicket:
-    """One launched LM step (`StaticRunner.launch`), until `StaticRunner.collect` reads it."""
-
-    slots: list[int]
-    samplers: list[StreamSampler]
-    uniforms: np.ndarray  # [B, 1 + K] drawn for it
-    has_room: np.ndarray  # [B] whether each row may add a KV row
-    launch: StepLaunch  # the queued step
+logger = logging.getLogger(__name__)
 
 
 class StaticRunner(SlotRunner):
@@ -63,46 +54,50 @@ class StaticRunner(SlotRunner):
         self._codec_stream = torch.cuda.Stream(device, priority=-1) if device.type == "cuda" else None
         self._codec_state_event: torch.cuda.Event | None = None
         self._codec_resets: set[int] = set()  # rows to clear in one batch before the next step
-        self._launched: deque[StepTicket] = deque()  # launched steps not yet collected
+        self._launched: deque[Launched] = deque()  # launched steps not yet collected
         with torch.inference_mode():
-            self.stepper = StaticStepper(lm, codec, self.cache, self.codec_state, self.hidden,
+            self.graphs = CudaGraphs(lm, codec, self.cache, self.codec_state, self.hidden,
                                          buckets=self.buckets, use_graphs=graphs_enabled(device, enforce_eager),
                                          compile=compile, defer=defer, spare_row=spare_row)
         # Prompts prefilled together before the next step.
-        self.prefills = BatchPrefiller(lm, self.cache, self.hidden, self.stepper, self.prefix_cache,
+        self.prefills = BatchPrefiller(lm, self.cache, self.hidden, self.graphs, self.prefix_cache,
                                        spare_row=spare_row)
 
     @property
     def uses_graphs(self) -> bool:
-        return self.stepper.use_graphs
+        return self.graphs.use_graphs
 
     @property
     def compile_mode(self) -> str:
-        return self.stepper.compile_mode
+        return self.graphs.compile_mode
 
     @property
     def step_kind(self) -> str:
         """What the LM step runs as: "plain", "compiled", "plain+graphs" or "compiled+graphs"."""
-        kind = "plain" if self.stepper.compile_mode == "off" else "compiled"
-        return f"{kind}+graphs" if self.stepper.use_graphs else kind
+        kind = "plain" if self.graphs.compile_mode == "off" else "compiled"
+        return f"{kind}+graphs" if self.graphs.use_graphs else kind
 
-    def start_background_compile(self, before_each: Callable[[], None] | None = None,
-                                 on_ready: Callable[[], None] | None = None) -> None:
-        """Deferred start: build the compiled step in a background thread (see graphs.py)."""
-        self.stepper.compile_in_background(before_each, on_ready)
-
-    def upgrade_ready(self) -> bool:
-        """The deferred compiled units are ready to switch to."""
-        return self.stepper.upgrade_ready()
+    def start(self, wait_quiet: Callable[[], None], when_idle: Callable[..., None]) -> None:
+        """Deferred start: the compiled step is built in a background thread (`graphs.py`), each unit
+        once the engine is quiet; the switch to it (and the graphs' capture) runs between two steps at
+        an idle moment, or after MAX_DEFER_S on a server that is never idle."""
+        self.graphs.compile_in_background(
+            wait_quiet, on_ready=lambda: when_idle(self.upgrade, within_s=MAX_DEFER_S))
 
     def upgrade(self) -> None:
-        self.stepper.upgrade()
+        """Switch to the compiled step and capture its graphs (engine thread, between steps); a
+        failure keeps the plain step."""
+        try:
+            self.graphs.upgrade()
+            logger.info("engine now runs the %s step", self.step_kind)
+        except Exception:
+            logger.exception("switching to the compiled step failed: keeping the plain step")
 
     # ---- stream lifecycle ----------------------------------------------------------------------
 
     def begin_stream(self, slot: int, sampling: SamplingParams, seed: int) -> None:
         super().begin_stream(slot, sampling, seed)
-        self.stepper.set_sampling(slot, sampling)  # staged until the next step
+        self.graphs.set_sampling(slot, sampling)  # staged until the next step
 
     @torch.inference_mode()
     def start_segment(self, slot: int, rows: np.ndarray, prime_codes: np.ndarray | None,
@@ -116,7 +111,7 @@ class StaticRunner(SlotRunner):
         self.cache.reset(slot)
         self.prefills.add(slot, rows, prefix_rows)
         self.lengths[slot] = int(rows.shape[0])
-        self.stepper.reset_slot(slot, int(rows.shape[0]))
+        self.graphs.reset_slot(slot, int(rows.shape[0]))
         self._codec_resets.add(slot)  # with the other admitted slots', before the next step
         if prime_codes is not None and len(prime_codes):
             self._apply_slot_resets()
@@ -133,7 +128,7 @@ class StaticRunner(SlotRunner):
 
     def _apply_slot_resets(self) -> None:
         """Write what admitting streams staged (sampling rows, lengths, codec rows)."""
-        self.stepper.apply_staged()
+        self.graphs.apply_staged()
         if self._codec_resets:
             rows = torch.tensor(sorted(self._codec_resets)).to(self.device, non_blocking=True)
             self._codec_resets.clear()
@@ -167,7 +162,7 @@ class StaticRunner(SlotRunner):
         self._codec_resets.discard(slot)
         self.codec_state.reset_row(slot)  # no device sync, unlike reset([slot])
         self._mark_codec_state()
-        self.stepper.reset_slot(slot, 0)
+        self.graphs.reset_slot(slot, 0)
 
     # ---- the LM step ---------------------------------------------------------------------------
 
@@ -183,7 +178,7 @@ class StaticRunner(SlotRunner):
             raise
 
     @torch.inference_mode()
-    def launch(self, slots: Sequence[int]) -> StepTicket:
+    def launch(self, slots: Sequence[int]) -> Launched:
         """Queue one frame for each slot on the device; `collect` waits for it. One more launch may
         follow before this one is collected: it counts this one's frames as made (room and
         attention length)."""
@@ -193,7 +188,7 @@ class StaticRunner(SlotRunner):
         self.flush_prefills()
         bucket = pick_bucket(max(slots) + 1, self.buckets)
         uniforms = np.stack([sampler.draw_uniforms() for sampler in samplers])  # [B, 1 + K]
-        # The stepper's host buffers alternate: at most two launches may be uncollected at once.
+        # The graphs' host buffers alternate: at most two launches may be uncollected at once.
         assert len(self._launched) < 2, "collect a launched step before launching a third"
         ahead: dict[int, int] = {}
         for ticket in self._launched:  # a launched step not yet collected may add a row to these slots
@@ -201,18 +196,18 @@ class StaticRunner(SlotRunner):
                 ahead[slot] = ahead.get(slot, 0) + int(room)
         has_room = np.array([self.context_left(s) - ahead.get(s, 0) > 0 for s in slots], np.float32)
         needed = max(self.lengths[s] + ahead.get(s, 0) for s in slots) + 1  # columns the global decode must see
-        launch = self.stepper.launch(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)
-        ticket = StepTicket(slots, samplers, uniforms, has_room, launch)
+        ticket = self.graphs.launch(bucket, padded_step_input(slots, uniforms, has_room, bucket), needed)
+        ticket.slots, ticket.samplers, ticket.uniforms, ticket.has_room = slots, samplers, uniforms, has_room
         self._launched.append(ticket)
         return ticket
 
-    def collect(self, ticket: StepTicket, keep: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def collect(self, ticket: Launched, keep: Sequence[bool] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The results of a launched step (launches are collected in order): is_continue bool [B] and
         codes int64 [B, 16]. `keep[i]` False drops row i's frame: nothing of it is booked, and its
         uniforms go back to its stream, whose next launched step draws them again (the engine drops
-        the step a stream was launched into after its segment had ended, see `stepping.py`)."""
+        the step a stream was launched into after its segment had ended, see `lookahead.py`)."""
         assert self._launched and self._launched[0] is ticket, "launched steps are collected in order"
-        out = self.stepper.collect(ticket.launch)[ticket.slots]
+        out = self.graphs.collect(ticket)[ticket.slots]
         self._launched.popleft()
         is_continue = out[:, 0].astype(bool)
         for i, slot in enumerate(ticket.slots):
@@ -239,4 +234,4 @@ class StaticRunner(SlotRunner):
         with self._codec_context():
             slots = list(slots)
             bucket = pick_bucket(max(slots) + 1, self.buckets)
-            return self.stepper.decode_async(bucket, slots, np.asarray(codes, dtype=np.int64))
+            return self.graphs.decode_async(bucket, slots, np.asarray(codes, dtype=np.int64))

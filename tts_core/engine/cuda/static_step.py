@@ -1,6 +1,6 @@
 """The LM step over static tensors: what a CUDA graph captures, as a plain function.
 
-`StepState` holds every tensor one step reads or writes at a fixed address. `run_lm_step` runs the
+`StaticTensors` holds every tensor one step reads or writes at a fixed address. `step_static` runs the
 model's own frame step (`model/lm_step.py`) for rows 0..B-1 of it, updating the repetition history,
 with the global decode over the first `length` cache columns. It reads no host value, so it can be
 captured once per (batch bucket, length bucket) and replayed, or simply run eagerly.
@@ -9,8 +9,9 @@ captured once per (batch bucket, length bucket) and replayed, or simply run eage
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
+import numpy as np
 import torch
 
 from ...config import SamplingParams
@@ -32,12 +33,17 @@ def compile_mode(device: torch.device, requested: str | None = None) -> str:
     return "inductor" if device.type == "cuda" else "off"
 
 
-@dataclass(frozen=True, slots=True)
-class StepLaunch:
-    """A launched LM step: where its output lands on the host, and the event that says it has."""
+@dataclass(slots=True)
+class Launched:
+    """A launched LM step until it is collected: where its output lands on the host, the event that
+    says it has, and what the runner drew for its rows."""
 
     out: torch.Tensor  # pinned [bucket, 1 + K] long
     done: torch.cuda.Event | None  # None off CUDA (the step ran synchronously)
+    slots: list[int] = field(default_factory=list)
+    samplers: list = field(default_factory=list)  # the rows' `sampler.StreamSampler`s
+    uniforms: np.ndarray | None = None  # [B, 1 + K] drawn for it
+    has_room: np.ndarray | None = None  # [B] whether each row may add a KV row
 
 
 def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
@@ -46,7 +52,7 @@ def graphs_enabled(device: torch.device, enforce_eager: bool) -> bool:
 
 
 @dataclass(eq=False)
-class StepState:
+class StaticTensors:
     """Static tensors of the LM step for `rows` stream rows (see the module doc)."""
 
     cache: KVCache  # its last column is scratch: rows that do not advance write there
@@ -61,7 +67,7 @@ class StepState:
     vocab: int
 
     @classmethod
-    def allocate(cls, lm, cache: KVCache, hidden: torch.Tensor) -> StepState:
+    def allocate(cls, lm, cache: KVCache, hidden: torch.Tensor) -> StaticTensors:
         c, rows, device = lm.config, cache.num_slots, hidden.device
         vocab = max(c.audio_codebook_sizes)
         return cls(
@@ -94,7 +100,7 @@ def _book(is_stepped: torch.Tensor, is_continue: torch.Tensor, lengths: torch.Te
     return go, write_pos, key_mask.masked_fill(~visible, float("-inf"))[:, None, None, :]
 
 
-def run_lm_step(lm, state: StepState, bucket: int, length: int, units: lm_step.StepUnits) -> None:
+def step_static(lm, state: StaticTensors, bucket: int, length: int, units: lm_step.StepUnits) -> None:
     """One frame for rows 0..bucket-1 (rows whose step flag is 0 keep their state); the global
     decode attends over cache columns [0, length), so every stepped row must have length < `length`."""
     b, s = bucket, state
@@ -145,7 +151,7 @@ def compile_on_scratch(lm, units: lm_step.StepUnits, buckets: list[int], rope_le
     c = lm.config
     rows = max(buckets)
     cache = lm.new_cache(rows, 16, device=device)
-    state = StepState.allocate(lm, cache, torch.zeros(rows, c.hidden_size, device=device, dtype=lm.dtype))
+    state = StaticTensors.allocate(lm, cache, torch.zeros(rows, c.hidden_size, device=device, dtype=lm.dtype))
     lm.rope.get(rope_len, device)  # the embed unit reads the full table: same shape as the live one
     for bucket in sorted(buckets, reverse=True):
         b = bucket

@@ -31,7 +31,7 @@ class _Flight:
     segments: list[int]
 
 
-class StepDriver:
+class Lookahead:
     """Runs, or launches and reads, the LM steps of the engine's streams.
 
     Args:
