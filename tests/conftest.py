@@ -11,6 +11,12 @@ from pathlib import Path
 
 import pytest
 
+# OpenMP threads that wait for work sleep instead of spinning (read when torch loads its OpenMP
+# runtime, so before the first `import torch`; the apps the tests start inherit it): on a machine
+# shared with other work, a spinning thread burns the core its partner needs, and two-thread tests
+# crawl.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # Without a GPU, Triton kernels (model/fused_ops.py) run in Triton's interpreter on CPU tensors;
 # it is chosen when a kernel is defined, so before any tts_core model module is imported.
 if "TRITON_INTERPRET" not in os.environ:
