@@ -57,6 +57,17 @@ def data_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def app_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The session's one `python app.py`, as a user starts it (`support.e2e_helpers.serve_app`), for
+    every folder that asks (defined here, not in each folder's conftest: that would start one per
+    folder). Imported when first asked for, so the GPU folder needs no web stack."""
+    from support.e2e_helpers import serve_app
+
+    with serve_app(data_dir, tmp_path_factory) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def parity_dir(data_dir: Path) -> Path:
     return data_dir / "parity"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.e2e_helpers import app_server, artifacts_dir, browser, browser_context, static_page  # noqa: F401
+from support.e2e_helpers import artifacts_dir, browser, browser_context, static_page  # noqa: F401
 from support.folders import mark_folder
 from support.studio_helpers import paced, studio  # noqa: F401  (fixtures)
 
