@@ -36,6 +36,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A folder whose every test `-m` deselects (`-m "not e2e and not slow"` and e2e/, reliability/)
+    is not even imported: the inner loop skips their imports (Playwright, schemathesis, ...)."""
+    from support.folders import deselects_folder
+
+    if collection_path.parent == Path(__file__).parent and deselects_folder(config.option.markexpr, collection_path):
+        return True
+    return None
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared MOSS-TTS-Nano data directory (real tokenizer, configs, clips, parity vectors).
