@@ -3,8 +3,8 @@
     python scripts/render_figures.py            # rewrite the marked blocks in place
     python scripts/render_figures.py --check    # exit 1, naming the document, if one is out of date
 
-Every figure in those blocks comes from a JSON record written by a benchmark (`python -m tts_core
-bench --json ...`, `python -m bench.reliability.figures --json ...`); every table says which machine
+Every figure in those blocks comes from a JSON record written by a benchmark (`python -m bench.engine
+--json ...`, `python -m bench.reliability.figures --json ...`); every table says which machine
 ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures:NAME:end -->`:
 
     README.md             headline     per machine kind, the newest main record's one-stream and

@@ -13,6 +13,12 @@ from pathlib import Path
 
 import pytest
 
+# OpenMP threads that wait for work sleep instead of spinning (read when torch loads its OpenMP
+# runtime, so before the first `import torch`; the apps the tests start inherit it): on a machine
+# shared with other work, a spinning thread burns the core its partner needs, and two-thread tests
+# crawl.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # Without a GPU, Triton kernels (model/fused_ops.py) run in Triton's interpreter on CPU tensors;
 # it is chosen when a kernel is defined, so before any tts_core model module is imported.
 if "TRITON_INTERPRET" not in os.environ:
@@ -42,6 +48,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(SESSION_CACHE_DIR, ignore_errors=True)
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A folder whose every test `-m` deselects (`-m "not e2e and not slow"` and e2e/, reliability/)
+    is not even imported: the inner loop skips their imports (Playwright, schemathesis, ...)."""
+    from support.folders import deselects_folder
+
+    if collection_path.parent == Path(__file__).parent and deselects_folder(config.option.markexpr, collection_path):
+        return True
+    return None
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared MOSS-TTS-Nano data directory (real tokenizer, configs, clips, parity vectors).
@@ -60,6 +76,17 @@ def data_dir() -> Path:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     return root
+
+
+@pytest.fixture(scope="session")
+def app_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The session's one `python app.py`, as a user starts it (`support.e2e_helpers.serve_app`), for
+    every folder that asks (defined here, not in each folder's conftest: that would start one per
+    folder). Imported when first asked for, so the GPU folder needs no web stack."""
+    from support.e2e_helpers import serve_app
+
+    with serve_app(data_dir, tmp_path_factory) as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

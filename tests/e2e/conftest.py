@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support.e2e_helpers import app_server, artifacts_dir, browser, browser_context, static_page  # noqa: F401
+from support.e2e_helpers import artifacts_dir, browser, browser_context, static_page  # noqa: F401
 from support.folders import mark_folder
 from support.studio_helpers import paced, studio  # noqa: F401  (fixtures)
 
@@ -15,4 +15,4 @@ HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_folder(items, HERE, pytest.mark.e2e)
+    mark_folder(items, HERE)

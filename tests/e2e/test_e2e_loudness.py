@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 
 import numpy as np
@@ -63,6 +64,26 @@ RUN_TAP = TAP.replace("tap.left.push(...e.inputBuffer.getChannelData(0));",
     "left: [], right: [] };", "left: [], right: [], runs: {} };", 1)
 
 
+# Stop the tap and take what it recorded: float32 bytes in base64 (`_samples`), not JSON lists of
+# numbers (the same values, a fraction of the transfer); the runs' too when it files them (RUN_TAP).
+TAKE = """() => {
+  const tap = window.__tap;
+  tap.on = false;
+  const pack = (samples) => {
+    const bytes = new Uint8Array(new Float32Array(samples).buffer);
+    let text = '';
+    for (let at = 0; at < bytes.length; at += 0x8000) text += String.fromCharCode(...bytes.subarray(at, at + 0x8000));
+    return btoa(text);
+  };
+  const runs = Object.entries(tap.runs || {}).map(([run, r]) => [run, [pack(r.left), pack(r.right)]]);
+  return {left: pack(tap.left), right: pack(tap.right), runs: Object.fromEntries(runs)};
+}"""
+
+
+def _samples(packed: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(packed), np.float32)
+
+
 def _lufs(left, right, rate: int = 48_000) -> float:
     stereo = np.stack([np.asarray(left, np.float64), np.asarray(right, np.float64)], axis=1)
     loud = np.flatnonzero(np.abs(stereo).max(axis=1) > 1e-6)
@@ -78,8 +99,8 @@ def _tapped_replay(frame, card, label: str) -> float:
     frame.wait_for_function(f"window.playerStats.runs === {runs + 1}")
     assert wait_done(frame)["state"] == "finished"
     frame.wait_for_timeout(300)  # the last render quanta through the tap
-    tapped = frame.evaluate("() => { window.__tap.on = false; return [window.__tap.left, window.__tap.right]; }")
-    return _lufs(*tapped)
+    tapped = frame.evaluate(TAKE)
+    return _lufs(_samples(tapped["left"]), _samples(tapped["right"]))
 
 
 @pytest.fixture
@@ -161,8 +182,8 @@ def test_play_all_plays_every_card_in_order_and_keys_pick_cards(board) -> None:
 
 def _live_runs(frame) -> dict[int, float]:
     """The tapped loudness of each run since the tap was cleared, by run id."""
-    runs = frame.evaluate("() => { window.__tap.on = false; return window.__tap.runs; }")
-    return {int(run): _lufs(r["left"], r["right"]) for run, r in runs.items() if max(map(abs, r["left"]), default=0) > 1e-4}
+    runs = {run: (_samples(left), _samples(right)) for run, (left, right) in frame.evaluate(TAKE)["runs"].items()}
+    return {int(run): _lufs(left, right) for run, (left, right) in runs.items() if np.abs(left).max(initial=0) > 1e-4}
 
 
 def _audition(page, frame, text: str) -> dict:

@@ -12,6 +12,7 @@ measured by pyloudnorm against the target, as tests/test_e2e_loudness.py does at
 from __future__ import annotations
 
 import base64
+import hashlib
 
 import numpy as np
 import pyloudnorm
@@ -35,7 +36,8 @@ async ([url, prior, lookS]) => {
   const { LiveEstimator } = await import('/studio/livegain.js');
   const { GainGlide } = await import('/player/gainglide.js');
   const { matchGain, measure } = await import('/studio/loudness.js');
-  const data = new Float32Array(await (await fetch(url)).arrayBuffer());
+  const clips = (globalThis.__clips ||= {});   // each clip crosses into the page once
+  const data = (clips[url] ||= new Float32Array(await (await fetch(url)).arrayBuffer()));
   const n = data.length / 2, chunk = 3840, rate = 48000;
   const estimator = new LiveEstimator(rate, { prior }), gains = [];
   for (let at = 0; at < n; at += chunk) {
@@ -76,10 +78,11 @@ def _lufs(stereo: np.ndarray) -> float:
 
 
 def _played(page, clip: np.ndarray, prior: dict | None, look_s: float) -> float:
-    """The integrated loudness of `clip` as the live play scales it."""
-    url = "http://player.test/clip.f32"
-    page.unroute(url)
-    page.route(url, lambda route: route.fulfill(body=clip.tobytes()))
+    """The integrated loudness of `clip` as the live play scales it (the page keeps each clip it
+    fetched, by URL: one URL per clip's content)."""
+    body = clip.tobytes()
+    url = f"http://player.test/clip-{hashlib.sha1(body).hexdigest()[:16]}.f32"
+    page.route(url, lambda route: route.fulfill(body=body))
     out = np.frombuffer(base64.b64decode(page.evaluate(SIMULATE, [url, prior, look_s])), np.float32)
     return _lufs(out)
 

@@ -166,6 +166,7 @@ def test_streams_crossing_length_buckets_equal_the_plain_eager_path(models, vect
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.slow  # compiles the step (aot_eager) in the background
 def test_deferred_compile_serves_at_once_and_switches_without_changing_codes(models, vectors):
     prompt = vectors["A_voice_clone_en.input_ids"].numpy()
     runner = static_runner(models, 2, traced=True, defer=True)

@@ -38,7 +38,7 @@ def _run_order(item: pytest.Item) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_folder(items, HERE, pytest.mark.gpu)
+    mark_folder(items, HERE)
     mine = [index for index, item in enumerate(items) if HERE in Path(item.path).parents]
     for index, item in zip(mine, sorted((items[i] for i in mine), key=_run_order)):  # stable within a group
         items[index] = item

@@ -68,11 +68,13 @@ def _check_pick(params: list[SamplingParams], vocab: int, seed: int, dtype: torc
 
 # The interpreter sorts slowly (about a second per 1,024-wide row): the full grid of filters runs on
 # small vocabularies (one of them not a power of two), a few rows on the real width.
+@pytest.mark.slow
 @pytest.mark.parametrize("vocab", [64, 37])
 def test_pick_code_equals_the_plain_pick(vocab):
     _check_pick(_params(), vocab, seed=vocab)
 
 
+@pytest.mark.slow
 def test_pick_code_equals_the_plain_pick_at_full_width():
     _check_pick([SamplingParams(), SamplingParams(audio_top_k=0), SamplingParams(audio_top_p=1.0),
                  SamplingParams(do_sample=False)], 1024, seed=3)

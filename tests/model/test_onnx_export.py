@@ -21,7 +21,8 @@ from tts_core.export.onnx_runtime import CodecStream, GreedyRun, OnnxModels
 CASES = ["A_voice_clone_en", "B_voice_clone_zh", "C_continuation_prompted", "D_continuation_text_only"]
 PCM_TOL = 1e-4
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# slow: the graphs are exported once per session (`tiny_build`), about two CPU-minutes here.
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

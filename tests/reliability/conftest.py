@@ -22,4 +22,4 @@ HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    mark_folder(items, HERE, pytest.mark.slow)
+    mark_folder(items, HERE)

@@ -1,7 +1,6 @@
-"""Fixtures for the end-to-end tests: one `python app.py` per session, one headless Chromium.
-
-Loaded as a plugin (`pytest_plugins = ["support.e2e_helpers"]` in the test modules) so that every module
-shares the same app process. The app runs the tiny parity checkpoints from the shared data dir.
+"""Fixtures for the end-to-end tests: one headless Chromium per session with a fresh context per
+test, and `serve_app`, the session's `python app.py` (the root conftest's `app_server`, shared by
+every folder that asks for it). The app runs the tiny parity checkpoints from the shared data dir.
 
 Without Chromium or Playwright the browser tests skip, unless MOSS_TTS_REQUIRE_BROWSER is set (CI's
 `.ci/run` sets it): then they fail, so a CI machine that lost its browser cannot pass by skipping.
@@ -14,6 +13,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -156,8 +156,8 @@ def app_command(data_dir: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="session")
-def app_server(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+@contextmanager
+def serve_app(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     """`python app.py` as a user starts it (PORT from the environment), polled until the model is ready."""
     ARTIFACTS.mkdir(exist_ok=True)
     port = free_port()

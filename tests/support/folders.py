@@ -3,20 +3,44 @@ data lives, and the environment of a child `python` that imports this checkout."
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# The marks every test of a folder carries, given by the folder's conftest (`mark_folder`).
+FOLDER_MARKS = {"e2e": ("e2e",), "reliability": ("slow",), "gpu": ("gpu",)}
+_NOT_NAMES = {"and", "or", "not", "True", "False"}
 
 
-def mark_folder(items: list[pytest.Item], folder: Path, *marks: pytest.MarkDecorator) -> None:
-    """Add `marks` to every collected test under `folder` (a conftest's own directory)."""
+def mark_folder(items: list[pytest.Item], folder: Path) -> None:
+    """Add the folder's marks (`FOLDER_MARKS`) to every collected test under `folder` (a conftest's
+    own directory)."""
+    marks = [getattr(pytest.mark, name) for name in FOLDER_MARKS[folder.name]]
     for item in items:
         if folder in Path(item.path).parents:
             for mark in marks:
                 item.add_marker(mark)
+
+
+def deselects_folder(markexpr: str, folder: Path) -> bool:
+    """Whether `-m markexpr` deselects every test of `folder`, whatever other marks a test has:
+    the expression is false with the folder's marks for every value of the other names in it."""
+    from _pytest.mark.expression import Expression  # the parser `-m` itself uses
+
+    marks = FOLDER_MARKS.get(folder.name)
+    if not markexpr or marks is None:
+        return False
+    expression = Expression.compile(markexpr)
+    others = sorted(set(re.findall(r"[A-Za-z_][\w.]*", markexpr)) - _NOT_NAMES - set(marks))
+    for values in itertools.product((False, True), repeat=len(others)):
+        true = set(marks) | {name for name, on in zip(others, values) if on}
+        if expression.evaluate(lambda name, /, true=true, **kwargs: name in true):
+            return False
+    return True
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -2,5 +2,4 @@
 stream route and transports, the voice library across processes, replicas behind nginx.
 """
 
-from support.e2e_helpers import app_server  # noqa: F401  (fixtures)
 from support.openai_helpers import oa_api, oa_clip, oa_sdk, oa_service, oa_url, oa_voice  # noqa: F401

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,6 +19,7 @@ def _run(args: list[str], data_dir: Path, cache: Path, timeout: float = 240) -> 
                           text=True, timeout=timeout)
 
 
+@pytest.mark.slow  # two fresh interpreters: the checkpoint, then the CLI's synthesis
 def test_make_tiny_checkpoint_then_say(tmp_path, data_dir):
     made = _run(["make-tiny-checkpoint", str(tmp_path / "tiny")], data_dir, tmp_path / "cache")
     assert made.returncode == 0, made.stderr

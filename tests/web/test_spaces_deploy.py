@@ -244,6 +244,7 @@ def test_cold_start_bench_runs_on_the_cpu(tmp_path, data_dir):
     assert str(data_dir) not in json.dumps(record)  # no local path in a record that may be committed
 
 
+@pytest.mark.slow  # a fresh interpreter loads the model and generates
 def test_cold_start_bench_times_the_engine_alone_where_the_web_stack_is_missing(tmp_path, data_dir):
     parity = data_dir / "parity"
     out = tmp_path / "cold-engine.json"
