@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import tempfile
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from bench.http.clients import ClientPool, RequestSpec
@@ -73,6 +74,8 @@ def main() -> None:
     p.add_argument("--client-processes", type=int, default=1)
     p.add_argument("--server-args", default="")
     p.add_argument("--env-b", action="append", default=[], help="NAME=VALUE for server B only (e.g. PYTHONPATH=...)")
+    p.add_argument("--stand-in", default="", metavar="STEP_MS,DECODE_MS",
+                   help="both servers' engines on the stand-in device of `stand_in.py` (each checkout must have it)")
     p.add_argument("--json")
     p.add_argument("--note", action="append")
     args = p.parse_args()
@@ -81,6 +84,12 @@ def main() -> None:
     from bench.lib.machine import machine_info
 
     files = ModelFiles.tiny(args.data)
+    launcher: tuple[str, ...] = ()
+    if args.stand_in:
+        step_ms, decode_ms = (float(x) for x in args.stand_in.split(","))
+        launcher = ("-m", "bench.http.stand_in", "--step-ms", str(step_ms), "--decode-ms", str(decode_ms), "--")
+        files = replace(files, label=f"{files.label}, engine on a stand-in device (step {step_ms:g} ms, "
+                                     f"decode {decode_ms:g} ms)")
     recorded = argparse.Namespace(**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                                      if k not in ("data", "a", "b")})
     record = new_record("http_ab", recorded, machine_info([]), {
@@ -95,9 +104,12 @@ def main() -> None:
             apps = {}
             for side, root in (("A", args.a), ("B", args.b)):
                 extra_env = dict(item.split("=", 1) for item in args.env_b) if side == "B" else {}
+                if launcher:
+                    extra_env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
                 apps[side] = stack.enter_context(serve(
                     files, work / side, max_streams=args.streams, threads=args.threads, cpus=None,
-                    extra_args=("--device", "cpu", *args.server_args.split()), root=root.resolve(), extra_env=extra_env))
+                    extra_args=("--device", "cpu", *args.server_args.split()), root=root.resolve(), extra_env=extra_env,
+                    launcher=launcher))
             for app in apps.values():
                 app.wait_ready(600)
                 for fmt in runs:

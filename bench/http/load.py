@@ -241,6 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-dir", default=".", help="where the profiles' raw stacks go")
     p.add_argument("--profile-idle", action=argparse.BooleanOptionalAction, default=False,
                    help="sample waiting threads too (py-spy --idle): where the engine thread waits")
+    p.add_argument("--stand-in", default="", metavar="STEP_MS,DECODE_MS",
+                   help="run the server and the in-process twin on a stand-in device (`stand_in.py`): LM steps "
+                        "ready STEP_MS after launch, decodes DECODE_MS after queueing, real speech audio; the "
+                        "host side alone, as on a GPU host ('': the model itself)")
     p.add_argument("--encoder-check", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--machine-note", default="other engineers' work ran on the same cores; compare runs of one "
                                              "record only", help="what else ran on the machine (for the record)")
@@ -256,7 +260,8 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     started = time.monotonic()
     levels = _levels(args.streams)
-    most = args.max_active_streams or max(levels + _levels(args.search_levels))
+    profiled = [int(item.split(":")[0]) for item in args.profile.split(",") if item]
+    most = args.max_active_streams or max(levels + _levels(args.search_levels) + profiled)
     server_cpus, client_cpus = split_cpus(args.client_cpus)
     if server_cpus:
         import os
@@ -272,6 +277,15 @@ def main() -> None:
         torch.set_num_threads(int(args.threads))
     files = ModelFiles.full(args.checkpoint, args.data) if args.checkpoint else ModelFiles.tiny(args.data)
     device = args.device or ("auto" if args.checkpoint else "cpu")
+    stand_in = [float(x) for x in args.stand_in.split(",")] if args.stand_in else None
+    launcher: tuple[str, ...] = ()
+    if stand_in:
+        from bench.http.stand_in import install
+
+        install(*stand_in, files.voices_dir)  # the in-process twin's engine
+        launcher = ("-m", "bench.http.stand_in", "--step-ms", str(stand_in[0]), "--decode-ms", str(stand_in[1]), "--")
+        files = replace(files, label=f"{files.label}, engine on a stand-in device (step {stand_in[0]:g} ms, "
+                                     f"decode {stand_in[1]:g} ms)")
     work = Path(tempfile.mkdtemp(prefix="http-load-"))
     server_args = ("--device", device, *args.server_args.split())
     recorded = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in ("data", "checkpoint", "app_log", "py_spy", "profile_dir")})
@@ -287,6 +301,7 @@ def main() -> None:
         "cpus": {"server_and_inproc": list(server_cpus) if server_cpus else None,
                  "clients": list(client_cpus) if client_cpus else None},
         "shared_machine": args.machine_note,
+        "stand_in": {"step_ms": stand_in[0], "decode_ms": stand_in[1]} if stand_in else None,
     })
     record["command"] = command_line(_without_paths(sys.argv))
     record["complete"] = False
@@ -301,7 +316,8 @@ def main() -> None:
             settings = record["setup"]["encoder_processes"] or [None]
             apps = {("" if n is None else f" enc={n}"): servers.enter_context(serve(
                 files, work / f"app{i}", max_streams=most, threads=args.threads or None, cpus=server_cpus,
-                extra_args=server_args + (() if n is None else ("--encoder-processes", str(n)))))
+                extra_args=server_args + (() if n is None else ("--encoder-processes", str(n))), launcher=launcher,
+                extra_env={"OMP_WAIT_POLICY": "PASSIVE"} if launcher else None))
                 for i, n in enumerate(settings)}
             synth = inproc_synthesizer(files, device, max(levels), work / "inproc-cache")
             for app in apps.values():

@@ -4,13 +4,16 @@
 figures: what the listeners got (aggregate x real time, TTFB, delivered RTF, underruns of the
 playback simulation, errors), what it cost the server (CPU seconds per audio second, split by
 thread: `server.cpu_split`; encode seconds from its /metrics) and the clients (their CPU).
-`inproc_run` is the same requests through `Synthesizer.stream()` from N threads. `holds` says
+`inproc_run` is the same requests through `Synthesizer.stream()` from N threads (with this
+process's CPU seconds per audio second: the engine's own cost, beside the server's). Each run
+keeps the machine's load average at its start. `holds` says
 whether a run meets a listener target (no error, nobody behind real time, no underrun, TTFB p95
 within a bound). Figures only: nothing here asserts a timing.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -47,6 +50,7 @@ def _per(value: float | None, audio_s: float, digits: int = 4) -> float | None:
 def http_run(app: ServedApp, pool: ClientPool, spec: RequestSpec, streams: int, seed0: int) -> dict:
     """`streams` listeners of `spec` at once; the run's figures (see the module docstring)."""
     app.wait_idle(120)
+    load = os.getloadavg()[0]
     before, cpu0 = app.scrape(), app.cpu()
     result = pool.run(spec, [seed0 + i for i in range(streams)])
     app.wait_idle(120)
@@ -86,6 +90,7 @@ def http_run(app: ServedApp, pool: ClientPool, spec: RequestSpec, streams: int, 
         "bytes_per_audio_s": round(sum(v["bytes"] for v in views) / audio_s) if audio_s else None,
         "audio_s_per_stream": round(statistics.median(v["audio_s"] for v in views), 3) if views else None,
         "client_loop": result.loop,
+        "load_average_1m": round(load, 2),
     }
 
 
@@ -93,8 +98,13 @@ def inproc_run(synth, text: str, streams: int, frames: int, seed0: int) -> dict:
     from tts_core.types import SynthesisRequest
 
     requests = [SynthesisRequest(text, seed=seed0 + i, max_frames=frames) for i in range(streams)]
+    load, cpu = os.getloadavg()[0], time.process_time()
     timings, wall_s = run_streams(synth, requests)
-    return summarize_run(timings, wall_s)
+    cpu = time.process_time() - cpu  # this process: the in-process engine and its callers (the clients are others)
+    summary = summarize_run(timings, wall_s)
+    audio_s = sum(t.audio_s for t in timings)
+    return {**summary, "cpu_s_per_audio_s": round(cpu / audio_s, 4) if audio_s else None,
+            "load_average_1m": round(load, 2)}
 
 
 def median_run(runs: list[dict]) -> dict:

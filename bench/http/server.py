@@ -131,21 +131,23 @@ class ServedApp(AppProcess):
         return cpu_snapshot(self.ps)
 
 
-def app_command(files: ModelFiles, *, max_streams: int, extra_args: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "app.py", "--lm", files.lm, "--codec", files.codec, "--tokenizer", files.tokenizer,
+def app_command(files: ModelFiles, *, max_streams: int, extra_args: tuple[str, ...] = (),
+                launcher: tuple[str, ...] = ()) -> list[str]:
+    """`python app.py ...`; with `launcher` (e.g. `-m bench.http.stand_in ... --`), python runs that first."""
+    return [sys.executable, *launcher, "app.py", "--lm", files.lm, "--codec", files.codec, "--tokenizer", files.tokenizer,
             "--voices-dir", files.voices_dir, "--max-active-streams", str(max_streams), "--max-queue", str(max_streams),
             *extra_args]
 
 
 @contextmanager
 def serve(files: ModelFiles, work: Path, *, max_streams: int, threads: str | None, cpus: tuple[int, ...] | None,
-          extra_args: tuple[str, ...] = (), root: Path = REPO_ROOT, extra_env: dict[str, str] | None = None
-          ) -> Iterator[ServedApp]:
+          extra_args: tuple[str, ...] = (), root: Path = REPO_ROOT, extra_env: dict[str, str] | None = None,
+          launcher: tuple[str, ...] = ()) -> Iterator[ServedApp]:
     """`python app.py` (from `root`) with its temp dir and voice cache under `work`, pinned to `cpus`;
     stopped on exit. Not yet ready: see `ServedApp.wait_ready`."""
     port = free_port()
     env = app_env(port, work, threads=threads, extra=extra_env)
     log_path = work / "app.log"
-    command = app_command(files, max_streams=max_streams, extra_args=extra_args)
+    command = app_command(files, max_streams=max_streams, extra_args=extra_args, launcher=launcher)
     with app_process(command, cwd=root, env=env, log_path=log_path, cpus=cpus) as process:
         yield ServedApp(f"http://127.0.0.1:{port}", process, log_path, cpus)

@@ -2,13 +2,15 @@
 
 `threading.Thread.start()` waits until the new thread has run its first Python lines, which needs
 the interpreter lock: on a busy server (an engine thread and hundreds of pumps wanting it) that
-wait lasted milliseconds, and it was paid on the event loop, once per request. `PumpThreads.run`
-hands a pump's whole life to an idle thread of its own pool and starts a new one only when none is
-idle, so a server starts as many threads as it ever had streams at once, at its busiest moment, and
-none after that.
+wait lasted milliseconds. `PumpThreads.run` hands a pump's whole life to an idle thread of its own
+pool; when none is idle, a thread of the pool's own (the starter) starts one, so the caller, the
+event loop, never waits for a thread to start, even when a burst of requests finds the pool
+smaller than the burst. A server so starts as many threads as it ever had streams at once, at its
+busiest moment, and none after that.
 
-Every thread runs one pump at a time, from start to end (a pump never waits for a free thread: the
-pool grows instead), and is a daemon, as the per-stream threads were. Where the C library has
+Every thread runs one pump at a time, from start to end (a pump never waits for a busy thread: the
+pool grows instead; only, in a burst, for the starter), and is a daemon, as the per-stream threads
+were. Where the C library has
 `pthread_setname_np` (Linux), the threads carry the name "stream-pump" in the operating system
 too, so `top -H`, `ps -L` and the load bench (`/proc/<pid>/task/<tid>/comm`) can tell them apart.
 """
@@ -48,8 +50,10 @@ class PumpThreads:
     def __init__(self, name: str = "stream-pump"):
         self._name = name
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._grow: queue.SimpleQueue[int] = queue.SimpleQueue()  # thread numbers for the starter
         self._lock = threading.Lock()
         self._idle = 0
+        self._starter: threading.Thread | None = None
         self.started = 0  # threads started so far (the most tasks that ever ran at once)
 
     @property
@@ -67,8 +71,20 @@ class PumpThreads:
                 number = self.started
             else:
                 self._idle -= 1
+            if start and self._starter is None:  # (once: the pool's first task)
+                self._starter = threading.Thread(target=self._start_threads, name=f"{self._name}-starter",
+                                                 daemon=True)
+                self._starter.start()
         self._tasks.put(task)
         if start:  # the new thread takes a task (this one, or one put meanwhile): tasks <= threads
+            self._grow.put(number)
+
+    def _start_threads(self) -> None:
+        if _SET_NAME is not None:
+            with contextlib.suppress(Exception):
+                _SET_NAME(OS_THREAD_NAME)
+        while True:
+            number = self._grow.get()
             threading.Thread(target=self._work, name=f"{self._name}-{number}", daemon=True).start()
 
     def _work(self) -> None:

@@ -50,15 +50,19 @@ def submit_watched(synth, request: SynthesisRequest, metrics) -> Stream:
     return stream
 
 
-async def open_stream(synth, request: SynthesisRequest, http_request: Request | None) -> tuple[StreamPump, AudioChunk | None]:
+async def open_stream(synth, request: SynthesisRequest, http_request: Request | None, *,
+                      writer: Callable[[Stream], Encoder] | None = None) -> tuple[StreamPump, AudioChunk | None]:
     """Start `request` and wait for its first chunk (errors surface here, before any byte is sent).
 
     Returns the stream's pump (`stream_pump.py`; `pump.stream` is the `Stream`, whose id is the
-    request's everywhere) and the first chunk (None when the client left before it came). The
-    caller must `start` the pump with a writer, or `close` it. The app's metrics watch the stream.
+    request's everywhere) and the first chunk (None when the client left before it came). Given
+    `writer(stream)`, the pump writes the first chunk before handing it over (its bytes are ready
+    with it; the writer's errors surface here too); without, the caller must `start` the pump with
+    a writer. Either way the caller sends the response or `close`s the pump. The app's metrics
+    watch the stream.
     """
     metrics = getattr(getattr(getattr(http_request, "app", None), "state", None), "metrics", None)
-    pump = StreamPump(lambda: submit_watched(synth, request, metrics))
+    pump = StreamPump(lambda: submit_watched(synth, request, metrics), writer=writer)
 
     async def watch() -> None:
         if http_request is None:
@@ -98,7 +102,7 @@ async def respond(synth, request: SynthesisRequest, http_request: Request, *,
     seconds (`X-Estimated-Duration`) and no-buffering headers to the route's `headers`; logs `what`;
     counts the delivery in `/metrics` under `label`."""
     started = time.monotonic()
-    pump, first = await open_stream(synth, request, http_request)
+    pump, first = await open_stream(synth, request, http_request, writer=writer)
     try:  # until the response owns the pump, an error here must close it (it holds a slot)
         stream = pump.stream
         headers = {**headers, "X-Request-Id": stream.id, **_STREAM_HEADERS}
@@ -113,7 +117,7 @@ async def respond(synth, request: SynthesisRequest, http_request: Request, *,
                                          encode_s=sent.writer_s, elapsed_s=sent.elapsed_s,
                                          finished=sent.outcome == "done")
 
-        return ClosingStreamingResponse(pump, first, writer(stream), request_id=stream.id, media_type=media_type,
+        return ClosingStreamingResponse(pump, first, None, request_id=stream.id, media_type=media_type,
                                         headers=headers, delivered=delivered, started=started)
     except BaseException:
         await pump.close()
@@ -136,11 +140,12 @@ class Delivery:
     elapsed_s: float  # from the stream's start to the last byte
 
 
-async def chunk_bytes(pump: StreamPump, first: AudioChunk | None, encode: Encoder, *, request_id: str,
+async def chunk_bytes(pump: StreamPump, first: AudioChunk | None, encode: Encoder | None, *, request_id: str,
                       header: bytes = b"", delivered: Callable[[Delivery], None] | None = None,
                       started: float | None = None) -> AsyncIterator[bytes]:
-    """`header`, then every chunk through `encode` (in the pump's thread); on the way out (end,
-    error, or client disconnect) close the synthesis stream and log the outcome.
+    """`header`, then every chunk through `encode` (in the pump's thread; None: the writer the pump
+    was made with); on the way out (end, error, or client disconnect) close the synthesis stream
+    and log the outcome.
 
     Starlette cancels this iterator when the client disconnects; closing the pump stops its thread
     within one chunk and cancels the stream in the engine.
@@ -178,7 +183,7 @@ class ClosingStreamingResponse(StreamingResponse):
     garbage collection, holding its engine slot.
     """
 
-    def __init__(self, pump: StreamPump, first: AudioChunk | None, encode: Encoder, *, request_id: str,
+    def __init__(self, pump: StreamPump, first: AudioChunk | None, encode: Encoder | None, *, request_id: str,
                  media_type: str, headers: dict[str, str], header: bytes = b"",
                  delivered: Callable[[Delivery], None] | None = None, started: float | None = None):
         super().__init__(chunk_bytes(pump, first, encode, request_id=request_id, header=header, delivered=delivered,

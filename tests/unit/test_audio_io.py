@@ -19,6 +19,7 @@ from tts_core.audio.io import (
     pcm_to_int16_bytes,
     sniff_container,
     to_codec_input,
+    to_int16,
     wav_stream_header,
 )
 from tts_core.errors import InvalidRequestError
@@ -114,6 +115,22 @@ def test_encoders_decode_back(fmt: str) -> None:
         assert np.array_equal(audio.T, expected16)
     wav, sample_rate = load_audio(data)  # our own reader takes our own output
     assert sample_rate == 48000 and wav.shape == (2, n)
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("special", [False, True])
+def test_16_bit_grid_is_the_plain_formula(channels: int, dtype, special: bool) -> None:
+    """The three-pass conversion gives exactly clip, scale, round (NaN -> 0), planar and interleaved."""
+    rng = np.random.default_rng(channels)
+    pcm = (0.6 * rng.standard_normal((channels, 5000))).astype(dtype)
+    pcm[0, :8] = [1.0, -1.0, 32766.5 / 32767, 0.5 / 32767, 1.5 / 32767, 1e30, -1e30, 1 + 1e-7]
+    if special:
+        pcm[-1, 10:13] = [np.nan, np.inf, -np.inf]
+    expected = np.round(np.clip(np.nan_to_num(pcm.astype(np.float32)), -1, 1) * np.float32(32767)).astype(np.int16)
+    assert np.array_equal(to_int16(pcm), expected)
+    assert pcm_to_int16_bytes(pcm) == np.ascontiguousarray(expected.T).astype("<i2").tobytes()
+    assert pcm_to_int16_bytes(pcm[:, :0]) == b""
 
 
 def test_wav_stream_header() -> None:

@@ -268,3 +268,45 @@ def test_default_and_flag():
 def test_environment_twin(monkeypatch):
     monkeypatch.setenv("MOSS_TTS_ENCODER_PROCESSES", "2")
     assert parse_config([]).server.encoder_processes == 2
+
+
+def test_the_worker_answers_first_the_audio_a_listener_needs_first():
+    """`Backlog`: per stream in order; across streams by when a real-time listener needs the piece
+    (its stream's open time + the audio before it); requests without audio at once."""
+    import json as _json
+
+    from tts_core.audio.encoder_wire import CLOSE, FINISH, OPEN, PUSH, STATS, Message
+    from tts_core.audio.encoder_worker import Backlog
+
+    spec = _json.dumps({"fmt": "mp3", "sample_rate": 48_000, "channels": 2, "bit_rate": None}).encode()
+    piece = bytes(2 * 2 * CHUNK)  # 80 ms of int16 stereo
+    backlog = Backlog()
+    backlog.add(Message(1, OPEN, spec), now=10.0)
+    for _ in range(5):  # stream 1 is 400 ms ahead
+        backlog.add(Message(1, PUSH, piece), now=10.0)
+    backlog.add(Message(1, FINISH, b""), now=10.0)
+    backlog.add(Message(2, OPEN, spec), now=10.1)  # stream 2 starts 100 ms later
+    backlog.add(Message(2, PUSH, piece), now=10.1)
+    backlog.add(Message(3, STATS, b""), now=10.2)
+    backlog.add(Message(4, CLOSE, b""), now=10.2)
+    order = []
+    while len(backlog):
+        message = backlog.pop()
+        order.append((message.channel, message.op))
+    assert order == [(1, OPEN), (2, OPEN), (3, STATS), (4, CLOSE),  # at once, as they came
+                     (1, PUSH), (1, PUSH),  # due at 10.00 and 10.08
+                     (2, PUSH),  # due at 10.10: before stream 1's pieces due at 10.16 ...
+                     (1, PUSH), (1, PUSH), (1, PUSH), (1, FINISH)]
+
+
+def test_messages_fed_in_pieces_of_any_size_come_out_whole():
+    from tts_core.audio.encoder_wire import PUSH, STATS, Message, MessageBuffer, pack
+
+    sent = [Message(7, PUSH, bytes(range(200)) * 3), Message(8, STATS, b""), Message(9, PUSH, b"x")]
+    wire = b"".join(pack(m.channel, m.op, m.payload) for m in sent)
+    for size in (1, 5, 13, len(wire)):
+        buffer, got = MessageBuffer(), []
+        for i in range(0, len(wire), size):
+            got += buffer.feed(wire[i:i + size])
+        assert got == sent and not buffer.partial
+    assert MessageBuffer().feed(wire[:7]) == []

@@ -110,7 +110,7 @@ def test_every_chunk_then_the_tail_in_order_written_in_the_pump_thread():
         return source, writer, out, pump
 
     source, writer, out, pump = run_coro(main())
-    assert out == [bytes([i]) * 4 for i in range(5)] + [b"end"]
+    assert b"".join(out) == b"".join(bytes([i]) * 4 for i in range(5)) + b"end"  # (pieces that waited come joined)
     # one thread read and wrote the whole stream: a pump thread, not the test's (the event loop's)
     assert len(writer.threads) == 1 and writer.threads == source.threads
     assert next(iter(writer.threads)).startswith("stream-pump-")
@@ -144,7 +144,7 @@ def test_an_error_mid_stream_reaches_the_reader_after_what_was_written():
         return got, writer, source
 
     got, writer, source = run_coro(main())
-    assert got == [b"\x00" * 4, b"\x01" * 4] and writer.closed and source.closed.is_set()
+    assert b"".join(got) == b"\x00" * 4 + b"\x01" * 4 and writer.closed and source.closed.is_set()
 
 
 def test_close_mid_stream_stops_the_thread_and_closes_stream_and_writer():
@@ -155,7 +155,7 @@ def test_close_mid_stream_stops_the_thread_and_closes_stream_and_writer():
         await pump.first()
         pump.start(writer)
         async for data in pump.output():
-            assert data == b"\x00" * 4
+            assert data.startswith(b"\x00" * 4)
             break
         await pump.close()
         return source, writer
@@ -170,16 +170,116 @@ def test_a_client_that_does_not_read_holds_at_most_max_pending_outputs():
         pump = await _pump(source)
         await pump.first()
         pump.start(writer)
-        while pump._queue.qsize() < MAX_PENDING:
+        while pump.pending < MAX_PENDING:
             await asyncio.sleep(0.01)
         for _ in range(20):  # the thread is held back: the queue does not grow past the bound
             await asyncio.sleep(0.01)
-            assert pump._queue.qsize() <= MAX_PENDING
+            assert pump.pending <= MAX_PENDING
         out = [data async for data in pump.output()]
         await pump.close()
         return out
 
-    assert len(run_coro(main())) == MAX_PENDING * 3 + 1
+    assert b"".join(run_coro(main())) == b"".join(bytes([i % 256]) * 4 for i in range(MAX_PENDING * 3)) + b"end"
+
+
+def test_a_writer_given_up_front_writes_the_first_chunk_before_it_is_handed_over():
+    """The first chunk's bytes are waiting when first() returns: no second trip to the thread."""
+
+    async def main():
+        source, writer, made = Source(3), Writer(), []
+
+        def make(stream) -> Writer:
+            made.append((stream, threading.current_thread().name))
+            return writer
+
+        pump = StreamPump(source.start, writer=make)
+        first = await pump.first()
+        written = pump.pending  # before anything else is awaited
+        pump.start(None)  # a no-op: it has its writer
+        out = b"".join([data async for data in pump.output()])
+        await pump.close()
+        return first, written, made, writer, out, pump
+
+    first, written, made, writer, out, pump = run_coro(main())
+    assert first is not None and first.seq == 0 and written >= 1
+    assert out == b"\x00" * 4 + b"\x01" * 4 + b"\x02" * 4 + b"end"
+    assert len(made) == 1 and made[0][0] is pump.stream and made[0][1].startswith("stream-pump-")
+    assert writer.closed and pump.samples == 3 * 3840
+
+
+def test_a_writer_that_fails_on_the_first_chunk_fails_first():
+    def make(stream):
+        def write(chunk):
+            raise ValueError("no encoder for you")
+
+        return write
+
+    async def main():
+        source = Source(3)
+        pump = StreamPump(source.start, writer=make)
+        with pytest.raises(ValueError, match="no encoder"):
+            await pump.first()
+        await pump.close()
+        return source
+
+    assert run_coro(main()).closed.is_set()
+
+
+def test_outputs_that_waited_for_the_reader_come_out_in_one_piece():
+    async def main():
+        source, writer = Source(6), Writer()
+        pump = StreamPump(source.start, writer=lambda stream: writer)
+        await pump.first()
+        while pump.pending < 8:  # six chunks, the tail, the end: all there before the reader reads
+            await asyncio.sleep(0.01)
+        out = [data async for data in pump.output()]
+        await pump.close()
+        return out
+
+    out = run_coro(main())
+    assert out == [b"".join(bytes([i]) * 4 for i in range(6)) + b"end"]
+
+
+def test_posts_made_while_the_loop_is_busy_arrive_in_order_in_one_hand_over():
+    from studio.delivery import stream_pump
+
+    class Inbox:
+        def __init__(self):
+            self.items = []
+
+        def _arrive(self, item):
+            self.items.append(item)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        box = stream_pump._Mailbox(loop)
+        hand_overs = []
+        real = box._hand_over
+
+        def counted():
+            hand_overs.append(len(box._items))
+            real()
+
+        box._hand_over = counted
+        pumps = [Inbox() for _ in range(4)]
+        posted = threading.Event()
+
+        def post_all():
+            for n in range(25):
+                for pump in pumps:
+                    box.post(pump, ("data", n))
+            posted.set()
+
+        # the loop is held in a callback while another thread posts 100 items
+        loop.call_soon(lambda: (threading.Thread(target=post_all).start(), posted.wait(30)))
+        await asyncio.sleep(0)
+        while sum(len(p.items) for p in pumps) < 100:
+            await asyncio.sleep(0.01)
+        return pumps, hand_overs
+
+    pumps, hand_overs = run_coro(main())
+    assert all(p.items == [("data", n) for n in range(25)] for p in pumps)
+    assert hand_overs == [100]  # one wake-up of the loop for all of them
 
 
 def test_many_streams_do_not_need_the_shared_worker_pool():
@@ -222,13 +322,22 @@ def test_many_streams_do_not_need_the_shared_worker_pool():
         assert samples >= 5 * 3840  # the whole stream, decodable (the encoder's padding may add a frame)
 
 
-def test_pump_threads_are_reused_and_grow_only_to_the_most_tasks_at_once():
+def test_pump_threads_are_reused_and_grow_only_to_the_most_tasks_at_once(monkeypatch):
     from pathlib import Path
 
     from studio.delivery.pump_threads import PumpThreads
 
     pool = PumpThreads("pool-test")
     release, ran = threading.Event(), []
+    starters: set[str] = set()  # who started each worker thread
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name.startswith("pool-test-") and not thread.name.endswith("starter"):
+            starters.add(threading.current_thread().name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
     done = threading.Semaphore(0)
 
     def task(index: int, wait: bool) -> None:
@@ -259,6 +368,7 @@ def test_pump_threads_are_reused_and_grow_only_to_the_most_tasks_at_once():
     for _ in range(4):
         assert done.acquire(timeout=30)
     assert pool.started == 4 and len({name for _, name, _ in ran[5:]}) == 4
+    assert starters == {"pool-test-starter"}  # the caller (here the test; in the server the event loop) started none
     comm = Path(f"/proc/self/task/{ran[0][2]}/comm")
     if comm.exists():  # Linux: the operating system knows them by name
         assert comm.read_text().strip() == "stream-pump"

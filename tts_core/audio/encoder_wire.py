@@ -60,6 +60,34 @@ def _read_exact(stream: BinaryIO, size: int) -> bytes | None:
     return data
 
 
+class MessageBuffer:
+    """Messages out of bytes fed in pieces of any size (a reader that takes whatever a pipe holds)."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def feed(self, data: bytes) -> list[Message]:
+        """The messages completed by `data` (the rest is kept for the next feed)."""
+        self._data += data
+        out, pos = [], 0
+        while len(self._data) - pos >= HEADER.size:
+            length, channel, op = HEADER.unpack_from(self._data, pos)
+            if length > MAX_PAYLOAD:
+                raise WireError(f"message of {length} bytes exceeds the {MAX_PAYLOAD}-byte bound")
+            end = pos + HEADER.size + length
+            if len(self._data) < end:
+                break
+            out.append(Message(channel, op, bytes(self._data[pos + HEADER.size:end])))
+            pos = end
+        del self._data[:pos]
+        return out
+
+    @property
+    def partial(self) -> bool:
+        """A message has begun and not ended (the stream must not end here)."""
+        return bool(self._data)
+
+
 def read_message(stream: BinaryIO) -> Message | None:
     """The next message, or None when the stream ended between messages."""
     head = _read_exact(stream, HEADER.size)

@@ -148,20 +148,34 @@ def _check_pcm(pcm: np.ndarray) -> np.ndarray:
     return pcm
 
 
-def _to_int16(pcm: np.ndarray) -> np.ndarray:
-    """[C, n] float -> int16 [n, C]: clip to [-1, 1], round(x * 32767) (NaN -> 0)."""
-    clipped = np.clip(np.nan_to_num(pcm.astype(np.float32, copy=False)), -1.0, 1.0)
-    return np.round(clipped * 32767.0).astype(np.int16).T
-
-
 def to_int16(pcm: np.ndarray) -> np.ndarray:
-    """float [C, n] -> int16 [C, n] on the 16-bit grid every encoder takes its input from."""
-    return np.ascontiguousarray(_to_int16(pcm).T)
+    """float [C, n] -> int16 [C, n] on the 16-bit grid every encoder takes its input from: clip to
+    [-1, 1], round(x * 32767) (NaN -> 0). Three passes over the audio (scale, round, clip into
+    int16), so a server streaming hundreds of listeners spends little on it; infinite or NaN
+    samples (seen by the sum) take a slower exact path."""
+    scaled = np.multiply(pcm, np.float32(32767.0), dtype=np.float32)
+    if not np.isfinite(np.add.reduce(scaled, axis=None)):
+        np.nan_to_num(scaled, copy=False)  # NaN -> 0, +-inf -> +-max: clipped below
+    np.rint(scaled, out=scaled)
+    out = np.empty(scaled.shape, np.int16)
+    np.clip(scaled, -32767.0, 32767.0, out=out, casting="unsafe")
+    return out
+
+
+def _to_int16(pcm: np.ndarray) -> np.ndarray:
+    """[C, n] float -> int16 [n, C], channels interleaved (see `to_int16`)."""
+    planar = to_int16(pcm)
+    if planar.shape[0] == 1:
+        return planar.reshape(-1, 1)
+    out = np.empty(planar.shape[::-1], np.int16)
+    for channel, samples in enumerate(planar):  # a strided copy per channel: cheaper than a transpose
+        out[:, channel] = samples
+    return out
 
 
 def pcm_to_int16_bytes(pcm: np.ndarray) -> bytes:
     """float [C, n] -> raw little-endian int16, channels interleaved (L0 R0 L1 R1 ...)."""
-    return np.ascontiguousarray(_to_int16(_check_pcm(pcm)), dtype="<i2").tobytes()
+    return _to_int16(_check_pcm(pcm)).astype("<i2", copy=False).tobytes()
 
 
 def wav_stream_header(sample_rate: int, channels: int) -> bytes:
