@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from tts_core.config import LoadConfig
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
     logging.basicConfig(level=config.server.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_storm_filter()
-    logger.info("configuration: %s", json.dumps(config.as_dict()))
+    logger.info("configuration: %s", json.dumps(asdict(config)))
 
     zerogpu = _zerogpu_mode(config)
     from .service import SynthesizerService
