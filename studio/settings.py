@@ -7,7 +7,8 @@ lists every limit in one table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from tts_core.config import DEFAULT_CODEC_ID, DEFAULT_LM_ID, EngineConfig, LoadConfig
 
@@ -151,3 +152,7 @@ class StudioConfig:
     server: ServerSettings = field(default_factory=ServerSettings)
     page: PageConfig = field(default_factory=PageConfig)
 
+
+def shown(settings: ServerSettings) -> dict[str, Any]:
+    """The server section as the start-up log and `/health` show it: the API key as "set", never itself."""
+    return {**asdict(settings), "api_key": "set" if settings.api_key else None}
