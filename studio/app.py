@@ -14,7 +14,6 @@ the Gradio file guard (`gradio_files.py`), then the routes. The server's connect
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -39,7 +38,7 @@ from .limits.page_mount import install_file_guard, upload_disk_bound
 from .limits.upload_disk import UploadDiskBound
 from .page_slot import PageApp, PageMode, PageRunner, PageSlot
 from .service import ServiceState, SynthesizerService
-from .settings import ServerSettings
+from .settings import ServerSettings, shown
 from .zerogpu.relay import PageRelay, ZeroGPUMode
 
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -81,7 +80,7 @@ def create_app(service: SynthesizerService, settings: ServerSettings, zerogpu: Z
     disk = upload_disk_bound()
     app.state.upload_disk = disk
     app.state.encoder_pool = pool
-    app.state.config = {"server": asdict(settings), "page": {"mode": page.value, "zerogpu": zerogpu is not None}}
+    app.state.config = {"server": shown(settings), "page": {"mode": page.value, "zerogpu": zerogpu is not None}}
     metrics = AppMetrics(lambda: _live_values(service, counters, disk, pool))
     app.state.metrics = metrics
 

@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING
 
 from tts_core.config import LoadConfig
@@ -28,7 +28,7 @@ from tts_core.errors import ModelLoadError, TTSError
 
 from .flags import parse_config
 from .limits.logstorm import install_log_storm_filter
-from .settings import StudioConfig
+from .settings import StudioConfig, shown
 
 if TYPE_CHECKING:
     from .zerogpu.relay import ZeroGPUMode
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
     logging.basicConfig(level=config.server.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     install_log_storm_filter()
-    logger.info("configuration: %s", json.dumps(config.as_dict()))
+    logger.info("configuration: %s", json.dumps({**asdict(config), "server": shown(config.server)}))
 
     zerogpu = _zerogpu_mode(config)
     from .service import SynthesizerService

@@ -1,14 +1,8 @@
-"""The web app's configuration: one frozen `StudioConfig` of four sections, built once from flags and
-the environment (`flags.parse_config`), logged at start and shown in `/health`.
-
-- `engine` (`tts_core.config.EngineConfig`): slots, queue, text and context limits, compile;
-- `load` (`tts_core.config.LoadConfig`): checkpoints, device, dtype, CPU precision, caches;
-- `server` (`ServerSettings`): address, HTTP limits, network policy, the connection and body
-  deadlines, what the API reports;
-- `page` (`PageConfig`): whether and how the Gradio page is served.
-
-Sections go where they are used: the model's factory gets `load` and `engine`, `create_app` and
-uvicorn get `server` and the page mode. docs/RELIABILITY.md lists every limit in one table.
+"""The web app's configuration: one frozen `StudioConfig`, built once from flags and the environment
+(`flags.parse_config`), logged at start and shown in `/health`. Its sections go where they are used:
+`engine` and `load` (the library's `EngineConfig`, `LoadConfig`) to the model's factory, `server`
+(`ServerSettings`) and the page mode (`PageConfig`) to `create_app` and uvicorn. docs/RELIABILITY.md
+lists every limit in one table.
 """
 
 from __future__ import annotations
@@ -158,6 +152,7 @@ class StudioConfig:
     server: ServerSettings = field(default_factory=ServerSettings)
     page: PageConfig = field(default_factory=PageConfig)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
+def shown(settings: ServerSettings) -> dict[str, Any]:
+    """The server section as the start-up log and `/health` show it: the API key as "set", never itself."""
+    return {**asdict(settings), "api_key": "set" if settings.api_key else None}

@@ -7,7 +7,7 @@ precision). The web app composes the last two with its own sections into one `St
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .devices import default_active_streams
@@ -162,6 +162,3 @@ class LoadConfig:
             raise TypeError(f"unknown load option {', '.join(unknown)}; LoadConfig's fields are "
                             f"{', '.join(sorted(known))}")
         return replace(self, **options) if options else self
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)

@@ -239,7 +239,7 @@ class Synthesizer:
     def health(self) -> dict:
         return {**self.info, "warm": self.warm, **self.engine.stats().as_dict(),
                 "engine_features": [f.as_dict() for f in self.features()],
-                "config": {"engine": asdict(self.config), "load": self.load.as_dict()}}
+                "config": {"engine": asdict(self.config), "load": asdict(self.load)}}
 
     def close(self) -> None:
         self.engine.close()

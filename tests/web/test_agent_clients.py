@@ -58,6 +58,13 @@ def test_the_socket_wants_the_key_where_the_clients_put_it(agent_app):
         assert '"type":"error"' in ws.recv(timeout=30)
 
 
+def test_health_and_the_log_say_a_key_is_set_never_which(agent_app):
+    health = httpx.get(agent_app.url + "health", timeout=30)
+    assert KEY not in health.text and health.json()["config"]["server"]["api_key"] == "set"
+    log = agent_app.log_path.read_text()
+    assert '"api_key": "set"' in log and KEY not in log  # the configuration logged at start
+
+
 def test_pipecat_cartesia_service_speaks_with_word_timestamps(agent_app):
     from pipecat.frames.frames import (
         ErrorFrame,
