@@ -1,11 +1,13 @@
 // The browser engine: the exported graphs (tts_core/export) run by onnxruntime-web, and the frame
 // loop of tts_core/export/onnx_runtime.py around them. Per text chunk: prompt rows -> lm_global
-// (prefill) -> per frame lm_local x 17 (stop decision, then one code per codebook, picked here)
-// -> lm_global (append the frame) and codec_decode (the frame's 80 ms of stereo audio).
+// (prefill into a cache sized for the whole chunk) -> per frame one lm_local call (stop decision
+// and all codes, sampled inside the graph from uniforms drawn here) -> codec_decode (the frame's
+// 80 ms of stereo audio) and lm_global (append the frame). Caches stay here, preallocated: a
+// call returns only what it adds, so a frame costs the same early and late in a chunk.
 
 import { SentencePiece } from './sentencepiece.js';
 import { buildPromptRows, promptTemplate } from './prompt.js';
-import { DEFAULT_SAMPLING, GREEDY_SAMPLING, Rng, decideContinue, pickCode } from './sampling.js';
+import { DEFAULT_SAMPLING, GREEDY_SAMPLING, Rng, samplingRow } from './sampling.js';
 import { pauseAfterChunkS, splitText } from './chunking.js';
 import { detectLanguage, normalizeText } from './normalize.js';
 
@@ -28,6 +30,7 @@ export class MossEngine {
     this.template = promptTemplate(tokenizer, description.lm);
     this.voices = voices;
     this.sessions = sessions;
+    this.stats = { global: 0, local: 0, codec: 0 };   // ms spent in each graph's session.run
   }
 
   /**
@@ -69,47 +72,76 @@ export class MossEngine {
     return Int32Array.from(this.preset(voice).codes);
   }
 
-  async globalPass(rows, count, past) {
+  /** A global cache of `capacity` rows: per layer keys transposed [nh, D, C] and values [nh, C, D]. */
+  newGlobalCache(capacity) {
     const lm = this.lm;
-    const out = await this.sessions.global.run({
-      rows: this.tensor('int64', rows, [1, count, lm.n_vq + 1]), past_k: past.k, past_v: past.v,
-    });
-    return { hidden: out.hidden, past: { k: out.present_k, v: out.present_v } };
-  }
-
-  emptyPast() {
-    const lm = this.lm;
-    const dims = [lm.num_layers, 1, lm.num_heads, 0, lm.head_dim];
-    return { k: this.tensor('float32', new Float32Array(0), dims), v: this.tensor('float32', new Float32Array(0), dims) };
-  }
-
-  /** One frame from the global state: [continue, codes Int32Array(n_vq)]. */
-  async frame(hidden, seen, params, uniforms) {
-    const lm = this.lm;
-    const kvDims = [lm.local_num_layers, 1, lm.num_heads, lm.local_positions, lm.head_dim];
-    const size = kvDims.reduce((a, b) => a * b, 1);
-    let keys = this.tensor('float32', new Float32Array(size), kvDims);
-    let values = this.tensor('float32', new Float32Array(size), kvDims);
-    let prev = 0n;
-    const codes = new Int32Array(lm.n_vq);
-    for (let position = 0; position <= lm.n_vq; position++) {
-      const out = await this.sessions.local.run({
-        hidden, prev_code: this.tensor('int64', BigInt64Array.of(prev), [1]),
-        position: this.tensor('int64', BigInt64Array.of(BigInt(position)), [1]), keys, values,
-      });
-      keys = out.keys_out; values = out.values_out;
-      if (position === 0) {
-        if (!decideContinue(out.stop_logits.data, params, uniforms[0])) return [false, codes];
-        continue;
-      }
-      const k = position - 1;
-      const logits = Float32Array.from(out.audio_logits.data);
-      codes[k] = pickCode(logits, seen[k], params, uniforms[position]);
-      prev = BigInt(codes[k]);
+    const size = lm.num_heads * lm.head_dim * capacity;
+    const cache = { capacity, length: 0, keys: [], values: [], feeds: {} };
+    for (let i = 0; i < lm.num_layers; i++) {
+      cache.keys.push(new Float32Array(size));
+      cache.values.push(new Float32Array(size));
+      // Tensors over the arrays themselves: appending writes into what the next call reads.
+      cache.feeds[`keys_${i}`] = this.tensor('float32', cache.keys[i], [1, lm.num_heads, lm.head_dim, capacity]);
+      cache.feeds[`values_${i}`] = this.tensor('float32', cache.values[i], [1, lm.num_heads, capacity, lm.head_dim]);
     }
-    return [true, codes];
+    return cache;
   }
 
+  /** `count` rows after the cache's valid ones -> the last row's hidden state; the rows' keys and
+   * values are written into the cache (the graph returns only them, [L, nh, T, D]). */
+  async globalPass(rows, count, cache) {
+    const lm = this.lm;
+    if (cache.length + count > cache.capacity) throw new Error('global cache full: this is a bug in the caller');
+    const t0 = performance.now();
+    const out = await this.sessions.global.run({
+      rows: this.tensor('int64', rows, [1, count, lm.n_vq + 1]),
+      length: this.tensor('int64', BigInt64Array.of(BigInt(cache.length)), [1]), ...cache.feeds,
+    });
+    this.stats.global += performance.now() - t0;
+    const D = lm.head_dim, C = cache.capacity, nh = lm.num_heads;
+    const newKeys = out.new_keys.data, newValues = out.new_values.data;
+    for (let l = 0; l < lm.num_layers; l++) {
+      const keys = cache.keys[l], values = cache.values[l];
+      for (let h = 0; h < nh; h++) {
+        const source = ((l * nh + h) * count) * D;
+        values.set(newValues.subarray(source, source + count * D), (h * C + cache.length) * D);
+        for (let t = 0; t < count; t++) {
+          const row = source + t * D, column = cache.length + t;
+          for (let d = 0; d < D; d++) keys[(h * D + d) * C + column] = newKeys[row + d];
+        }
+      }
+    }
+    cache.length += count;
+    return out.hidden;
+  }
+
+  /** One frame from the global state: [continue, codes Int32Array(n_vq)], one call of the frame
+   * graph (decision, penalty and sampling inside; the uniforms drawn here). */
+  async frame(hidden, sampler) {
+    const t0 = performance.now();
+    const out = await this.sessions.local.run({
+      hidden, seen: sampler.seenTensor, uniforms: this.tensor('float32', sampler.rng.fill(sampler.uniforms), sampler.uniformDims),
+      sampling_params: sampler.params,
+    });
+    this.stats.local += performance.now() - t0;
+    const codes = Int32Array.from(out.codes.data, Number);
+    return [Boolean(out.go_on.data[0]), codes];
+  }
+
+  /** A stream's sampler: its generator, the frame graph's parameter row, and the seen mask. */
+  newSampler(params, rng) {
+    const lm = this.lm;
+    const vocab = lm.codebook_sizes[0];
+    const seen = new Uint8Array(lm.n_vq * vocab);
+    return {
+      rng, seen, vocab, uniforms: new Float32Array(lm.n_vq + 1), uniformDims: [1, lm.n_vq + 1],
+      seenTensor: this.tensor('bool', seen, [1, lm.n_vq, vocab]),
+      params: this.tensor('float32', samplingRow(params, vocab), [1, 8]),
+      observe(codes) { for (let k = 0; k < codes.length; k++) seen[k * vocab + codes[k]] = 1; },
+    };
+  }
+
+  /** A fresh codec state: one tensor per state entry of graphs.json, updated in place. */
   newCodecState() {
     const state = {};
     for (const spec of this.description.codec.state) {
@@ -121,13 +153,28 @@ export class MossEngine {
     return state;
   }
 
-  /** Decode one frame; returns interleaved stereo Float32Array and updates `state` in place. */
+  /** Decode one frame; returns interleaved stereo Float32Array and updates `state` in place: a
+   * ring gets the entries the pass wrote, at the slots it names; other entries are replaced. */
   async decodeFrame(codes, state) {
     const nq = this.description.codec.num_quantizers;
     const data = new BigInt64Array(nq);
     for (let q = 0; q < nq; q++) data[q] = BigInt(codes[q]);
+    const t0 = performance.now();
     const out = await this.sessions.codec.run({ codes: this.tensor('int64', data, [1, nq, 1]), ...state });
-    for (const spec of this.description.codec.state) state[spec.name] = out[`${spec.name}_out`];
+    this.stats.codec += performance.now() - t0;
+    for (const spec of this.description.codec.state) {
+      const target = state[spec.name].data;
+      if (!spec.ring) { target.set(out[`${spec.name}_out`].data); continue; }
+      const slots = out[spec.ring].data, fresh = out[`${spec.name}_new`].data;
+      const [, heads, capacity, dim] = spec.shape;
+      const n = slots.length;
+      for (let h = 0; h < heads; h++) {
+        for (let j = 0; j < n; j++) {
+          const from = (h * n + j) * dim;
+          target.set(fresh.subarray(from, from + dim), (h * capacity + Number(slots[j])) * dim);
+        }
+      }
+    }
     const audio = out.audio.data;   // [1, 2, S]: left then right
     const samples = audio.length / 2;
     const pcm = new Float32Array(audio.length);
@@ -213,6 +260,7 @@ export class MossEngine {
       throw new Error('maxFrames must be an integer >= 1 (or left out)');
     }
     const params = { ...(greedy ? GREEDY_SAMPLING : DEFAULT_SAMPLING), ...(sampling || {}) };
+    samplingRow(params, this.lm.codebook_sizes[0]);   // bad sampling fields fail before any work
     const lm = this.lm;
     const segments = this.segments({ text, voice, mode, promptText, normalizeText: clean, maxFrames });
     const rng = new Rng(seed ?? Math.floor(Math.random() * 2 ** 32));   // one generator for the request
@@ -227,20 +275,21 @@ export class MossEngine {
           await this.decodeFrame(segment.prime.subarray(f * lm.n_vq, (f + 1) * lm.n_vq), state);
         }
       }
-      let { hidden, past } = await this.globalPass(rows, count, this.emptyPast());
-      const seen = Array.from({ length: lm.n_vq }, () => new Uint8Array(lm.codebook_sizes[0]));
+      // The cache holds the whole segment from the start (prompt + its frame cap): no step grows it.
+      const cache = this.newGlobalCache(count + frames);
+      let hidden = await this.globalPass(rows, count, cache);
+      const sampler = this.newSampler(params, rng);
       for (let f = 0; f < frames; f++) {
-        const uniforms = Array.from({ length: lm.n_vq + 1 }, () => rng.uniform());
-        const [goOn, codes] = await this.frame(hidden, seen, params, uniforms);
+        const [goOn, codes] = await this.frame(hidden, sampler);
         if (!goOn) break;
-        for (let k = 0; k < lm.n_vq; k++) seen[k][codes[k]] = 1;
+        sampler.observe(codes);
         const pcm = await this.decodeFrame(codes, state);
         yield { pcm, codes, isLast: false, segment: s, isPause: false };
         if (f + 1 < frames) {
           const row = new BigInt64Array(lm.n_vq + 1);
           row[0] = BigInt(lm.audio_assistant_slot_id);
           for (let k = 0; k < lm.n_vq; k++) row[1 + k] = BigInt(codes[k]);
-          ({ hidden, past } = await this.globalPass(row, 1, past));
+          hidden = await this.globalPass(row, 1, cache);
         }
       }
       if (s + 1 < segments.length) {

@@ -19,14 +19,22 @@ import torch
 
 from ..model.codec import MossAudioCodec
 from ..model.lm import MossTTSNanoLM
-from .onnx_graphs import CodecEncodeGraph, CodecStepGraph, GlobalGraph, LocalGraph, codec_state_specs
+from .onnx_graphs import (
+    SAMPLING_PARAMS,
+    CodecEncodeGraph,
+    CodecStepGraph,
+    FrameGraph,
+    GlobalGraph,
+    codec_output_names,
+    codec_state_specs,
+)
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "fp16", "int8")
 GRAPH_FILES = {"global": "lm_global.onnx", "local": "lm_local.onnx", "codec": "codec_decode.onnx",
                "encoder": "codec_encode.onnx"}
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 OPSET = 18
 
 
@@ -72,6 +80,11 @@ def _convert(path: Path, precision: str, kind: str) -> None:
         quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
 
 
+def global_cache_names(layers: int) -> list[str]:
+    """`lm_global.onnx`'s cache inputs: every layer's transposed keys, then every layer's values."""
+    return [f"keys_{i}" for i in range(layers)] + [f"values_{i}" for i in range(layers)]
+
+
 def lm_description(lm: MossTTSNanoLM, max_rows: int) -> dict:
     c = lm.config
     return {
@@ -81,6 +94,7 @@ def lm_description(lm: MossTTSNanoLM, max_rows: int) -> dict:
         "im_start_id": c.im_start_id, "im_end_id": c.im_end_id, "audio_start_id": c.audio_start_id,
         "audio_end_id": c.audio_end_id, "audio_user_slot_id": c.audio_user_slot_id,
         "audio_assistant_slot_id": c.audio_assistant_slot_id, "max_rows": max_rows,
+        "sampling_params": list(SAMPLING_PARAMS),
     }
 
 
@@ -94,25 +108,26 @@ def export_onnx(out_dir: Path, lm: MossTTSNanoLM, codec: MossAudioCodec, options
     lm, codec = lm.float().cpu().eval(), codec.cpu().eval()
     rows = torch.full((1, 3, c.row_width), c.audio_pad_id, dtype=torch.long)
     rows[..., 0] = c.audio_start_id
-    past = torch.zeros(c.num_layers, 1, c.num_heads, 2, c.head_dim)
     new = torch.export.Dim("new_rows", min=1, max=options.max_rows)
-    cached = torch.export.Dim("cached_rows", min=0, max=options.max_rows - 1)
+    capacity = torch.export.Dim("capacity", min=1, max=options.max_rows)
     # Distinct example tensors per input: the exporter merges inputs that are one tensor object.
-    _export(GlobalGraph(lm, options.max_rows).eval(), (rows, past, past.clone()), out_dir / GRAPH_FILES["global"],
-            ["rows", "past_k", "past_v"], ["hidden", "present_k", "present_v"],
-            {"rows": {1: new}, "past_k": {3: cached}, "past_v": {3: cached}})
+    keys = [torch.zeros(1, c.num_heads, c.head_dim, 8) for _ in range(c.num_layers)]
+    values = [torch.zeros(1, c.num_heads, 8, c.head_dim) for _ in range(c.num_layers)]
+    _export(GlobalGraph(lm, options.max_rows).eval(), (rows, torch.tensor([2]), *keys, *values),
+            out_dir / GRAPH_FILES["global"], ["rows", "length", *global_cache_names(c.num_layers)],
+            ["hidden", "new_keys", "new_values"],
+            ({1: new}, None, tuple([{3: capacity}] * c.num_layers + [{2: capacity}] * c.num_layers)))
 
-    local_kv = torch.zeros(c.local_num_layers, 1, c.num_heads, c.local_max_len, c.head_dim)
-    _export(LocalGraph(lm).eval(),
-            (torch.zeros(1, c.hidden_size), torch.zeros(1, dtype=torch.long), torch.tensor([2]), local_kv, local_kv.clone()),
-            out_dir / GRAPH_FILES["local"], ["hidden", "prev_code", "position", "keys", "values"],
-            ["stop_logits", "audio_logits", "keys_out", "values_out"], None)
+    vocab = c.audio_codebook_sizes[0]
+    _export(FrameGraph(lm).eval(), (torch.zeros(1, c.hidden_size), torch.zeros(1, c.n_vq, vocab, dtype=torch.bool),
+                                    torch.full((1, 1 + c.n_vq), 0.5), torch.ones(1, len(SAMPLING_PARAMS))),
+            out_dir / GRAPH_FILES["local"], ["hidden", "seen", "uniforms", "sampling_params"], ["go_on", "codes"], None)
 
     graph = CodecStepGraph(codec, options.codec_frames).eval()
     specs = codec_state_specs(graph.template)
     codes = torch.zeros(1, codec.config.quantizer.num_quantizers, options.codec_frames, dtype=torch.long)
     _export(graph, (codes, *graph.initial_state()), out_dir / GRAPH_FILES["codec"],
-            ["codes", *(s.name for s in specs)], ["audio", *(f"{s.name}_out" for s in specs)], None)
+            ["codes", *(s.name for s in specs)], codec_output_names(specs), None)
 
     # The encoder (voice cloning in the browser) takes a fixed, zero-padded clip: its attention
     # blocks are laid out from the length, so one length means one graph.
