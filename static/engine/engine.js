@@ -11,17 +11,29 @@ import { DEFAULT_SAMPLING, GREEDY_SAMPLING, Rng, samplingRow } from './sampling.
 import { pauseAfterChunkS, splitText } from './chunking.js';
 import { detectLanguage, normalizeText } from './normalize.js';
 
-/** How the page runs: WebGPU where the browser has it (unless asked for wasm), else wasm. */
-export async function chooseBackend(requested) {
-  if (requested === 'wasm') return 'wasm';
-  const hasGpu = typeof navigator !== 'undefined' && navigator.gpu
-    && await navigator.gpu.requestAdapter().then((a) => !!a, () => false);
-  if (requested === 'webgpu' && !hasGpu) throw new Error('backend=webgpu asked for, but this browser has no WebGPU adapter');
-  return hasGpu ? 'webgpu' : 'wasm';
+/** Whether this browser offers a WebGPU adapter. */
+export async function hasWebGpu() {
+  return typeof navigator !== 'undefined' && !!navigator.gpu
+    && navigator.gpu.requestAdapter().then((a) => !!a, () => false);
 }
 
+/** The precision a backend runs: `requested`, else fp16 on WebGPU, else int8, else fp32. */
+export function choosePrecision(description, backend, requested) {
+  const have = Object.keys(description.precisions);
+  if (requested) {
+    if (!have.includes(requested)) {
+      throw new Error(`precision=${requested}: this build has ${have.join(', ')} (export-web --precision)`);
+    }
+    return requested;
+  }
+  const order = backend === 'webgpu' ? ['fp16', 'int8', 'fp32'] : ['int8', 'fp32', 'fp16'];
+  return order.find((p) => have.includes(p)) ?? have[0];
+}
+
+const fromBase64 = (text) => new Float32Array(Uint8Array.from(atob(text), (c) => c.charCodeAt(0)).buffer);
+
 export class MossEngine {
-  constructor(ort, info, description, tokenizer, voices, sessions) {
+  constructor(ort, info, description, tokenizer, voices, sessions, extras = {}) {
     this.ort = ort;
     this.infoValue = info;
     this.description = description;
@@ -30,24 +42,75 @@ export class MossEngine {
     this.template = promptTemplate(tokenizer, description.lm);
     this.voices = voices;
     this.sessions = sessions;
+    this.selftest = extras.selftest ?? null;
+    this.loadEncoder = extras.loadEncoder ?? null;
+    this.sessionOptions = extras.sessionOptions ?? {};
     this.stats = { global: 0, local: 0, codec: 0 };   // ms spent in each graph's session.run
   }
 
   /**
    * @param {object} ort  the onnxruntime-web module
-   * @param {object} files  {graphs: description, tokenizer: json, voices: json, models: {global, local, codec}: ArrayBuffer}
-   * @param {{backend: string, threads: number}} options
+   * @param {object} files  {graphs: description, tokenizer: json, voices: json, selftest: json,
+   *   models: {global, local, codec}: ArrayBuffer}
+   * @param {{backend: string, threads: number, precision: string, loadEncoder?: () => Promise<ArrayBuffer>}} options
+   *   loadEncoder fetches the clip encoder when a clip is first encoded
    */
   static async create(ort, files, options) {
     const providers = options.backend === 'webgpu' ? ['webgpu', 'wasm'] : ['wasm'];
     const sessionOptions = { executionProviders: providers, graphOptimizationLevel: 'all' };
     const sessions = {};
-    for (const kind of ['global', 'local', 'codec', 'encoder']) {
-      if (kind === 'encoder' && !files.models.encoder) continue;   // builds before cloning had none
+    for (const kind of files.graphs.speak) {
       sessions[kind] = await ort.InferenceSession.create(new Uint8Array(files.models[kind]), sessionOptions);
     }
-    const info = { backend: options.backend, precision: files.graphs.precision, threads: options.threads };
-    return new MossEngine(ort, info, files.graphs, new SentencePiece(files.tokenizer), files.voices, sessions);
+    const info = { backend: options.backend, precision: options.precision, threads: options.threads };
+    return new MossEngine(ort, info, files.graphs, new SentencePiece(files.tokenizer), files.voices, sessions,
+      { selftest: files.selftest, loadEncoder: options.loadEncoder, sessionOptions });
+  }
+
+  /** Free every session (a backend that failed its self-test gives way to the next). */
+  async release() {
+    for (const session of Object.values(this.sessions)) await session.release();
+    this.sessions = {};
+  }
+
+  /**
+   * Check this backend against the build's reference (selftest.json, from the torch modules): the
+   * hidden state of a short prefill, and a few frames of audio. Some GPUs compute garbage in fp16;
+   * this is what catches it before a visitor hears it.
+   * @returns {Promise<{ok: boolean, cosine: number, snrDb: number, reason: string|null}>}
+   */
+  async selfTest() {
+    const ref = this.selftest;
+    if (!ref) throw new Error('this build has no selftest.json: rebuild it with export-web');
+    const lm = this.lm;
+    const stats = { ...this.stats };
+    const count = ref.rows.length / (lm.n_vq + 1);
+    const hidden = (await this.globalPass(BigInt64Array.from(ref.rows, BigInt), count, this.newGlobalCache(count))).data;
+    const want = fromBase64(ref.hidden);
+    let dot = 0, a2 = 0, b2 = 0;
+    for (let i = 0; i < want.length; i++) { dot += hidden[i] * want[i]; a2 += hidden[i] ** 2; b2 += want[i] ** 2; }
+    const cosine = dot / Math.sqrt(a2 * b2);
+    const state = this.newCodecState();
+    const pcm = fromBase64(ref.pcm);   // [2, S]: left then right
+    const samples = pcm.length / 2;
+    let signal = 0, noise = 0;
+    for (let f = 0; f < ref.frames; f++) {
+      const got = await this.decodeFrame(Int32Array.from(ref.codes.slice(f * lm.n_vq, (f + 1) * lm.n_vq)), state);
+      const perFrame = got.length / 2;
+      for (let i = 0; i < perFrame; i++) {
+        for (let c = 0; c < 2; c++) {
+          const expected = pcm[c * samples + f * perFrame + i];
+          signal += expected ** 2;
+          noise += (got[2 * i + c] - expected) ** 2;
+        }
+      }
+    }
+    this.stats = stats;
+    const snrDb = noise > 0 ? 10 * Math.log10(signal / noise) : Infinity;
+    let reason = null;
+    if (!(cosine >= ref.min_cosine)) reason = `LM hidden state off (cosine ${cosine.toFixed(4)} < ${ref.min_cosine})`;
+    else if (!(snrDb >= ref.min_snr_db)) reason = `codec audio off (SNR ${snrDb.toFixed(1)} dB < ${ref.min_snr_db} dB)`;
+    return { ok: reason === null, cosine, snrDb, reason };
   }
 
   info() { return { ...this.infoValue }; }
@@ -187,7 +250,13 @@ export class MossEngine {
    * @param {Float32Array[]} channels  [left, right] (or one mono channel) at 48 kHz
    */
   async encodeClip(channels) {
-    if (!this.sessions.encoder) throw new Error('this build has no encoder: rebuild it with export-web');
+    if (!this.sessions.encoder) {
+      if (!this.loadEncoder) throw new Error('no clip encoder: this engine was created without loadEncoder');
+      this.encoderReady ??= this.loadEncoder()
+        .then((model) => this.ort.InferenceSession.create(new Uint8Array(model), this.sessionOptions))
+        .finally(() => { this.encoderReady = null; });
+      this.sessions.encoder = await this.encoderReady;
+    }
     const codec = this.description.codec;
     const [left, right = channels[0]] = channels;
     const length = Math.min(left.length, codec.clip_samples);   // the voice bank keeps the first 20 s

@@ -22,12 +22,15 @@ cache it keeps. So a call's traffic depends on the cache's fixed size, never on 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from ..engine.sampler import packed_batch
+from ..model import codec_layers
 from ..model.codec import CodecDecodeState, MossAudioCodec
 from ..model.codec_layers import StageCache
 from ..model.kv_cache import LocalKVCache
@@ -177,6 +180,27 @@ def unflatten_state(template: CodecDecodeState, flat: list[torch.Tensor]) -> Cod
     return CodecDecodeState(stages, template.tokens_per_frame, template.max_frames_per_pass)
 
 
+class _SlotWrite(codec_layers._RingWrite):
+    """The ring write of `ProjectedTransformer.step` for one stream row that advances, as a copy of
+    the n new entries into their slots along the ring axis: the values `scatter_` writes, which
+    ONNX would otherwise express element by element (ScatterElements, a third of the pass)."""
+
+    def store(self, cache: torch.Tensor, new: torch.Tensor) -> None:
+        heads, slots = cache.shape[1], self.index[0, 0, :, 0]
+        rows = torch.zeros(heads, slots.shape[0], dtype=torch.long)
+        cache.index_put_((rows, torch.arange(heads)[:, None] + rows, slots[None, :] + rows), new[0].to(cache.dtype))
+
+
+@contextlib.contextmanager
+def _slot_writes() -> Iterator[None]:
+    original = codec_layers._RingWrite
+    codec_layers._RingWrite = _SlotWrite
+    try:
+        yield
+    finally:
+        codec_layers._RingWrite = original
+
+
 class CodecStepGraph(nn.Module):
     """codes [1, 16, frames] int64 and the flattened state -> audio [1, 2, 3840 frames], then per
     stage the ring slots this pass wrote ([n] int64), the keys/values at those slots per layer
@@ -196,7 +220,8 @@ class CodecStepGraph(nn.Module):
         # The slots `ProjectedTransformer.step` writes: the next n positions, modulo the ring.
         slots = [((stage.offsets[0] + torch.arange(n * self.frames)) % stage.capacity)
                  for stage, n in zip(state.stages, self.template.tokens_per_frame)]
-        audio = self.codec.decode_pass(codes, state, None, trim=False)
+        with _slot_writes():  # one row, every row advancing: the plain slot copy is the same write
+            audio = self.codec.decode_pass(codes, state, None, trim=False)
         out: list[torch.Tensor] = [audio]
         for stage, written in zip(state.stages, slots):
             out.append(written)

@@ -30,24 +30,43 @@ def _session(path: Path, threads: int):
 
 @dataclass
 class OnnxModels:
-    """The three sessions of one export directory and its `graphs.json`."""
+    """The sessions of one export directory and its `graphs.json`; the clip encoder is opened
+    when first used (speaking never needs it)."""
 
     description: dict
     global_graph: object
     local_graph: object
     codec_graph: object
-    encoder_graph: object
+    directory: Path
+    threads: int = 1
+    _encoder: object = None
 
     @classmethod
-    def load(cls, directory: Path, threads: int = 1) -> OnnxModels:
+    def load(cls, directory: Path, threads: int = 1, precision: str | None = None) -> OnnxModels:
         directory = Path(directory)
         description = json.loads((directory / "graphs.json").read_text(encoding="utf-8"))
-        graphs = description["graphs"]
-        return cls(description, *(_session(directory / graphs[k], threads) for k in ("global", "local", "codec", "encoder")))
+        files = graph_files(description, precision)
+        return cls(description, *(_session(directory / files[k], threads) for k in ("global", "local", "codec")),
+                   directory, threads)
+
+    @property
+    def encoder_graph(self):
+        if self._encoder is None:
+            self._encoder = _session(self.directory / graph_files(self.description)["encoder"], self.threads)
+        return self._encoder
 
     @property
     def lm(self) -> dict:
         return self.description["lm"]
+
+
+def graph_files(description: dict, precision: str | None = None) -> dict[str, str]:
+    """The graph files of one precision of an export ({kind: file}); default: its first."""
+    sets = description["precisions"]
+    precision = precision or next(iter(sets))
+    if precision not in sets:
+        raise ValueError(f"precision {precision!r} is not in this export; it has {', '.join(sets)}")
+    return sets[precision]
 
 
 class GlobalCache:
