@@ -5,6 +5,7 @@
 // 80 ms of stereo audio) and lm_global (append the frame). Caches stay here, preallocated: a
 // call returns only what it adds, so a frame costs the same early and late in a chunk.
 
+import { CodecStream } from './codec_stream.js';
 import { SentencePiece } from './sentencepiece.js';
 import { buildPromptRows, promptTemplate } from './prompt.js';
 import { DEFAULT_SAMPLING, GREEDY_SAMPLING, Rng, samplingRow } from './sampling.js';
@@ -30,6 +31,7 @@ export function choosePrecision(description, backend, requested) {
   return order.find((p) => have.includes(p)) ?? have[0];
 }
 
+const PREFIX_CACHE_SIZE = 4;   // voices whose prompt prefix stays computed
 const fromBase64 = (text) => new Float32Array(Uint8Array.from(atob(text), (c) => c.charCodeAt(0)).buffer);
 
 export class MossEngine {
@@ -45,7 +47,9 @@ export class MossEngine {
     this.selftest = extras.selftest ?? null;
     this.loadEncoder = extras.loadEncoder ?? null;
     this.sessionOptions = extras.sessionOptions ?? {};
+    this.codec = extras.codec;   // a CodecStream here, or a CodecWorker
     this.stats = { global: 0, local: 0, codec: 0 };   // ms spent in each graph's session.run
+    this.prefixes = new Map();   // voice prefix rows -> their keys/values (least recently used first)
   }
 
   /**
@@ -60,17 +64,31 @@ export class MossEngine {
     const sessionOptions = { executionProviders: providers, graphOptimizationLevel: 'all' };
     const sessions = {};
     for (const kind of files.graphs.speak) {
+      if (kind === 'codec' && options.codecWorker) continue;
       sessions[kind] = await ort.InferenceSession.create(new Uint8Array(files.models[kind]), sessionOptions);
     }
-    const info = { backend: options.backend, precision: options.precision, threads: options.threads };
+    const codec = options.codecWorker
+      ? await CodecWorker.start(options.codecWorker, files.models.codec, files.graphs.codec)
+      : new CodecStream(ort, sessions.codec, files.graphs.codec);
+    const info = { backend: options.backend, precision: options.precision, threads: options.threads,
+      codecWorker: !!options.codecWorker };
     return new MossEngine(ort, info, files.graphs, new SentencePiece(files.tokenizer), files.voices, sessions,
-      { selftest: files.selftest, loadEncoder: options.loadEncoder, sessionOptions });
+      { selftest: files.selftest, loadEncoder: options.loadEncoder, sessionOptions, codec });
   }
 
   /** Free every session (a backend that failed its self-test gives way to the next). */
   async release() {
     for (const session of Object.values(this.sessions)) await session.release();
     this.sessions = {};
+    this.codec.terminate?.();
+  }
+
+  /** Decode one frame (ms counted in stats.codec); returns interleaved stereo Float32Array. */
+  async decodeFrame(codes) {
+    const t0 = performance.now();
+    const pcm = await this.codec.decode(codes);
+    this.stats.codec += performance.now() - t0;
+    return pcm;
   }
 
   /**
@@ -90,12 +108,12 @@ export class MossEngine {
     let dot = 0, a2 = 0, b2 = 0;
     for (let i = 0; i < want.length; i++) { dot += hidden[i] * want[i]; a2 += hidden[i] ** 2; b2 += want[i] ** 2; }
     const cosine = dot / Math.sqrt(a2 * b2);
-    const state = this.newCodecState();
+    this.codec.reset();
     const pcm = fromBase64(ref.pcm);   // [2, S]: left then right
     const samples = pcm.length / 2;
     let signal = 0, noise = 0;
     for (let f = 0; f < ref.frames; f++) {
-      const got = await this.decodeFrame(Int32Array.from(ref.codes.slice(f * lm.n_vq, (f + 1) * lm.n_vq)), state);
+      const got = await this.decodeFrame(Int32Array.from(ref.codes.slice(f * lm.n_vq, (f + 1) * lm.n_vq)));
       const perFrame = got.length / 2;
       for (let i = 0; i < perFrame; i++) {
         for (let c = 0; c < 2; c++) {
@@ -178,6 +196,48 @@ export class MossEngine {
     return out.hidden;
   }
 
+  /**
+   * Prefill `rows` into `cache` as the torch engine does: the voice's prefix (the rows every prompt
+   * of the voice shares) first, its keys/values kept for the voice's next prompts (the LRU
+   * `PREFIX_CACHE_SIZE`), then the rest. A kept prefix is copied instead of computed; either way the
+   * rest runs on the same cache, so the result does not depend on what was kept.
+   */
+  async prefill(rows, count, prefixRows, cache) {
+    const width = this.lm.n_vq + 1;
+    if (!(prefixRows > 0 && prefixRows < count)) return this.globalPass(rows, count, cache);
+    const key = rows.subarray(0, prefixRows * width).join(',');
+    const kept = this.prefixes.get(key);
+    if (kept) {
+      this.prefixes.delete(key);
+      this.prefixes.set(key, kept);   // most recently used last
+      this.copyRows(kept, cache, prefixRows);
+    } else {
+      await this.globalPass(rows.subarray(0, prefixRows * width), prefixRows, cache);
+      const snapshot = this.newGlobalCache(prefixRows);
+      this.copyRows(cache, snapshot, prefixRows);
+      this.prefixes.set(key, snapshot);
+      if (this.prefixes.size > PREFIX_CACHE_SIZE) this.prefixes.delete(this.prefixes.keys().next().value);
+    }
+    return this.globalPass(rows.subarray(prefixRows * width), count - prefixRows, cache);
+  }
+
+  /** The first `rows` rows of one global cache into another (their capacities may differ). */
+  copyRows(from, to, rows) {
+    const lm = this.lm;
+    const D = lm.head_dim, nh = lm.num_heads;
+    for (let l = 0; l < lm.num_layers; l++) {
+      for (let h = 0; h < nh; h++) {
+        for (let d = 0; d < D; d++) {   // keys are transposed: each (head, lane) is a row of positions
+          const a = (h * D + d) * from.capacity, b = (h * D + d) * to.capacity;
+          to.keys[l].set(from.keys[l].subarray(a, a + rows), b);
+        }
+        to.values[l].set(from.values[l].subarray(h * from.capacity * D, (h * from.capacity + rows) * D),
+          h * to.capacity * D);
+      }
+    }
+    to.length = rows;
+  }
+
   /** One frame from the global state: [continue, codes Int32Array(n_vq)], one call of the frame
    * graph (decision, penalty and sampling inside; the uniforms drawn here). */
   async frame(hidden, sampler) {
@@ -202,47 +262,6 @@ export class MossEngine {
       params: this.tensor('float32', samplingRow(params, vocab), [1, 8]),
       observe(codes) { for (let k = 0; k < codes.length; k++) seen[k * vocab + codes[k]] = 1; },
     };
-  }
-
-  /** A fresh codec state: one tensor per state entry of graphs.json, updated in place. */
-  newCodecState() {
-    const state = {};
-    for (const spec of this.description.codec.state) {
-      const size = spec.shape.reduce((a, b) => a * b, 1);
-      const data = spec.dtype === 'int64' ? new BigInt64Array(size).fill(BigInt(spec.fill))
-        : new Float32Array(size).fill(spec.fill);
-      state[spec.name] = this.tensor(spec.dtype, data, spec.shape);
-    }
-    return state;
-  }
-
-  /** Decode one frame; returns interleaved stereo Float32Array and updates `state` in place: a
-   * ring gets the entries the pass wrote, at the slots it names; other entries are replaced. */
-  async decodeFrame(codes, state) {
-    const nq = this.description.codec.num_quantizers;
-    const data = new BigInt64Array(nq);
-    for (let q = 0; q < nq; q++) data[q] = BigInt(codes[q]);
-    const t0 = performance.now();
-    const out = await this.sessions.codec.run({ codes: this.tensor('int64', data, [1, nq, 1]), ...state });
-    this.stats.codec += performance.now() - t0;
-    for (const spec of this.description.codec.state) {
-      const target = state[spec.name].data;
-      if (!spec.ring) { target.set(out[`${spec.name}_out`].data); continue; }
-      const slots = out[spec.ring].data, fresh = out[`${spec.name}_new`].data;
-      const [, heads, capacity, dim] = spec.shape;
-      const n = slots.length;
-      for (let h = 0; h < heads; h++) {
-        for (let j = 0; j < n; j++) {
-          const from = (h * n + j) * dim;
-          target.set(fresh.subarray(from, from + dim), (h * capacity + Number(slots[j])) * dim);
-        }
-      }
-    }
-    const audio = out.audio.data;   // [1, 2, S]: left then right
-    const samples = audio.length / 2;
-    const pcm = new Float32Array(audio.length);
-    for (let i = 0; i < samples; i++) { pcm[2 * i] = audio[i]; pcm[2 * i + 1] = audio[samples + i]; }
-    return pcm;
   }
 
   /**
@@ -335,31 +354,32 @@ export class MossEngine {
     const rng = new Rng(seed ?? Math.floor(Math.random() * 2 ** 32));   // one generator for the request
     for (let s = 0; s < segments.length; s++) {
       const segment = segments[s];
-      const { rows, count } = buildPromptRows(this.template, mode, segment.ids, segment.codes);
+      const { rows, count, prefixRows } = buildPromptRows(this.template, mode, segment.ids, segment.codes);
       const frames = Math.min(segment.maxFrames, lm.max_rows - count);
       if (frames < 1) throw new Error(`text: a prompt of ${count} rows leaves no room below ${lm.max_rows} rows`);
-      const state = this.newCodecState();   // each segment restarts the decoder ...
+      this.codec.reset();                   // each segment restarts the decoder ...
       if (segment.prime) {                  // ... or continues the reference audio (output dropped)
         for (let f = 0; f < segment.prime.length / lm.n_vq; f++) {
-          await this.decodeFrame(segment.prime.subarray(f * lm.n_vq, (f + 1) * lm.n_vq), state);
+          await this.decodeFrame(segment.prime.subarray(f * lm.n_vq, (f + 1) * lm.n_vq));
         }
       }
       // The cache holds the whole segment from the start (prompt + its frame cap): no step grows it.
       const cache = this.newGlobalCache(count + frames);
-      let hidden = await this.globalPass(rows, count, cache);
+      let hidden = await this.prefill(rows, count, prefixRows, cache);
       const sampler = this.newSampler(params, rng);
       for (let f = 0; f < frames; f++) {
         const [goOn, codes] = await this.frame(hidden, sampler);
         if (!goOn) break;
         sampler.observe(codes);
-        const pcm = await this.decodeFrame(codes, state);
-        yield { pcm, codes, isLast: false, segment: s, isPause: false };
+        // The codec (in its worker) decodes this frame while the global step appends it.
+        const decoding = this.decodeFrame(codes);
         if (f + 1 < frames) {
           const row = new BigInt64Array(lm.n_vq + 1);
           row[0] = BigInt(lm.audio_assistant_slot_id);
           for (let k = 0; k < lm.n_vq; k++) row[1 + k] = BigInt(codes[k]);
           hidden = await this.globalPass(row, 1, cache);
         }
+        yield { pcm: await decoding, codes, isLast: false, segment: s, isPause: false };
       }
       if (s + 1 < segments.length) {
         const pause = Math.round(pauseAfterChunkS(segment.text) * this.description.codec.sample_rate);
@@ -374,4 +394,46 @@ export class MossEngine {
 /** tts_core/engine/pacing.default_max_frames: ~8 frames per text token plus 2 s, at most 30 s. */
 export function defaultMaxFrames(numTextTokens, cap = 375) {
   return Math.max(1, Math.min(cap, 25 + 8 * Math.max(1, numTextTokens)));
+}
+
+/** CodecStream's interface over codec_worker.js: decode(codes) -> Promise of pcm, in order. */
+export class CodecWorker {
+  static async start(setup, model, codec) {
+    const worker = new Worker(new URL('./codec_worker.js', import.meta.url), { type: 'module' });
+    const codecWorker = new CodecWorker(worker);
+    await codecWorker.call({ type: 'init', ortUrl: setup.ortUrl, wasmPaths: setup.wasmPaths, model, codec });
+    return codecWorker;
+  }
+
+  constructor(worker) {
+    this.worker = worker;
+    this.next = 0;
+    this.waiting = new Map();   // id -> {resolve, reject}
+    worker.onmessage = ({ data }) => {
+      const id = data.type === 'ready' ? 'init' : data.id;
+      const pending = this.waiting.get(id);
+      if (!pending) return;
+      this.waiting.delete(id);
+      if (data.type === 'error') pending.reject(new Error(`codec worker: ${data.message}`));
+      else pending.resolve(data.pcm);
+    };
+    worker.onerror = (event) => {
+      for (const { reject } of this.waiting.values()) reject(new Error(`codec worker: ${event.message}`));
+      this.waiting.clear();
+    };
+  }
+
+  call(message) {
+    const id = message.type === 'init' ? 'init' : this.next++;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.worker.postMessage({ ...message, id });
+    });
+  }
+
+  reset() { this.worker.postMessage({ type: 'reset' }); }
+
+  decode(codes) { return this.call({ type: 'decode', codes: Int32Array.from(codes) }); }
+
+  terminate() { this.worker.terminate(); }
 }

@@ -2,7 +2,8 @@
 // the engine in this tab and plays its stream through the studio's own AudioWorklet player
 // (worklet.js via audio.js). Exposes window.mossTTS = {ready, stream(options), info()}.
 // URL parameters: backend=webgpu,wasm (backends to try in order; one that is not the last must pass
-// the self-test), precision=fp32|int8|fp16 (default: fp16 on WebGPU, int8 on wasm), threads=N.
+// the self-test), precision=fp32|int8|fp16 (default: fp16 on WebGPU, int8 on wasm), threads=N,
+// codec=inline (decode in the page's thread instead of the codec's worker).
 
 import { AudioOut } from '../audio.js';
 import { wav16Blob } from '../wav.js';
@@ -29,6 +30,13 @@ async function loadOrt(backend) {
   ort.env.wasm.numThreads = isolated ? wanted : 1;
   ort.env.wasm.wasmPaths = new URL('./ort/', import.meta.url).href;
   return { ort, threads: ort.env.wasm.numThreads };
+}
+
+/** The codec's own worker (wasm: it decodes while the page's thread runs the LM), unless ?codec=inline. */
+function codecWorker(backend) {
+  if (backend !== 'wasm' || params.get('codec') === 'inline' || typeof Worker === 'undefined') return null;
+  return { ortUrl: new URL('./ort/ort.wasm.min.mjs', import.meta.url).href,
+    wasmPaths: new URL('./ort/', import.meta.url).href };
 }
 
 function showProgress(what) {
@@ -76,7 +84,7 @@ async function start() {
     const engine = await MossEngine.create(ort, {
       graphs, tokenizer: json(common.files, manifest.tokenizer), voices: json(common.files, manifest.voices),
       selftest: json(common.files, manifest.selftest), models,
-    }, { backend, threads, precision, loadEncoder });
+    }, { backend, threads, precision, loadEncoder, codecWorker: codecWorker(backend) });
     if (!last) {
       setStatus(`Checking ${backend} on this machine…`);
       const check = await engine.selfTest();

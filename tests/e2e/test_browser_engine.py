@@ -198,8 +198,9 @@ def test_a_failing_self_test_falls_back_to_the_next_backend(browser, data_dir, t
 
 def test_voice_clone_preset_equals_torch(page, synth):
     text = "Hello world, this is a parity test for MOSS TTS Nano."
-    out = _browser(page, text=text, voice="Cedar", greedy=True, maxFrames=12, normalizeText=False)
-    _assert_same(out, _torch(synth, text=text, voice="Cedar", max_frames=12, normalize_text=False), 12)
+    ref = _torch(synth, text=text, voice="Cedar", max_frames=12, normalize_text=False)
+    for _ in range(2):  # the voice's prefix computed, then copied from the engine's prefix cache
+        _assert_same(_browser(page, text=text, voice="Cedar", greedy=True, maxFrames=12, normalizeText=False), ref, 12)
 
 
 def test_voice_clone_codes_and_normalised_text_equal_torch(page, synth, voices):

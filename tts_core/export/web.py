@@ -31,8 +31,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATIC = REPO_ROOT / "static"
 # The page's modules: the engine, and the studio's own player pieces it plays through.
 PLAYER_FILES = ("audio.js", "worklet.js", "buffering.js", "gainglide.js", "wav.js", "player.css")
-ENGINE_FILES = ("engine.js", "sentencepiece.js", "prompt.js", "sampling.js", "chunking.js", "normalize.js",
-                "numbers.js", "loader.js", "page.js")
+ENGINE_FILES = ("engine.js", "codec_stream.js", "codec_worker.js", "sentencepiece.js", "prompt.js", "sampling.js",
+                "chunking.js", "normalize.js", "numbers.js", "loader.js", "page.js")
 # onnxruntime-web builds the page may load: plain wasm (SIMD + threads) and the WebGPU (JSEP) one.
 ORT_FILES = ("ort.wasm.min.mjs", "ort.webgpu.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm",
              "ort-wasm-simd-threaded.jsep.mjs", "ort-wasm-simd-threaded.jsep.wasm")
