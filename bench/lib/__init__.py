@@ -2,8 +2,8 @@
 
 Modules: args (the shared data as defaults), models (random full-size models, prompts, voices),
 machine (what ran it), record (the JSON record), streams (timed concurrent `stream()` calls),
-drive (a runner driven directly), app (`python app.py` run and watched from outside), static_site
-(a static server with cross-origin isolation), reliability_clients / reliability_attacks (the
+drive (a runner driven directly), app (`python app.py` run and watched from outside),
+reliability_clients / reliability_attacks (the
 reliability scenarios' clients and hostile clients), playback (a listener's playback simulated),
 audio_measures, fidelity (precision against fp32), trace (the engine traced), aoti (AOTInductor
 units' greedy run). Tests import these modules; nothing here imports the tests.

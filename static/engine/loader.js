@@ -1,6 +1,8 @@
-// Model files of a static build: listed in manifest.json with their sizes and SHA-256 hashes,
-// fetched once with a progress report and kept in the Cache API under their hash, so a second
-// visit reads them from the browser's own storage (and a new build, with new hashes, refetches).
+// Model files of a static build: listed in manifest.json with their sizes and SHA-256 hashes.
+// The page asks for the files it needs when it needs them (speaking: one precision's graphs;
+// cloning: the clip encoder, on first use), fetched with a progress report and kept in the Cache
+// API under their hash, so a later visit reads them from the browser's own storage (a new build,
+// with new hashes, fetches again). A download is checked against its hash before it is kept.
 
 const CACHE_NAME = 'moss-tts-nano-models';
 
@@ -23,28 +25,36 @@ async function download(url, onBytes) {
   return new Blob(parts).arrayBuffer();
 }
 
+/** The build's manifest.json (always revalidated: it names the current files' hashes). */
+export async function loadManifest(base) {
+  const response = await fetch(new URL('manifest.json', base), { cache: 'no-cache' });
+  if (!response.ok) throw new Error(`could not fetch manifest.json: HTTP ${response.status}`);
+  return response.json();
+}
+
 /**
- * Every file of the manifest as an ArrayBuffer, checked against its hash.
+ * The files at `paths` (manifest paths) as ArrayBuffers, from the cache where it has them.
  * @param {URL} base  the build's root
- * @param {(done: number, total: number, fromCache: boolean) => void} onProgress
- * @returns {Promise<{manifest: object, files: Map<string, ArrayBuffer>, fromCache: boolean}>}
+ * @param {(done: number, total: number, fromCache: boolean) => void} onProgress  bytes so far
+ * @returns {Promise<{files: Map<string, ArrayBuffer>, fromCache: boolean, bytes: number}>}
  */
-export async function loadModelFiles(base, onProgress) {
-  const manifest = await (await fetch(new URL('manifest.json', base), { cache: 'no-cache' })).json();
-  const total = manifest.files.reduce((n, f) => n + f.size, 0);
-  const cache = 'caches' in self ? await caches.open(CACHE_NAME) : null;
+export async function loadFiles(base, manifest, paths, onProgress = () => {}) {
+  const entries = paths.map((path) => {
+    const entry = manifest.files.find((f) => f.path === path);
+    if (!entry) throw new Error(`${path} is not in this build's manifest.json: rebuild it with export-web`);
+    return entry;
+  });
+  const total = entries.reduce((n, f) => n + f.size, 0);
+  const cache = 'caches' in self ? await caches.open(CACHE_NAME).catch(() => null) : null;
   const files = new Map();
   let done = 0;
   let allCached = true;
-  for (const file of manifest.files) {
+  for (const file of entries) {
     const url = new URL(file.path, base);
     const key = `${url.href}?sha256=${file.sha256}`;
-    let buffer = null;
     const hit = cache && await cache.match(key);
-    if (hit) {
-      buffer = await hit.arrayBuffer();
-      if (await sha256Hex(buffer) !== file.sha256) buffer = null;   // damaged entry: fetch again
-    }
+    let buffer = hit ? await hit.arrayBuffer() : null;
+    if (buffer && buffer.byteLength !== file.size) buffer = null;   // a damaged entry: fetch again
     if (buffer) {
       done += file.size;
       onProgress(done, total, true);
@@ -57,5 +67,5 @@ export async function loadModelFiles(base, onProgress) {
     }
     files.set(file.path, buffer);
   }
-  return { manifest, files, fromCache: allCached };
+  return { files, fromCache: allCached, bytes: total };
 }

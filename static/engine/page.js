@@ -1,12 +1,14 @@
 // The static page: loads onnxruntime-web and the model files (cached after the first visit), runs
 // the engine in this tab and plays its stream through the studio's own AudioWorklet player
 // (worklet.js via audio.js). Exposes window.mossTTS = {ready, stream(options), info()}.
-// URL parameters: backend=wasm|webgpu (default: WebGPU where present), threads=N.
+// URL parameters: backend=webgpu,wasm (backends to try in order; one that is not the last must pass
+// the self-test), precision=fp32|int8|fp16 (default: fp16 on WebGPU, int8 on wasm), threads=N,
+// codec=inline (decode in the page's thread instead of the codec's worker).
 
 import { AudioOut } from '../player/audio.js';
 import { wav16Blob } from '../studio/wav.js';
-import { MossEngine, chooseBackend } from './engine.js';
-import { loadModelFiles } from './loader.js';
+import { MossEngine, choosePrecision, hasWebGpu } from './engine.js';
+import { loadFiles, loadManifest } from './loader.js';
 
 const params = new URLSearchParams(location.search);
 const RATE = 48000;
@@ -30,27 +32,80 @@ async function loadOrt(backend) {
   return { ort, threads: ort.env.wasm.numThreads };
 }
 
-async function start() {
-  const backend = await chooseBackend(params.get('backend'));
-  const { ort, threads } = await loadOrt(backend);
-  setStatus('Downloading the model…');
-  const { manifest, files, fromCache } = await loadModelFiles(base, (done, total, cached) => {
+/** The codec's own worker (wasm: it decodes while the page's thread runs the LM), unless ?codec=inline. */
+function codecWorker(backend) {
+  if (backend !== 'wasm' || params.get('codec') === 'inline' || typeof Worker === 'undefined') return null;
+  return { ortUrl: new URL('./ort/ort.wasm.min.mjs', import.meta.url).href,
+    wasmPaths: new URL('./ort/', import.meta.url).href };
+}
+
+function showProgress(what) {
+  return (done, total, cached) => {
     $('progress').max = total;
     $('progress').value = done;
-    setStatus(`${cached ? 'Reading the cached model' : 'Downloading the model'}: `
+    setStatus(`${cached ? `Reading ${what} from this browser's cache` : `Downloading ${what}`}: `
       + `${(done / 1e6).toFixed(1)} of ${(total / 1e6).toFixed(1)} MB`);
-  });
-  const json = (path) => JSON.parse(decoder.decode(files.get(path)));
-  const graphs = json(manifest.graphs);
-  const models = {};
-  for (const [kind, name] of Object.entries(graphs.graphs)) models[kind] = files.get(`${manifest.models_dir}/${name}`);
-  setStatus('Starting the engine…');
-  const engine = await MossEngine.create(ort, {
-    graphs, tokenizer: json(manifest.tokenizer), voices: json(manifest.voices), models,
-  }, { backend, threads });
+  };
+}
+
+/**
+ * The first backend of `?backend=` (default: webgpu, then wasm) that starts: a backend that is
+ * not the last one left must also pass the engine's self-test, else the next one is tried. The
+ * reasons a backend was passed over end up in info().fallback.
+ */
+async function start() {
+  const manifest = await loadManifest(base);
+  const json = (files, path) => JSON.parse(decoder.decode(files.get(path)));
+  const common = await loadFiles(base, manifest, [manifest.graphs, manifest.tokenizer, manifest.voices,
+    manifest.selftest], showProgress('the voices'));
+  const graphs = json(common.files, manifest.graphs);
+  const candidates = (params.get('backend') || 'webgpu,wasm').split(',').map((b) => b.trim());
+  const bad = candidates.filter((b) => b !== 'webgpu' && b !== 'wasm');
+  if (bad.length) throw new Error(`backend=${bad.join(',')}: use webgpu, wasm, or a list such as webgpu,wasm`);
+  const fallback = [];
+  for (let i = 0; i < candidates.length; i++) {
+    const backend = candidates[i];
+    const last = i === candidates.length - 1;
+    if (backend === 'webgpu' && !(await hasWebGpu())) {
+      fallback.push('webgpu: this browser offers no WebGPU adapter');
+      continue;
+    }
+    const precision = choosePrecision(graphs, backend, params.get('precision'));
+    const names = graphs.precisions[precision];
+    const path = (kind) => `${manifest.models_dir}/${names[kind]}`;
+    const t0 = performance.now();
+    const { files, fromCache, bytes } = await loadFiles(base, manifest, graphs.speak.map(path),
+      showProgress(`the ${precision} model`));
+    const { ort, threads } = await loadOrt(backend);
+    setStatus(`Starting the engine (${backend}, ${precision})…`);
+    const models = Object.fromEntries(graphs.speak.map((kind) => [kind, files.get(path(kind))]));
+    const loadEncoder = async () => (await loadFiles(base, manifest, [path('encoder')],
+      showProgress('the voice encoder'))).files.get(path('encoder'));
+    const engine = await MossEngine.create(ort, {
+      graphs, tokenizer: json(common.files, manifest.tokenizer), voices: json(common.files, manifest.voices),
+      selftest: json(common.files, manifest.selftest), models,
+    }, { backend, threads, precision, loadEncoder, codecWorker: codecWorker(backend) });
+    if (!last) {
+      setStatus(`Checking ${backend} on this machine…`);
+      const check = await engine.selfTest();
+      if (!check.ok) {
+        fallback.push(`${backend} ${precision}: self-test failed: ${check.reason}`);
+        await engine.release();
+        continue;
+      }
+    }
+    Object.assign(engine.infoValue, { fallback, fromCache, downloadBytes: bytes, loadMs: performance.now() - t0 });
+    return engine;
+  }
+  throw new Error(`no backend could start (${fallback.join('; ')})`);
+}
+
+async function startPage() {
+  const engine = await start();
   const info = engine.info();
-  $('engine-info').textContent = `Runs in this browser: ${info.backend}${info.backend === 'wasm' ? ` (${threads} thread${threads === 1 ? '' : 's'}${self.crossOriginIsolated ? '' : ', not cross-origin isolated'})` : ''}, ${info.precision}`
-    + (fromCache ? ', model from the browser cache' : '');
+  $('engine-info').textContent = `Runs in this browser: ${info.backend}${info.backend === 'wasm' ? ` (${info.threads} thread${info.threads === 1 ? '' : 's'}${self.crossOriginIsolated ? '' : ', not cross-origin isolated'})` : ''}, ${info.precision}`
+    + (info.fromCache ? ', model from the browser cache' : '')
+    + (info.fallback.length ? ` (${info.fallback.join('; ')})` : '');
   const select = $('voice');
   for (const preset of engine.voices.presets) select.add(new Option(`${preset.name} (${preset.language})`, preset.name));
   select.value = engine.voices.default;
@@ -59,7 +114,7 @@ async function start() {
   return engine;
 }
 
-const ready = start();
+const ready = startPage();
 ready.catch((error) => setStatus(`Could not start: ${error.message}`));
 
 window.mossTTS = {
@@ -70,6 +125,8 @@ window.mossTTS = {
 ready.then((engine) => {
   window.mossTTS.info = () => engine.info();
   window.mossTTS.encodeClip = (channels) => engine.encodeClip(channels);
+  window.mossTTS.stats = () => ({ ...engine.stats });   // ms in each graph since load (the bench reads it)
+  window.mossTTS.selfTest = () => engine.selfTest();
 });
 
 // ---- cloning: a clip of the visitor's, encoded in the tab ------------------------------------------

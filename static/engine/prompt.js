@@ -40,7 +40,10 @@ export function checkCodes(codes, lm) {
   return codes;
 }
 
-/** Rows [T x (n_vq + 1)] as a flat BigInt64Array (ONNX int64), and T. */
+/**
+ * Rows [T x (n_vq + 1)] as a flat BigInt64Array (ONNX int64), T, and how many leading rows every
+ * prompt of this voice shares (tts_core/jobs.py: voice_clone_prefix_rows, continuation_prefix_rows).
+ */
 export function buildPromptRows(template, mode, textIds, promptCodes) {
   const lm = template.lm;
   const width = lm.n_vq + 1;
@@ -60,6 +63,9 @@ export function buildPromptRows(template, mode, textIds, promptCodes) {
     throw new Error(`mode must be 'voice_clone' or 'continuation', got ${JSON.stringify(mode)}`);
   }
   const count = parts.reduce((n, [kind, v]) => n + (kind === 'text' ? v.length : v.length / lm.n_vq), 0);
+  const prefixRows = mode === 'voice_clone'
+    ? template.userPrefix.length + 1 + promptCodes.length / lm.n_vq + 1 + template.afterReference.length
+    : template.userPrefix.length + template.noReference.length + template.afterReference.length;
   const rows = new BigInt64Array(count * width);
   let r = 0;
   for (const [kind, values, slot] of parts) {
@@ -76,5 +82,5 @@ export function buildPromptRows(template, mode, textIds, promptCodes) {
       }
     }
   }
-  return { rows, count };
+  return { rows, count, prefixRows };
 }

@@ -1,10 +1,9 @@
-// Code picking between the graphs' calls: the JS twin of tts_core/model/sampling.py.
-// Repetition penalty on the raw logits (float32, as torch), then argmax (greedy) or temperature,
-// top-k (ties kept), top-p and one inverse-CDF draw from the stream's own seeded generator.
-// Greedy picks equal torch's exactly; sampled draws use this file's generator (xoshiro128**,
-// seeded by splitmix32), so a seed repeats here but not across engines.
-
-const f32 = Math.fround;
+// The stream's randomness and sampling parameters, as the frame graph (lm_local.onnx) takes them.
+// The pick itself (repetition penalty, greedy or temperature/top-k/top-p and an inverse-CDF draw)
+// runs inside the graph, which is tts_core/model/sampling.py exported; this file gives it the
+// frame's 1 + n_vq uniforms from the stream's own seeded generator (xoshiro128**, seeded by
+// splitmix32), so a seed repeats here but not across engines, and the parameters row of
+// tts_core/engine/sampler.param_row.
 
 function splitmix32(seed) {
   let state = seed >>> 0;
@@ -36,6 +35,12 @@ export class Rng {
   }
 
   uniform() { return (this.nextUint32() >>> 8) / 16777216; }
+
+  /** The next `count` uniforms into a Float32Array (a frame draws 1 + n_vq). */
+  fill(out) {
+    for (let i = 0; i < out.length; i++) out[i] = this.uniform();
+    return out;
+  }
 }
 
 /** SamplingParams' defaults (tts_core/config.py). */
@@ -45,58 +50,23 @@ export const DEFAULT_SAMPLING = Object.freeze({
 });
 export const GREEDY_SAMPLING = Object.freeze({ ...DEFAULT_SAMPLING, doSample: false, audioRepetitionPenalty: 1.0 });
 
-/** In place: s < 0 -> s * rp, else s / rp where `seen` (apply_repetition_penalty). */
-export function applyPenalty(logits, seen, penalty) {
-  if (penalty === 1) return logits;
-  const rp = f32(penalty);
-  for (let i = 0; i < logits.length; i++) {
-    if (seen[i]) logits[i] = logits[i] < 0 ? f32(logits[i] * rp) : f32(logits[i] / rp);
+const kthIndex = (topK, vocab) => (topK <= 0 ? vocab : Math.min(Math.trunc(topK), vocab)) - 1;
+const topPBound = (topP) => (topP > 0 && topP < 1 ? topP : Infinity);
+
+/** The frame graph's sampling_params row (param_row's layout) for codebooks of `vocab` codes. */
+export function samplingRow(params, vocab) {
+  for (const key of Object.keys(DEFAULT_SAMPLING)) {
+    const value = params[key];
+    if (key === 'doSample' ? typeof value !== 'boolean' : !Number.isFinite(value)) {
+      throw new Error(`sampling.${key} must be ${key === 'doSample' ? 'true or false' : 'a finite number'}, `
+        + `got ${JSON.stringify(value)}`);
+    }
   }
-  return logits;
-}
-
-/** Argmax, ties to the first index (torch.argmax). */
-export function argmax(values) {
-  let best = 0;
-  for (let i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
-  return best;
-}
-
-/** sample_filtered: temperature, top-k (k <= 0: off), top-p (outside (0, 1): off), draw with u. */
-export function sampleFiltered(logits, temperature, topK, topP, u) {
-  const vocab = logits.length;
-  const t = f32(temperature);
-  const order = Array.from({ length: vocab }, (_, i) => i);
-  const scores = Float32Array.from(logits, (x) => f32(x / t));
-  order.sort((a, b) => scores[b] - scores[a] || a - b);
-  const k = topK <= 0 ? vocab : Math.min(topK, vocab);
-  const threshold = scores[order[k - 1]];
-  let kept = 0;
-  while (kept < vocab && scores[order[kept]] >= threshold) kept++;
-  const top = scores[order[0]];
-  const cdf = new Float64Array(kept);
-  let sum = 0;
-  for (let i = 0; i < kept; i++) { sum += Math.exp(scores[order[i]] - top); cdf[i] = sum; }
-  for (let i = 0; i < kept; i++) cdf[i] /= sum;
-  const p = topP > 0 && topP < 1 ? topP : Infinity;
-  let numP = 1;
-  for (let i = 0; i < kept - 1; i++) if (cdf[i] <= p) numP++;
-  const numKept = Math.min(kept, numP);
-  const target = u * cdf[numKept - 1];
-  let position = 0;
-  while (position < numKept - 1 && cdf[position] < target) position++;
-  return order[position];
-}
-
-/** One codebook's code from its logits (modified in place by the penalty). */
-export function pickCode(logits, seen, params, u) {
-  applyPenalty(logits, seen, params.audioRepetitionPenalty);
-  if (!params.doSample) return argmax(logits);
-  return sampleFiltered(logits, params.audioTemperature, params.audioTopK, params.audioTopP, u);
-}
-
-/** Continue (true) or stop from the stop pair [continue, stop] (decide_continue). */
-export function decideContinue(stopLogits, params, u) {
-  if (!params.doSample) return stopLogits[0] >= stopLogits[1];
-  return sampleFiltered(stopLogits, params.textTemperature, Math.min(params.textTopK, 2), params.textTopP, u) === 0;
+  if (!(params.audioTemperature > 0 && params.textTemperature > 0)) {
+    throw new Error('sampling.audioTemperature and sampling.textTemperature must be > 0');
+  }
+  if (!(params.audioRepetitionPenalty > 0)) throw new Error('sampling.audioRepetitionPenalty must be > 0');
+  return Float32Array.of(params.doSample ? 1 : 0, params.audioTemperature, kthIndex(params.audioTopK, vocab),
+    topPBound(params.audioTopP), params.audioRepetitionPenalty, params.textTemperature,
+    kthIndex(params.textTopK, 2), topPBound(params.textTopP));
 }

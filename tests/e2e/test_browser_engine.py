@@ -1,16 +1,22 @@
 """The static build of the tiny checkpoints in headless Chromium, against the torch engine.
 
-The build (`export-web`) is served by a plain static file server with the cross-origin isolation
+The build (`export-web`) is served as `serve-web` serves it, with the cross-origin isolation
 headers of its Space front matter; the page runs onnxruntime-web (wasm, fp32) in the tab.
 Greedy codes must equal the torch `Synthesizer`'s exactly and its PCM within 1e-4, for voice clone
 (a preset, and {codes}) and continuation (text only, and after a reference with its transcript);
 the Speak button must play through the studio's AudioWorklet: non-silent, two distinct channels,
-48 kHz.
+48 kHz. Start-up: speaking fetches only one precision's speaking graphs (the clip encoder on the
+first clone), a second visit reads them from the Cache API, and a backend that is not the last
+resort must pass the self-test against the torch reference, else the page falls back (no WebGPU
+here: its absence, and a failing self-test, are what is checked).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -103,16 +109,98 @@ def _assert_same(browser, torch_out, frames: int) -> None:
 
 def test_page_reports_its_backend(page):
     info = page.evaluate("mossTTS.info()")
-    assert info["backend"] == "wasm" and info["precision"] == "fp32"
+    assert info["backend"] == "wasm" and info["precision"] == "fp32" and info["fallback"] == []
     assert page.evaluate("crossOriginIsolated") is True  # the server's COOP/COEP reached the page
-    assert info["threads"] >= 1
+    # Isolated, the wasm backend gets threads (one per core, up to 4); without isolation it gets one.
+    assert info["threads"] == min(4, page.evaluate("navigator.hardwareConcurrency"))
     assert "Runs in this browser: wasm" in page.locator("#engine-info").inner_text()
+
+
+def _open(browser, url: str, init_script: str | None = None):
+    """A fresh context (its own Cache API) on `url`, ready; returns (context, tab, model requests)."""
+    context = browser.new_context()
+    if init_script:
+        context.add_init_script(init_script)
+    onnx: list[str] = []
+    context.on("request", lambda r: onnx.append(r.url.rsplit("/", 1)[-1]) if r.url.endswith(".onnx") else None)
+    tab = context.new_page()
+    tab.goto(url)
+    tab.wait_for_function("window.mossTTS !== undefined")
+    tab.evaluate("mossTTS.ready")
+    return context, tab, onnx
+
+
+def test_speaking_fetches_its_graphs_once_and_the_encoder_on_first_clone(browser, site, data_dir):
+    graphs = json.loads((tiny_build(data_dir) / "models" / "graphs.json").read_text())
+    fp32 = graphs["precisions"]["fp32"]
+    context, tab, onnx = _open(browser, f"{site}index.html?backend=wasm")
+    try:
+        assert sorted(onnx) == sorted(fp32[k] for k in ("global", "local", "codec"))  # no encoder, no fp16
+        assert tab.evaluate("mossTTS.info().fromCache") is False
+        onnx.clear()
+        tab.reload()
+        tab.wait_for_function("window.mossTTS !== undefined")
+        tab.evaluate("mossTTS.ready")
+        assert onnx == [] and tab.evaluate("mossTTS.info().fromCache") is True  # the Cache API kept them
+        codes = tab.evaluate("async () => Array.from(await mossTTS.encodeClip([new Float32Array(48000)]))")
+        assert onnx == [fp32["encoder"]] and len(codes) == 12 * 16
+    finally:
+        context.close()
+
+
+def test_self_test_passes_for_fp32_and_the_fp16_graphs(page, browser, site):
+    check = page.evaluate("mossTTS.selfTest()")
+    assert check["ok"] and check["cosine"] > 0.9999 and check["snrDb"] > 60, check
+    context, tab, _ = _open(browser, f"{site}index.html?backend=wasm&precision=fp16")
+    try:
+        assert tab.evaluate("mossTTS.info().precision") == "fp16"
+        check = tab.evaluate("mossTTS.selfTest()")  # the WebGPU graphs, run by wasm here
+        assert check["ok"] and check["cosine"] > 0.99, check
+    finally:
+        context.close()
+
+
+def test_no_webgpu_falls_back_to_wasm(browser, site):
+    context, tab, _ = _open(browser, f"{site}index.html",  # default order: webgpu, then wasm
+                            init_script="delete Navigator.prototype.gpu;")
+    try:
+        info = tab.evaluate("mossTTS.info()")
+        assert info["backend"] == "wasm" and info["fallback"] == ["webgpu: this browser offers no WebGPU adapter"]
+        assert "no WebGPU adapter" in tab.locator("#engine-info").inner_text()
+    finally:
+        context.close()
+
+
+def test_a_failing_self_test_falls_back_to_the_next_backend(browser, data_dir, tmp_path):
+    """A build whose reference audio was altered: the first backend fails its self-test (wrong
+    audio, as a GPU with broken fp16 would give) and the page starts the next one."""
+    build = tmp_path / "site"
+    shutil.copytree(tiny_build(data_dir), build, symlinks=True)
+    selftest = build / "models" / "selftest.json"
+    reference = json.loads(selftest.read_text())
+    pcm = np.frombuffer(base64.b64decode(reference["pcm"]), "<f4")
+    reference["pcm"] = base64.b64encode((-pcm).astype("<f4").tobytes()).decode("ascii")
+    selftest.write_text(json.dumps(reference))
+    manifest = json.loads((build / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        if entry["path"] == "models/selftest.json":
+            entry.update(size=selftest.stat().st_size, sha256=hashlib.sha256(selftest.read_bytes()).hexdigest())
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    with serve_static(build) as url:
+        context, tab, _ = _open(browser, f"{url}index.html?backend=wasm,wasm")
+        try:
+            info = tab.evaluate("mossTTS.info()")
+            assert info["backend"] == "wasm" and len(info["fallback"]) == 1
+            assert info["fallback"][0].startswith("wasm fp32: self-test failed: codec audio off (SNR -"), info
+        finally:
+            context.close()
 
 
 def test_voice_clone_preset_equals_torch(page, synth):
     text = "Hello world, this is a parity test for MOSS TTS Nano."
-    out = _browser(page, text=text, voice="Cedar", greedy=True, maxFrames=12, normalizeText=False)
-    _assert_same(out, _torch(synth, text=text, voice="Cedar", max_frames=12, normalize_text=False), 12)
+    ref = _torch(synth, text=text, voice="Cedar", max_frames=12, normalize_text=False)
+    for _ in range(2):  # the voice's prefix computed, then copied from the engine's prefix cache
+        _assert_same(_browser(page, text=text, voice="Cedar", greedy=True, maxFrames=12, normalizeText=False), ref, 12)
 
 
 def test_voice_clone_codes_and_normalised_text_equal_torch(page, synth, voices):

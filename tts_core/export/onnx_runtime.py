@@ -1,9 +1,10 @@
 """Drive the exported graphs with ONNX Runtime in Python: the reference the browser engine is held to.
 
-The frame loop is the torch engine's (`lm_step.frame` then `lm_step.global_step`), run graph by
-graph: position 0 gives the stop pair, positions 1..16 each a codebook's logits; the pick happens
-here, between the calls (greedy with the repetition penalty of `sampling.apply_repetition_penalty`,
-computed in float32 as torch does). The JS engine runs the very same loop.
+The frame loop is the torch engine's (`lm_step.frame` then `lm_step.global_step`), one graph call
+each: the frame graph decides and draws the whole frame from the uniforms, seen mask and sampling
+parameters it is given, the global graph appends the frame's row to a cache of fixed capacity.
+The codec's ring state is kept here and only the slots a pass wrote come back. The JS engine runs
+the very same loop.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from ..config import SamplingParams
 
 
 def _session(path: Path, threads: int):
@@ -27,85 +30,110 @@ def _session(path: Path, threads: int):
 
 @dataclass
 class OnnxModels:
-    """The three sessions of one export directory and its `graphs.json`."""
+    """The sessions of one export directory and its `graphs.json`; the clip encoder is opened
+    when first used (speaking never needs it)."""
 
     description: dict
     global_graph: object
     local_graph: object
     codec_graph: object
-    encoder_graph: object
+    directory: Path
+    threads: int = 1
+    _encoder: object = None
 
     @classmethod
-    def load(cls, directory: Path, threads: int = 1) -> OnnxModels:
+    def load(cls, directory: Path, threads: int = 1, precision: str | None = None) -> OnnxModels:
         directory = Path(directory)
         description = json.loads((directory / "graphs.json").read_text(encoding="utf-8"))
-        graphs = description["graphs"]
-        return cls(description, *(_session(directory / graphs[k], threads) for k in ("global", "local", "codec", "encoder")))
+        files = graph_files(description, precision)
+        return cls(description, *(_session(directory / files[k], threads) for k in ("global", "local", "codec")),
+                   directory, threads)
+
+    @property
+    def encoder_graph(self):
+        if self._encoder is None:
+            self._encoder = _session(self.directory / graph_files(self.description)["encoder"], self.threads)
+        return self._encoder
 
     @property
     def lm(self) -> dict:
         return self.description["lm"]
 
 
-def penalised(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np.ndarray:
-    """`sampling.apply_repetition_penalty` for one row, float32 like torch."""
-    if penalty == 1.0:
-        return logits
-    rp = np.float32(penalty)
-    return np.where(seen, np.where(logits < 0, logits * rp, logits / rp), logits).astype(np.float32)
+def graph_files(description: dict, precision: str | None = None) -> dict[str, str]:
+    """The graph files of one precision of an export ({kind: file}); default: its first."""
+    sets = description["precisions"]
+    precision = precision or next(iter(sets))
+    if precision not in sets:
+        raise ValueError(f"precision {precision!r} is not in this export; it has {', '.join(sets)}")
+    return sets[precision]
+
+
+class GlobalCache:
+    """The global transformer's cache as `lm_global.onnx` takes it: `capacity` rows fixed up front,
+    keys transposed [L, 1, nh, D, C], values [L, 1, nh, C, D], the first `length` rows valid."""
+
+    def __init__(self, lm: dict, capacity: int):
+        shape = (lm["num_layers"], 1, lm["num_heads"])
+        self.keys = np.zeros((*shape, lm["head_dim"], capacity), np.float32)
+        self.values = np.zeros((*shape, capacity, lm["head_dim"]), np.float32)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.values.shape[3]
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        layers = self.keys.shape[0]
+        return {**{f"keys_{i}": self.keys[i] for i in range(layers)},
+                **{f"values_{i}": self.values[i] for i in range(layers)}}
+
+    def append(self, new_keys: np.ndarray, new_values: np.ndarray) -> None:
+        """new_keys/new_values [L, nh, T, D] -> rows length..length + T - 1."""
+        rows = new_keys.shape[2]
+        if self.length + rows > self.capacity:
+            raise ValueError(f"{self.length} + {rows} rows exceed the cache's capacity {self.capacity}")
+        self.keys[:, 0, :, :, self.length : self.length + rows] = new_keys.transpose(0, 1, 3, 2)
+        self.values[:, 0, :, self.length : self.length + rows] = new_values
+        self.length += rows
 
 
 @dataclass
-class GreedyRun:
-    """Greedy generation of one prompt through the graphs."""
+class Generation:
+    """Frame generation of one prompt through the graphs, drawing each frame's uniforms from a
+    `StreamSampler` (the torch engine's per-stream generator, so a seed gives the torch engine's
+    codes) and feeding the sampler's parameters and seen mask to the frame graph."""
 
     models: OnnxModels
-    penalty: float = 1.0
-    seen: np.ndarray = field(init=False)
+    params: SamplingParams = field(default_factory=SamplingParams.greedy)
+    seed: int = 0
 
-    def __post_init__(self) -> None:
-        lm = self.models.lm
-        self.seen = np.zeros((lm["n_vq"], max(lm["codebook_sizes"])), dtype=bool)
-
-    def global_pass(self, rows: np.ndarray, past_k: np.ndarray, past_v: np.ndarray):
-        return self.models.global_graph.run(None, {"rows": rows[None].astype(np.int64), "past_k": past_k,
-                                                   "past_v": past_v})
-
-    def frame(self, hidden: np.ndarray) -> tuple[bool, np.ndarray]:
-        """Continue/stop and the 16 codes of one frame from the global state hidden [1, H]."""
-        lm = self.models.lm
-        kv_shape = (lm["local_num_layers"], 1, lm["num_heads"], lm["local_positions"], lm["head_dim"])
-        keys = values = np.zeros(kv_shape, np.float32)
-        prev = np.zeros(1, np.int64)
-        codes = np.zeros(lm["n_vq"], np.int64)
-        go_on = True
-        for position in range(lm["n_vq"] + 1):
-            stop, audio, keys, values = self.models.local_graph.run(None, {
-                "hidden": hidden, "prev_code": prev, "position": np.array([position], np.int64),
-                "keys": keys, "values": values})
-            if position == 0:
-                go_on = bool(stop[0, 0] >= stop[0, 1])  # greedy: ties continue (argmax takes index 0)
-                continue
-            k = position - 1
-            row = penalised(audio[0], self.seen[k, : audio.shape[1]], self.penalty)
-            codes[k] = int(np.argmax(row))
-            prev = codes[k : k + 1].copy()
-        return go_on, codes
+    def global_pass(self, rows: np.ndarray, cache: GlobalCache) -> np.ndarray:
+        hidden, new_keys, new_values = self.models.global_graph.run(None, {
+            "rows": np.asarray(rows, np.int64)[None], "length": np.array([cache.length], np.int64), **cache.feeds()})
+        cache.append(new_keys, new_values)
+        return hidden
 
     def generate(self, rows: np.ndarray, max_frames: int) -> np.ndarray:
         """Codes [F, n_vq] of prompt rows [T, n_vq + 1] (F < max_frames when the model stopped)."""
+        from ..engine.sampler import StreamSampler, param_row
+
         lm = self.models.lm
-        empty = np.zeros((lm["num_layers"], 1, lm["num_heads"], 0, lm["head_dim"]), np.float32)
-        hidden, past_k, past_v = self.global_pass(np.asarray(rows), empty, empty)
+        vocab = max(lm["codebook_sizes"])
+        sampler = StreamSampler(self.params, self.seed, lm["n_vq"], vocab)
+        table = np.array([param_row(self.params, vocab)], np.float32)
+        cache = GlobalCache(lm, len(rows) + max_frames)
+        hidden = self.global_pass(rows, cache)
         frames = []
         for _ in range(max_frames):
-            go_on, codes = self.frame(hidden)
-            if not go_on:
+            go_on, codes = self.models.local_graph.run(None, {
+                "hidden": hidden, "seen": sampler.seen.numpy()[None], "uniforms": sampler.draw_uniforms()[None],
+                "sampling_params": table})
+            if not go_on[0]:
                 break
-            frames.append(codes)
-            self.seen[np.arange(lm["n_vq"]), codes] = True
-            row = np.concatenate([[lm["audio_assistant_slot_id"]], codes])[None]
-            hidden, past_k, past_v = self.global_pass(row, past_k, past_v)
+            frames.append(codes[0])
+            sampler.observe(codes[0])
+            hidden = self.global_pass(np.concatenate([[lm["audio_assistant_slot_id"]], codes[0]])[None], cache)
         return np.array(frames, dtype=np.int64).reshape(-1, lm["n_vq"])
 
 
@@ -120,9 +148,15 @@ class CodecStream:
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """codes [frames_per_pass, n_q] -> audio [2, samples] float32."""
         feeds = {"codes": np.ascontiguousarray(np.asarray(codes, np.int64).T[None]), **self.state}
-        audio, *state = self.models.codec_graph.run(None, feeds)
-        self.state = {s["name"]: value for s, value in zip(self.specs, state)}
-        return audio[0]
+        names = [o.name for o in self.models.codec_graph.get_outputs()]
+        out = dict(zip(names, self.models.codec_graph.run(None, feeds)))
+        for spec in self.specs:
+            name = spec["name"]
+            if spec["ring"]:  # write the pass's new entries into the ring at the slots it names
+                self.state[name][:, :, out[spec["ring"]]] = out[f"{name}_new"]
+            else:
+                self.state[name] = out[f"{name}_out"]
+        return out["audio"][0]
 
 
 def encode_clip(models: OnnxModels, wav: np.ndarray) -> np.ndarray:

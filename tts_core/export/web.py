@@ -2,11 +2,13 @@
 
 A static site that runs the whole studio in the visitor's browser: the page and the engine
 (`static/engine/`, with the player modules it shares with the server's page), onnxruntime-web's
-dist files (copied from `node_modules/`, installed by `npm ci`), the exported graphs
-(`onnx_export`), the tokenizer and the preset voices' codes as JSON, `manifest.json` (every
-model file with its size and SHA-256: the page checks and caches by hash) and a README.md whose
-front matter makes the folder a static Hugging Face Space with the cross-origin isolation headers
-that wasm threads need.
+dist files (copied from `node_modules/`, installed by `npm ci`), the exported graphs at each
+precision asked for (`onnx_export`), the tokenizer and the preset voices' codes as JSON,
+`selftest.json` (what a backend must reproduce before the page trusts it: a prefill's hidden
+state and a few frames of audio, from the torch modules), `manifest.json` (every model file with
+its size and SHA-256: the page fetches only what it needs and caches by hash) and a README.md
+whose front matter makes the folder a static Hugging Face Space with the cross-origin isolation
+headers that wasm threads need (`python -m tts_core serve-web` serves it the same way locally).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ STATIC = REPO_ROOT / "static"
 # static/, kept in the build so the page's relative imports resolve as on the server).
 PLAYER_FILES = ("player/audio.js", "player/worklet.js", "player/buffering.js", "player/gainglide.js",
                 "studio/wav.js", "studio/player.css")
-ENGINE_FILES = ("engine.js", "sentencepiece.js", "prompt.js", "sampling.js", "chunking.js", "normalize.js",
-                "numbers.js", "loader.js", "page.js")
+ENGINE_FILES = ("engine.js", "codec_stream.js", "codec_worker.js", "sentencepiece.js", "prompt.js", "sampling.js",
+                "chunking.js", "normalize.js", "numbers.js", "loader.js", "page.js")
 # onnxruntime-web builds the page may load: plain wasm (SIMD + threads) and the WebGPU (JSEP) one.
 ORT_FILES = ("ort.wasm.min.mjs", "ort.webgpu.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm",
              "ort-wasm-simd-threaded.jsep.mjs", "ort-wasm-simd-threaded.jsep.wasm")
@@ -107,6 +109,40 @@ def front_matter(title: str) -> str:
             "else wasm with SIMD and threads). Built by `python -m tts_core export-web`.\n")
 
 
+SELFTEST_FRAMES = 3
+SELFTEST_MIN_SNR_DB = 20.0  # codec audio against the torch decoder's (fp16 lands far above; broken math far below)
+SELFTEST_MIN_COSINE = 0.98  # the prefill's hidden state against torch's
+
+
+def selftest_json(lm, codec, voices: dict) -> dict:
+    """The reference a backend is checked against at start: a prefill of rows made from the default
+    voice's first frames (its hidden state, by the torch LM) and the audio of those frames (the
+    torch codec, streaming), as float32 base64."""
+    import numpy as np
+    import torch
+
+    c = lm.config
+    preset = next(p for p in voices["presets"] if p["name"] == voices["default"])
+    frames = min(SELFTEST_FRAMES, preset["frames"])
+    codes = np.asarray(preset["codes"][: frames * c.n_vq], dtype=np.int64).reshape(frames, c.n_vq)
+    rows = np.full((frames + 1, c.row_width), c.audio_pad_id, dtype=np.int64)
+    rows[0, 0] = c.audio_start_id
+    rows[1:, 0] = c.audio_assistant_slot_id
+    rows[1:, 1:] = codes
+    with torch.no_grad():
+        lm_cpu = lm.float().cpu().eval()
+        hidden = lm_cpu.prefill(torch.as_tensor(rows), lm_cpu.new_cache(1, len(rows)), 0).float().numpy()
+        state = codec.new_decode_state(1, "cpu")
+        pcm = codec.decode_step(torch.as_tensor(codes.T[None]), state)[0].float().numpy()  # [2, S]
+
+    def b64(array):
+        return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
+
+    return {"rows": rows.reshape(-1).tolist(), "codes": codes.reshape(-1).tolist(), "frames": frames,
+            "hidden": b64(hidden), "pcm": b64(pcm), "min_snr_db": SELFTEST_MIN_SNR_DB,
+            "min_cosine": SELFTEST_MIN_COSINE}
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -129,8 +165,9 @@ def export_web(out_dir: Path, lm, codec, *, codec_dir: Path, tokenizer: Path, vo
 
     export_onnx(models, lm, codec, options or ExportOptions())
     (models / "tokenizer.json").write_text(json.dumps(tokenizer_json(tokenizer)), encoding="utf-8")
-    (models / "voices.json").write_text(json.dumps(voices_json(codec, codec_dir, voices_dir, max_text_tokens)),
-                                        encoding="utf-8")
+    voices = voices_json(codec, codec_dir, voices_dir, max_text_tokens)
+    (models / "voices.json").write_text(json.dumps(voices), encoding="utf-8")
+    (models / "selftest.json").write_text(json.dumps(selftest_json(lm, codec, voices)), encoding="utf-8")
     engine = out_dir / "engine"
     (engine / "ort").mkdir(parents=True)
     for name in ENGINE_FILES:
@@ -143,11 +180,16 @@ def export_web(out_dir: Path, lm, codec, *, codec_dir: Path, tokenizer: Path, vo
     shutil.copy2(STATIC / "engine" / "index.html", out_dir / "index.html")
     files = sorted(p for p in models.iterdir() if p.is_file())
     manifest = {
-        "format": 1, "models_dir": "models", "graphs": "models/graphs.json", "tokenizer": "models/tokenizer.json",
-        "voices": "models/voices.json",
+        "format": 2, "models_dir": "models", "graphs": "models/graphs.json", "tokenizer": "models/tokenizer.json",
+        "voices": "models/voices.json", "selftest": "models/selftest.json",
         "files": [{"path": f"models/{p.name}", "size": p.stat().st_size, "sha256": _sha256(p)} for p in files],
     }
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1), encoding="utf-8")
     (out_dir / "README.md").write_text(front_matter(title), encoding="utf-8")
-    logger.info("static build in %s: %.1f MB of model files", out_dir, sum(f["size"] for f in manifest["files"]) / 1e6)
+    sizes = {f["path"]: f["size"] for f in manifest["files"]}
+    for precision, graphs in json.loads((models / "graphs.json").read_text())["precisions"].items():
+        speak = sum(sizes[f"models/{graphs[kind]}"] for kind in ("global", "local", "codec"))
+        logger.info("%s: speaking downloads %.1f MB, cloning %.1f MB more", precision, speak / 1e6,
+                    sizes[f"models/{graphs['encoder']}"] / 1e6)
+    logger.info("static build in %s", out_dir)
     return manifest
