@@ -1,11 +1,11 @@
 // The static page: loads onnxruntime-web and the model files (cached after the first visit), runs
-// the engine in this tab and plays its stream through the studio's own AudioWorklet player
-// (worklet.js via audio.js). Exposes window.mossTTS = {ready, stream(options), info()}.
+// the engine in this tab and plays its stream through the studio's own player (StreamPlayer,
+// static/player/). Exposes window.mossTTS = {ready, stream(options), info(), player}.
 // URL parameters: backend=webgpu,wasm (backends to try in order; one that is not the last must pass
 // the self-test), precision=fp32|int8|fp16 (default: fp16 on WebGPU, int8 on wasm), threads=N,
 // codec=inline (decode in the page's thread instead of the codec's worker).
 
-import { AudioOut } from '../player/audio.js';
+import { StreamPlayer } from '../player/stream-player.js';
 import { wav16Blob } from '../studio/wav.js';
 import { MossEngine, choosePrecision, hasWebGpu } from './engine.js';
 import { loadFiles, loadManifest } from './loader.js';
@@ -18,8 +18,8 @@ const decoder = new TextDecoder();
 
 function setStatus(text) { $('status').textContent = text; }
 
-// What the worklet rendered for the last run: its own final stats (per-channel RMS, the RMS of
-// left minus right, the context rate, frames rendered), read by the end-to-end test.
+// How the last run played: its outcome and the player's figures (frames received and rendered,
+// underruns, the context rate), read by the end-to-end test.
 window.mossPlayback = null;
 
 async function loadOrt(backend) {
@@ -154,58 +154,48 @@ async function cloneFromFile(file) {
 const CLONE = '__clip__';
 $('clip').addEventListener('change', (e) => { if (e.target.files[0]) cloneFromFile(e.target.files[0]); });
 
-// ---- the form: speak through the worklet ---------------------------------------------------------
+// ---- the form: speak through the player ------------------------------------------------------------
 
-const audio = new AudioOut(RATE, onWorkletMessage);
-let run = null;
+const player = new StreamPlayer({ rate: RATE });
+window.mossTTS.player = player;
+player.addEventListener('firstsound', (e) => { $('ttfp').textContent = `${e.detail.ms.toFixed(0)} ms`; });
 
-function onWorkletMessage(m) {
-  if (!run || m.id !== run.id) return;
-  if (m.type === 'first-audio') {
-    run.ttfpMs = performance.now() - run.t0;
-    $('ttfp').textContent = `${run.ttfpMs.toFixed(0)} ms`;
+/** The engine's stream as the player's source messages (source.js), its chunks kept in `chunks`. */
+async function* engineSource(stream, chunks, t0) {
+  yield { type: 'start', rate: RATE, channels: 2 };
+  let samples = 0;
+  for await (const item of stream) {
+    if (item.pcm.length) {
+      chunks.push(item.pcm.slice());
+      samples += item.pcm.length / 2;
+      yield { type: 'pcm', data: item.pcm };
+    }
+    const elapsed = (performance.now() - t0) / 1000;
+    $('rtf').textContent = samples ? (elapsed / (samples / RATE)).toFixed(2) : '–';
   }
-  if (m.type === 'finished' || m.type === 'stopped') {
-    window.mossPlayback = { outcome: m.type, ...m.stats };
-    run.settle(m.type);
-  }
+  yield { type: 'end', trailingBytes: 0 };
 }
 
 async function speak() {
   const engine = await ready;
-  audio.unlock();
-  await audio.init();
-  await audio.ctx.resume();
-  const id = `run-${Date.now()}`;
-  let settle;
-  const finished = new Promise((resolve) => { settle = resolve; });
-  run = { id, t0: performance.now(), settle, ttfpMs: null };
+  player.unlock();
+  const t0 = performance.now();
   $('speak').disabled = true;
   $('download').hidden = true;
-  audio.post({ type: 'start', id, inputRate: RATE, prebufferMs: 200 });
   const chunks = [];
-  let samples = 0;
   try {
     const voice = $('voice').value === CLONE ? { codes: cloned } : $('voice').value;
     const options = { text: $('text').value, voice, greedy: $('greedy').checked,
       seed: Number($('seed').value) || undefined };
-    for await (const item of engine.stream(options)) {
-      if (item.pcm.length) {
-        chunks.push(item.pcm.slice());
-        samples += item.pcm.length / 2;
-        audio.post({ type: 'pcm', data: item.pcm }, [item.pcm.buffer]);
-      }
-      const elapsed = (performance.now() - run.t0) / 1000;
-      $('rtf').textContent = samples ? (elapsed / (samples / RATE)).toFixed(2) : '–';
-    }
-    audio.post({ type: 'end' });
-    await finished;
+    const outcome = await player.play(engineSource(engine.stream(options), chunks, t0), { t0 });
+    window.mossPlayback = { outcome, ...player.stats };
+    if (outcome === 'error') throw new Error(player.stats.error);
+    const samples = chunks.reduce((n, c) => n + c.length / 2, 0);
     const url = URL.createObjectURL(wav16Blob(chunks, RATE));
     $('download').href = url;
     $('download').hidden = false;
     setStatus(`Spoke ${(samples / RATE).toFixed(2)} s of audio.`);
   } catch (error) {
-    audio.post({ type: 'stop' });
     setStatus(`Error: ${error.message}`);
   } finally {
     $('speak').disabled = false;

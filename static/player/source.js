@@ -7,11 +7,13 @@
 //   {type: 'end', trailingBytes}
 // and throws on failure (an AbortError when stopped).
 //
-// fetchSource: POST /api/tts/stream (event frames, docs/PROTOCOL.md §2). PushSource: the parent
-// page posts the audio itself (docs/PROTOCOL.md §3.2), e.g. from Gradio events.
+// StreamSource: POST /api/tts/stream (event frames, docs/PROTOCOL.md §2), in the transport this
+// browser decodes. PushSource: the parent page posts the audio itself (docs/PROTOCOL.md §3.2), e.g.
+// from Gradio events. memorySource: audio already here (a replay). A source with `abort()` is
+// cancelled by StreamPlayer.stop().
 
 import { FrameParser } from './framing.js';
-import { FORMATS, makeDecoder } from './transport.js';
+import { chooseTransport, FORMATS, makeDecoder } from './transport.js';
 
 /** The readable message of an error response (OpenAI's error shape), with the field it names. */
 export async function errorMessage(resp) {
@@ -27,19 +29,33 @@ export async function errorMessage(resp) {
 }
 
 /**
- * @param {string} url  the stream route
- * @param {object} request  its JSON body
- * @param {{signal: AbortSignal, beforeRead?: () => Promise<void>, transport?: string}} options  beforeRead
- *   runs while the request is in flight (the player resumes its audio context there); transport: the
- *   wire format to ask for (transport.js: opus or s16)
+ * The stream route's answer to `request`, asked for when iteration begins.
+ * @param {string} url  the stream route (POST /api/tts/stream, relative to the page or absolute)
+ * @param {object} request  its JSON body (docs/PROTOCOL.md §2.1), without `transport`
+ * @param {{transport?: string}} options  transport: 's16' forces 16-bit PCM (tests, benchmarks);
+ *   otherwise Opus where this browser's WebCodecs decodes it (transport.js)
  */
-export async function* fetchSource(url, request, { signal, beforeRead, transport = 'opus' }) {
-  const pending = fetch(url, {
+export class StreamSource {
+  constructor(url, request, { transport = null } = {}) {
+    this.url = new URL(url, location.href).href;
+    this.request = request;
+    this.transport = chooseTransport(transport);   // started now: cached after the first
+    this.controller = new AbortController();
+  }
+
+  /** Cancel the request: the server sees the disconnect and stops generating. */
+  abort() { this.controller.abort(); }
+
+  async* [Symbol.asyncIterator]() {
+    yield* fetchSource(this.url, this.request, { signal: this.controller.signal, transport: await this.transport });
+  }
+}
+
+async function* fetchSource(url, request, { signal, transport }) {
+  const resp = await fetch(url, {
     method: 'POST', headers: { 'Content-Type': 'application/json' }, cache: 'no-store',
     body: JSON.stringify({ ...request, transport }), signal,
   });
-  if (beforeRead) await beforeRead();
-  const resp = await pending;
   if (!resp.ok) throw await errorMessage(resp);
 
   const rate = Number(resp.headers.get('X-Sample-Rate')) || 48000;
@@ -162,4 +178,11 @@ export class PushSource {
       if (this.decoder) this.decoder.close();
     }
   }
+}
+
+/** Audio already in memory (a replay): interleaved stereo float32 `pcm` at `rate`. */
+export async function* memorySource(pcm, rate = 48000) {
+  yield { type: 'start', rate, channels: 2, requestId: null, estimatedS: null, transport: null };
+  yield { type: 'pcm', data: pcm };
+  yield { type: 'end', trailingBytes: 0 };
 }

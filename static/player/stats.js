@@ -1,23 +1,22 @@
-// The player's figures, all on window.playerStats (the page shows them; the end-to-end tests read
-// them): per page (context, worklet, runs) and per run (cleared when a run starts).
+// The player's figures (StreamPlayer.stats; the studio shows them as window.playerStats, which the
+// end-to-end tests read): per page (context, worklet, runs) and per run (cleared when a run starts).
 
 export function createStats(requestedRate) {
   return {
     state: 'idle', workletLoaded: false, sampleRate: null, requestedRate, baseLatency: null,
-    outputLatency: null, destinationChannels: null, runs: 0, completed: [], model: 'loading', waitS: null,
+    outputLatency: null, destinationChannels: null, runs: 0, waitS: null,
   };
 }
 
-/** Clear the per-run figures for run `runId` (item `index` of `count`, named `label`). */
-export function clearRunStats(stats, runId, label, index, count) {
+/** Clear the per-run figures for run `runId`. */
+export function clearRunStats(stats, runId) {
   Object.assign(stats, {
-    runId, label, item: index, items: count, error: null, requestId: null,
+    runId, error: null, requestId: null,
     streamSampleRate: null, streamChannels: null, streamFormat: null, estimatedS: null,
     bytesReceived: 0, streamBytes: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
-    srcSumSqL: 0, srcSumSqR: 0, audioSeconds: 0, arrivals: [], underrunsAt: [], segments: 0,
-    framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0,
-    rms: 0, rmsL: 0, rmsR: 0, rmsDiff: 0, maxStep: 0, peak: 0, sumSqL: 0, sumSqR: 0, startBufferedFrames: null,
-    outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
+    audioSeconds: 0, arrivals: [], underrunsAt: [],
+    framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0, firstAudioFrame: null,
+    startBufferedFrames: null, outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
     ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
     transport: null, wire: '', liveGainDb: null,
   });
@@ -30,7 +29,7 @@ export function watchContext(stats, ctx) {
     destinationChannels: ctx.destination.channelCount, maxChannelCount: ctx.destination.maxChannelCount,
     audioState: ctx.state,
   });
-  ctx.onstatechange = () => { stats.audioState = ctx.state; };
+  ctx.addEventListener('statechange', () => { stats.audioState = ctx.state; });
 }
 
 /** The worklet's figures `s` (its 'stats' messages) onto the page's. */
@@ -45,11 +44,10 @@ export function copyWorkletStats(stats, s) {
   });
 }
 
-/** RTF and x real time so far, also kept on the run's result. */
-export function updateFigures(stats, result) {
+/** RTF and x real time so far. */
+export function updateRates(stats) {
   if (stats.audioSeconds > 0) {
     stats.rtf = stats.elapsedMs / 1000 / stats.audioSeconds;
     stats.xRealtime = 1 / stats.rtf;
   }
-  Object.assign(result.figures, { rtf: stats.rtf, audioS: stats.audioSeconds, ttfpMs: stats.ttfpMs });
 }

@@ -8,7 +8,7 @@ import re
 
 from tts_core.export.web import PLAYER_FILES, STATIC
 
-IMPORT = re.compile(r"""^\s*import\s[^'"]*['"](\.{1,2}/[\w./-]+\.js)['"]""", re.M)
+IMPORT = re.compile(r"""^\s*(?:import|export)\s[^'"]*?\bfrom\s*['"](\.{1,2}/[\w./-]+\.js)['"]""", re.M)
 
 
 def imports(name: str) -> list[str]:

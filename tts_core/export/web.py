@@ -31,8 +31,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATIC = REPO_ROOT / "static"
 # The page's modules: the engine, and the studio's own player pieces it plays through (paths in
 # static/, kept in the build so the page's relative imports resolve as on the server).
-PLAYER_FILES = ("player/audio.js", "player/worklet.js", "player/buffering.js", "player/gainglide.js",
-                "studio/wav.js", "studio/player.css")
+PLAYER_FILES = ("player/stream-player.js", "player/audio.js", "player/worklet.js", "player/buffering.js",
+                "player/gainglide.js", "player/stats.js", "player/source.js", "player/framing.js",
+                "player/transport.js", "player/opus.js", "player/ogg.js", "studio/wav.js", "studio/player.css")
 ENGINE_FILES = ("engine.js", "codec_stream.js", "codec_worker.js", "sentencepiece.js", "prompt.js", "sampling.js",
                 "chunking.js", "normalize.js", "numbers.js", "loader.js", "page.js")
 # onnxruntime-web builds the page may load: plain wasm (SIMD + threads) and the WebGPU (JSEP) one.
