@@ -7,9 +7,11 @@ export class AudioOut {
   /**
    * @param {number} rate  the context rate to ask for (the worklet resamples if refused)
    * @param {(message: object) => void} onMessage  the worklet's messages
+   * @param {number} ringSeconds  the worklet's ring, made once (its producer posts no more than fits)
    */
-  constructor(rate, onMessage) {
+  constructor(rate, onMessage, ringSeconds) {
     this.wantRate = rate;
+    this.ringSeconds = ringSeconds;
     this.onMessage = onMessage;
     this.ctx = null;
     this.node = null;
@@ -31,6 +33,7 @@ export class AudioOut {
     this.ready = this.ctx.audioWorklet.addModule(new URL('worklet.js', import.meta.url).href).then(() => {
       this.node = new AudioWorkletNode(this.ctx, 'pcm-player', {
         numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [2],
+        processorOptions: { ringSeconds: this.ringSeconds },
       });
       this.node.port.onmessage = (e) => this.onMessage(e.data);
       this.node.connect(this.ctx.destination);

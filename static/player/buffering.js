@@ -42,34 +42,38 @@ export const RECENT_WINDOW_S = 1.5;
  * @param {boolean} p.rebuffering   true after an underrun
  * @param {number} [p.shortStartS]  the start used when generation is fast
  * @param {number|null} [p.recentRate]  audio s per s over the last RECENT_WINDOW_S (recentRate())
+ * @param {object} [out]  filled in and returned (the worklet passes one object, made once)
  * @returns {{start: boolean, targetS: number|null, waitS: number|null, rate: number|null}}
  *   targetS: the buffer to wait for; waitS: the expected wait from now (null when it cannot be told).
  */
-export function planStart(p) {
+export function planStart(p, out = {}) {
   const shortStart = p.shortStartS ?? SHORT_START_S;
-  if (p.ended) return { start: p.bufferedS > 0, targetS: 0, waitS: 0, rate: null };
+  if (p.ended) return plan(out, p.bufferedS > 0, 0, 0, null);
   let rate = arrivalRate(p);
   if (rate != null && p.rebuffering && p.recentRate > 0) rate = Math.min(rate, p.recentRate);
   if (p.estimatedS == null || !(p.estimatedS > 0)) {
-    const start = p.bufferedS > 0 && p.bufferedS >= shortStart;
-    return { start, targetS: shortStart, waitS: null, rate };
+    return plan(out, p.bufferedS > 0 && p.bufferedS >= shortStart, shortStart, null, rate);
   }
   let remaining = Math.max(0, p.estimatedS - p.receivedS);
   if (p.rebuffering) remaining = Math.max(remaining, 0.5 * (p.receivedS - p.bufferedS));
   if (rate == null) {   // one arrival: nothing measured yet, unless everything is already here
-    const all = remaining <= 0 && p.bufferedS > 0;
-    return { start: all, targetS: null, waitS: null, rate };
+    return plan(out, remaining <= 0 && p.bufferedS > 0, null, null, rate);
   }
   const k = Math.max(0, SAFETY / rate - 1);   // seconds of head start per second still to come
   const lump = k > 0 ? p.largestChunkS * (p.rebuffering ? 2 : 1) : 0;
   const target = Math.max(shortStart, k * remaining + lump);
   if (p.bufferedS > 0 && p.bufferedS >= Math.min(target, p.bufferedS + remaining)) {
-    return { start: true, targetS: target, waitS: 0, rate };
+    return plan(out, true, target, 0, rate);
   }
   // While waiting, the buffer grows by `rate` per second and what is still to come shrinks by as much.
   const need = k * remaining + lump - p.bufferedS;
   const waitS = need <= 0 ? (shortStart - p.bufferedS) / rate : need / (rate * (1 + k));
-  return { start: false, targetS: target, waitS: Math.max(0, waitS), rate };
+  return plan(out, false, target, Math.max(0, waitS), rate);
+}
+
+function plan(out, start, targetS, waitS, rate) {
+  out.start = start; out.targetS = targetS; out.waitS = waitS; out.rate = rate;
+  return out;
 }
 
 /**
@@ -92,16 +96,19 @@ export function arrivalRate(p) {
 }
 
 /**
- * Audio seconds per second over the last `windowS` (null: too little history). `history` holds
- * [time, audio seconds received by then] per arrival, oldest first; `now` extends the window when
- * nothing has arrived lately (a stall is slow too).
+ * Audio seconds per second over the last `windowS` (null: too little history). `history` holds, per
+ * arrival, its time and the audio seconds received by then, oldest first, in a circular buffer:
+ * {t, s: Float64Array, start, count, size}; `now` extends the window when nothing has arrived
+ * lately (a stall is slow too).
  */
 export function recentRate(history, now, windowS = RECENT_WINDOW_S) {
-  if (history.length < 2) return null;
-  const last = history[history.length - 1];
-  let i = history.length - 2;
-  while (i > 0 && last[0] - history[i][0] < windowS) i -= 1;
-  const span = Math.max(last[0], now) - history[i][0];
+  const { t, s, start, count, size } = history;
+  if (count < 2) return null;
+  const last = (start + count - 1) % size;
+  let k = count - 2;
+  while (k > 0 && t[last] - t[(start + k) % size] < windowS) k -= 1;
+  const i = (start + k) % size;
+  const span = Math.max(t[last], now) - t[i];
   if (span < windowS / 2) return null;
-  return (last[1] - history[i][1]) / span;
+  return (s[last] - s[i]) / span;
 }

@@ -13,6 +13,11 @@ export class GainGlide {
   constructor(rate, { upS = UP_S, downS = DOWN_S } = {}) {
     this.up = 1 - Math.exp(-1 / (upS * rate));
     this.down = 1 - Math.exp(-1 / (downS * rate));
+    this.reset();
+  }
+
+  /** A new stream: no gain asked for yet. */
+  reset() {
     this.gain = null;   // the gain of the last sample played; null until the first `set`
     this.want = 1;
     this.played = false;

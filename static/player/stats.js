@@ -16,6 +16,7 @@ export function clearRunStats(stats, runId) {
     bytesReceived: 0, streamBytes: 0, networkReads: 0, chunksPosted: 0, framesReceived: 0, trailingBytes: 0,
     audioSeconds: 0, arrivals: [], underrunsAt: [],
     framesRendered: 0, underruns: 0, underrunFrames: 0, bufferedFrames: 0, bufferedMs: 0, firstAudioFrame: null,
+    overflowFrames: 0, heldBackFrames: 0,
     startBufferedFrames: null, outputChannels: null, resampling: false, waitS: null, plan: null, statesSeen: [],
     ttfbMs: null, ttfpMs: null, ttfpMsgMs: null, rtf: null, xRealtime: null, elapsedMs: 0,
     transport: null, wire: '', liveGainDb: null,
@@ -32,15 +33,15 @@ export function watchContext(stats, ctx) {
   ctx.addEventListener('statechange', () => { stats.audioState = ctx.state; });
 }
 
-/** The worklet's figures `s` (its 'stats' messages) onto the page's. */
+/** The worklet's counters `s` (its 'stats' messages) onto the page's figures. */
 export function copyWorkletStats(stats, s) {
   Object.assign(stats, {
     framesRendered: s.framesRendered, underruns: s.underruns, underrunFrames: s.underrunFrames,
-    bufferedFrames: s.buffered, bufferedMs: s.bufferedMs, rms: s.rms, rmsL: s.rmsL, rmsR: s.rmsR,
-    rmsDiff: s.rmsDiff, maxStep: s.maxStep, peak: s.peak, sumSqL: s.sumSqL, sumSqR: s.sumSqR,
+    bufferedFrames: s.buffered, bufferedMs: (s.buffered / s.contextRate) * 1000,
     outputChannels: s.outChannels, resampling: s.resampling, workletFramesReceived: s.framesReceived,
-    underrunsAt: s.underrunsAt, workletState: s.state, startBufferedFrames: s.startBufferedFrames, plan: s.plan,
-    liveGainDb: s.gainDb ?? null,
+    underrunsAt: Array.from(s.underrunsAt.subarray(0, Math.min(s.underruns, s.underrunsAt.length))),
+    workletState: s.state, startBufferedFrames: s.startBufferedFrames, plan: s.plan,
+    overflowFrames: s.overflowFrames, liveGainDb: s.gainDb ?? null,
   });
 }
 

@@ -23,6 +23,7 @@ import { clearRunStats, copyWorkletStats, createStats, updateRates, watchContext
 import { describe } from './transport.js';
 
 const MAX_ARRIVALS = 400;
+const RING_SECONDS = 20;   // the worklet's ring; audio further ahead waits here (a fast generator)
 
 /** Until the browser lets audio start: resume on the visitor's next click or key anywhere. */
 function nextGesture(resume) {
@@ -39,12 +40,15 @@ export class StreamPlayer extends EventTarget {
    * @param {number} [options.rate]  the AudioContext rate to ask for (the worklet resamples if refused)
    * @param {number} [options.prebufferMs]  the short start when generation is fast (buffering.js)
    * @param {object} [options.stats]  an object to keep the figures on (default: a new one)
+   * @param {number} [options.ringSeconds]  how far ahead of playback the worklet may hold audio
    * @param {(resume: () => Promise<void>) => Promise<void>} [options.askForClick]  called when the
    *   browser holds audio back until a gesture: resolve once `resume()` ran inside one
    */
-  constructor({ rate = 48000, prebufferMs = 200, stats = null, askForClick = nextGesture } = {}) {
+  constructor({ rate = 48000, prebufferMs = 200, stats = null, askForClick = nextGesture,
+    ringSeconds = RING_SECONDS } = {}) {
     super();
-    this.audio = new AudioOut(rate, (m) => this.onWorklet(m));
+    this.audio = new AudioOut(rate, (m) => this.onWorklet(m), ringSeconds);
+    this.ringSeconds = ringSeconds;
     this.prebufferMs = prebufferMs;
     this.askForClick = askForClick;
     this.stats = Object.assign(stats || {}, createStats(rate));
@@ -79,7 +83,8 @@ export class StreamPlayer extends EventTarget {
    */
   async play(source, { t0 = performance.now(), prebufferMs = this.prebufferMs } = {}) {
     this.cancel();
-    const run = { id: ++this.runs, t0, source, settled: null, underruns: 0 };
+    const run = { id: ++this.runs, t0, source, settled: null, underruns: 0, rate: 48000,
+      queue: [], queued: 0, posted: 0, taken: 0, buffered: 0, ending: false };
     run.outcome = new Promise((resolve) => {
       run.settle = (how) => { if (!run.settled) { run.settled = how; resolve(how); } };
     });
@@ -98,6 +103,7 @@ export class StreamPlayer extends EventTarget {
         const m = step.value;
         if (m.type === 'start') {
           ({ rate, channels } = m);
+          run.rate = rate;
           this.started(run, m, prebufferMs);
         } else if (m.type === 'read') {
           this.stats.networkReads += 1;
@@ -120,7 +126,8 @@ export class StreamPlayer extends EventTarget {
     this.stats.elapsedMs = performance.now() - run.sentAt;
     updateRates(this.stats);
     this.emit('arrived', null);
-    this.audio.post({ type: 'end' });
+    run.ending = true;
+    this.feed(run);   // 'end' follows the last of the audio held back
     if (this.stats.state !== 'connecting') this.setState(this.stats.framesRendered > 0 ? 'finishing' : this.stats.state);
     if (await run.outcome === 'finished' && this.run === run) this.setState('finished');
     return this.ended(run);
@@ -168,8 +175,38 @@ export class StreamPlayer extends EventTarget {
     s.elapsedMs = performance.now() - run.sentAt;
     updateRates(s);
     this.emit('pcm', { data: stereo, rate });   // before it goes: a listener may set a gain for it
-    this.audio.post({ type: 'pcm', data: stereo }, [stereo.buffer]);
-    s.chunksPosted += 1;
+    const most = Math.max(1, Math.floor(this.ringFrames(run) / 2));
+    for (let at = 0; at < frames; at += most) {   // a long replay in pieces the ring can take
+      const piece = frames <= most ? stereo : stereo.slice(2 * at, 2 * Math.min(frames, at + most));
+      run.queue.push(piece);
+      run.queued += piece.length >> 1;
+    }
+    this.feed(run);
+  }
+
+  /** Input frames the worklet's ring holds. */
+  ringFrames(run) { return Math.floor(0.98 * this.ringSeconds * run.rate); }
+
+  /** Post what the ring has room for, by the worklet's last counters (audio only leaves the ring
+   *  between two of them, so the room is never overestimated); then 'end', once all is posted. */
+  feed(run) {
+    if (run !== this.run || run.settled) return;
+    const ctxRate = this.audio.ctx.sampleRate, room = this.ringFrames(run);
+    while (run.queue.length) {
+      const piece = run.queue[0], frames = piece.length >> 1;
+      const used = (run.posted - run.taken) + run.buffered * (run.rate / ctxRate);
+      if (used + frames > room) break;
+      run.queue.shift();
+      run.queued -= frames;
+      run.posted += frames;
+      this.audio.post({ type: 'pcm', data: piece }, [piece.buffer]);
+      this.stats.chunksPosted += 1;
+    }
+    this.stats.heldBackFrames = Math.max(this.stats.heldBackFrames, run.queued);
+    if (run.ending && !run.queue.length) {
+      run.ending = false;
+      this.audio.post({ type: 'end' });
+    }
   }
 
   failed(run, err) {
@@ -216,6 +253,9 @@ export class StreamPlayer extends EventTarget {
   workletStats(run, w) {
     const s = this.stats;
     copyWorkletStats(s, w);
+    run.taken = w.framesReceived;
+    run.buffered = w.buffered;
+    this.feed(run);
     s.outputLatency = this.audio.ctx.outputLatency ?? null;
     const waiting = w.state === 'prebuffering' || w.state === 'starved';
     s.waitS = waiting && w.plan ? w.plan.waitS : null;

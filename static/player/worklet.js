@@ -9,17 +9,23 @@
 //   {type:'pcm', data: Float32Array}        interleaved stereo frames at inputRate (transferred)
 //   {type:'end'}                            no more data: play out what is buffered, then 'finished'
 //   {type:'stop'}                           fade out over STOP_FADE_MS, clear, then 'stopped'
-// Messages out: 'first-audio' (frame + context time of the first audible sample), 'stats' (~every
-// 50 ms while active), 'finished' and 'stopped' (both carry final stats).
+// Messages out, each {type, id, ...}: 'first-audio' (frame + context time of the first audible
+// sample), and {type, id, stats} for 'stats' (~every 50 ms while active), 'finished' and 'stopped'.
 //
 // Playback starts once `prebufferMs` of audio is buffered (or the stream has ended); with an
 // estimate of the total length, once the rest can play through at the rate audio is arriving
 // (buffering.js plans it, here on the audio clock, so tests drive it quantum by quantum). A shortfall
 // before 'end' is an underrun: the last samples before the gap fade out, silence is counted, and
 // playback resumes with a fade-in after a rebuffer (planned the same way, or growing without an
-// estimate). Fades happen only there, at stop and over
-// the stream's last 2 ms, so every normal chunk join is bit-exact. If the context does not run at
-// inputRate, the input is resampled here (Catmull-Rom cubic, streaming).
+// estimate). Fades happen only there, at stop and over the stream's last 2 ms, so every normal chunk
+// join is bit-exact. If the context does not run at inputRate, the input is resampled here
+// (Catmull-Rom cubic, streaming).
+//
+// The audio thread allocates nothing per quantum or per chunk: the ring (processorOptions.ringSeconds),
+// the resampler's window, the arrival history, the plan and the outgoing messages are made once and
+// updated in place. The producer (stream-player.js) posts no more than the ring has room for, read
+// from the 'stats' counters; a frame that would not fit is dropped and counted (`overflowFrames`),
+// never grown into. What the output sounds like is measured outside, by a tap on the node.
 
 import { planStart, recentRate, RECENT_WINDOW_S } from './buffering.js';
 import { GainGlide } from './gainglide.js';
@@ -28,55 +34,93 @@ const FADE_FRAMES = 96;        // 2 ms at 48 kHz: short enough to be inaudible, 
 const STOP_FADE_MS = 12;
 const STATS_EVERY_S = 0.05;
 const MAX_REBUFFER_MS = 1000;
+const RING_SECONDS = 20;       // stream-player.js passes its own
+const FULL_SHARE = 0.9;        // a ring this full plays, whatever the plan wanted: nothing more fits
+const HISTORY = 256;           // arrivals kept for recentRate (a circular buffer)
+const UNDERRUNS_KEPT = 20;
+const WINDOW = 16;             // input frames the resampler keeps (a power of two)
+const MASK = WINDOW - 1;
 
-class StreamResampler {
-  constructor(ratio) {          // ratio = input frames per output frame
-    this.ratio = ratio;
-    this.pos = 0;               // position of the next output frame, in input frames, relative to hist[0]
-    this.histL = new Float32Array(0);
-    this.histR = new Float32Array(0);
-    this.started = false;
-  }
-
-  // interleaved stereo in -> {L, R} at the output rate. `flush` pads the tail so every input frame is used.
-  push(data, flush) {
-    const n = data.length >> 1;
-    const h = this.histL.length;
-    const L = new Float32Array(h + n + (flush ? 2 : 0));
-    const R = new Float32Array(L.length);
-    L.set(this.histL); R.set(this.histR);
-    for (let i = 0; i < n; i++) { L[h + i] = data[2 * i]; R[h + i] = data[2 * i + 1]; }
-    if (flush && h + n > 0) {    // repeat the last frame so the final positions can be interpolated
-      L[h + n] = L[h + n + 1] = L[h + n - 1];
-      R[h + n] = R[h + n + 1] = R[h + n - 1];
-    }
-    if (!this.started && L.length > 0) { this.pos = 0; this.started = true; }
-    const end = flush ? h + n : L.length - 2;   // need samples up to i+2
-    const outL = [], outR = [];
-    while (this.pos < end) {
-      const i = Math.floor(this.pos), t = this.pos - i;
-      outL.push(cubic(L, i, t)); outR.push(cubic(R, i, t));
-      this.pos += this.ratio;
-    }
-    const keep = Math.max(0, Math.floor(this.pos) - 1);  // keep x[i-1] for the next call
-    this.histL = L.slice(keep, flush ? keep : L.length);
-    this.histR = R.slice(keep, flush ? keep : R.length);
-    this.pos -= keep;
-    return { L: Float32Array.from(outL), R: Float32Array.from(outR) };
-  }
-}
-
-function cubic(x, i, t) {
-  const xm1 = x[i > 0 ? i - 1 : 0], x0 = x[i], x1 = x[i + 1] ?? x0, x2 = x[i + 2] ?? x1;
+function cubic(xm1, x0, x1, x2, t) {
   return x0 + 0.5 * t * (x1 - xm1 + t * (2 * xm1 - 5 * x0 + 4 * x1 - x2 + t * (3 * (x0 - x1) + x2 - xm1)));
 }
 
-class PcmPlayer extends AudioWorkletProcessor {
+/** inputRate -> the context's rate, frame by frame into `sink.writeFrame(l, r)`; the same outputs
+ *  however the input is cut. */
+class StreamResampler {
   constructor() {
+    this.L = new Float32Array(WINDOW);
+    this.R = new Float32Array(WINDOW);
+    this.reset(1);
+  }
+
+  reset(ratio) {               // ratio = input frames per output frame
+    this.ratio = ratio;
+    this.n = 0;                 // input frames seen; frame k sits at k & MASK
+    this.idx = 0;               // the next output frame's position: idx + frac input frames
+    this.frac = 0;
+  }
+
+  push(data, sink) {
+    for (let k = 0; k + 1 < data.length; k += 2) {
+      const j = this.n & MASK;
+      this.L[j] = data[k]; this.R[j] = data[k + 1];
+      this.n += 1;
+      this.drain(sink, this.n - 3);   // a position needs its frame and the two after it
+    }
+  }
+
+  /** The stream ended: the last frame repeats past the end, and every position before it is made. */
+  flush(sink) {
+    if (this.n === 0) return;
+    const last = (this.n - 1) & MASK;
+    for (let pad = 0; pad < 2; pad++) {
+      this.L[(this.n + pad) & MASK] = this.L[last]; this.R[(this.n + pad) & MASK] = this.R[last];
+    }
+    this.drain(sink, this.n - 1);
+  }
+
+  drain(sink, lastIdx) {
+    const L = this.L, R = this.R;
+    while (this.idx <= lastIdx) {
+      const i = this.idx, t = this.frac, m = (i > 0 ? i - 1 : 0) & MASK;
+      const a = i & MASK, b = (i + 1) & MASK, c = (i + 2) & MASK;
+      sink.writeFrame(cubic(L[m], L[a], L[b], L[c], t), cubic(R[m], R[a], R[b], R[c], t));
+      this.frac += this.ratio;
+      const whole = Math.floor(this.frac);
+      this.idx += whole; this.frac -= whole;
+    }
+  }
+}
+
+class PcmPlayer extends AudioWorkletProcessor {
+  constructor(options) {
     super();
-    this.capacity = sampleRate * 20;           // grows when a fast producer gets far ahead
+    const seconds = (options && options.processorOptions && options.processorOptions.ringSeconds) || RING_SECONDS;
+    this.capacity = Math.ceil(sampleRate * seconds);
     this.L = new Float32Array(this.capacity);
     this.R = new Float32Array(this.capacity);
+    this.resampler = new StreamResampler();
+    this.glide = new GainGlide(sampleRate);
+    this.histT = new Float64Array(HISTORY);   // [time, seconds received by then] per arrival
+    this.histS = new Float64Array(HISTORY);
+    this.history = { t: this.histT, s: this.histS, start: 0, count: 0, size: HISTORY };
+    this.arrival = { started: 0, first: null, last: null, count: 0, firstS: 0, largestS: 0 };
+    this.plan = { start: false, targetS: null, waitS: null, rate: null };
+    this.planInput = {
+      now: 0, startedAt: 0, firstArrival: null, lastArrival: null, arrivals: 0, firstChunkS: 0, receivedS: 0,
+      bufferedS: 0, estimatedS: null, largestChunkS: 0, ended: false, rebuffering: false, shortStartS: 0.2,
+      recentRate: null,
+    };
+    this.s = {   // the counters, sent as they are in every stats message
+      framesReceived: 0, framesQueued: 0, framesRendered: 0, underruns: 0, underrunFrames: 0,
+      underrunsAt: new Float64Array(UNDERRUNS_KEPT), startBufferedFrames: null, overflowFrames: 0,
+      outChannels: 0, state: 'idle', buffered: 0, capacity: this.capacity, contextRate: sampleRate,
+      inputRate: sampleRate, resampling: false, estimatedS: null, plan: null, gainDb: null, currentTime: 0,
+    };
+    this.message = { type: 'stats', id: null, stats: this.s };
+    this.firstMessage = { type: 'first-audio', id: null, frame: 0, time: 0 };
+    this.id = null;
     this.reset(sampleRate, 200);
     this.state = 'idle';
     this.port.onmessage = (e) => this.onMessage(e.data);
@@ -86,23 +130,22 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.readIdx = 0; this.writeIdx = 0; this.avail = 0;
     this.shortStartS = prebufferMs / 1000;
     this.estimatedS = estimatedS > 0 ? estimatedS : null;
-    this.arrival = { started: currentTime, first: null, last: null, count: 0, firstS: 0, largestS: 0 };
-    this.history = [];   // [time, seconds received] per arrival, the last few seconds (recentRate)
-    this.plan = null;
+    const a = this.arrival;
+    a.started = currentTime; a.first = null; a.last = null; a.count = 0; a.firstS = 0; a.largestS = 0;
+    this.history.start = 0; this.history.count = 0;
+    this.planned = false;
     this.inputRate = inputRate;
-    this.resampler = inputRate === sampleRate ? null : new StreamResampler(inputRate / sampleRate);
+    this.resampling = inputRate !== sampleRate;
+    this.resampler.reset(inputRate / sampleRate);
     this.prebufferFrames = Math.round(prebufferMs * sampleRate / 1000);
     this.rebufferFrames = this.prebufferFrames;
     this.ended = false; this.firstAudio = false; this.fadeIn = 0;
     this.stopLeft = 0;
-    this.glide = null;   // only a stream sent 'gain' is scaled: every other plays bit for bit
-    this.s = {
-      framesReceived: 0, framesQueued: 0, framesRendered: 0, underruns: 0, underrunFrames: 0,
-      sumSqL: 0, sumSqR: 0, sumSqDiff: 0, peak: 0, maxStep: 0, outChannels: 0,
-      underrunsAt: [],   // framesRendered when each underrun began (first 20)
-      startBufferedFrames: null,   // frames buffered when playback first began
-    };
-    this.prevL = null; this.prevR = null;
+    this.gained = false;   // only a stream sent 'gain' is scaled: every other plays bit for bit
+    this.glide.reset();
+    const s = this.s;
+    s.framesReceived = 0; s.framesQueued = 0; s.framesRendered = 0; s.underruns = 0; s.underrunFrames = 0;
+    s.startBufferedFrames = null; s.overflowFrames = 0;
     this.lastStats = -1;
   }
 
@@ -114,16 +157,16 @@ class PcmPlayer extends AudioWorkletProcessor {
     } else if (m.type === 'estimate') {
       this.estimatedS = m.seconds > 0 ? m.seconds : null;
     } else if (m.type === 'gain') {
-      if (!this.glide) this.glide = new GainGlide(sampleRate);
+      this.gained = true;
       this.glide.set(m.gain);
     } else if (m.type === 'pcm') {
       if (this.state === 'idle' || this.state === 'stopping') return;
       this.arrived(m.data.length >> 1);
       this.s.framesReceived += m.data.length >> 1;
-      if (this.resampler) { const r = this.resampler.push(m.data, false); this.write(r.L, r.R); }
+      if (this.resampling) this.resampler.push(m.data, this);
       else this.writeInterleaved(m.data);
     } else if (m.type === 'end') {
-      if (this.resampler) { const r = this.resampler.push(new Float32Array(0), true); this.write(r.L, r.R); }
+      if (this.resampling) this.resampler.flush(this);
       this.ended = true;
       this.fadeOutTail();   // the stream stops here: its last samples go to silence without a click
     } else if (m.type === 'stop') {
@@ -144,60 +187,53 @@ class PcmPlayer extends AudioWorkletProcessor {
     else a.count += 1;
     a.last = currentTime;
     const received = (this.s.framesReceived + frames) / this.inputRate, h = this.history;
-    if (h.length && h[h.length - 1][0] === currentTime) h[h.length - 1][1] = received;
-    else h.push([currentTime, received]);
-    while (h.length > 2 && currentTime - h[1][0] > 2 * RECENT_WINDOW_S) h.shift();
+    const newest = (h.start + h.count - 1) % h.size;
+    if (h.count && h.t[newest] === currentTime) {
+      h.s[newest] = received;
+    } else {
+      const at = (h.start + h.count) % h.size;
+      if (h.count === h.size) h.start = (h.start + 1) % h.size; else h.count += 1;
+      h.t[at] = currentTime; h.s[at] = received;
+    }
+    while (h.count > 2 && currentTime - h.t[(h.start + 1) % h.size] > 2 * RECENT_WINDOW_S) {
+      h.start = (h.start + 1) % h.size; h.count -= 1;
+    }
     a.largestS = Math.max(a.largestS, currentTime === a.first ? a.firstS : seconds);
   }
 
   // Whether a stream waiting in 'prebuffering' or 'starved' may play now.
   ready() {
     const starved = this.state === 'starved';
+    if (this.avail >= FULL_SHARE * this.capacity) return true;
     if (this.estimatedS === null) {   // nothing to plan with: a fixed prebuffer, growing per underrun
-      this.plan = null;
+      this.planned = false;
       const target = starved ? this.rebufferFrames : this.prebufferFrames;
       return (this.avail > 0 && this.avail >= target) || (this.ended && this.avail > 0);
     }
-    const a = this.arrival;
-    this.plan = planStart({
-      now: currentTime, startedAt: a.started, firstArrival: a.first, lastArrival: a.last, arrivals: a.count, firstChunkS: a.firstS,
-      receivedS: this.s.framesReceived / this.inputRate, bufferedS: this.avail / sampleRate,
-      estimatedS: this.estimatedS, largestChunkS: a.largestS, ended: this.ended, rebuffering: starved,
-      shortStartS: this.shortStartS,
-      recentRate: starved ? recentRate(this.history, currentTime) : null,
-    });
+    const a = this.arrival, p = this.planInput;
+    p.now = currentTime; p.startedAt = a.started; p.firstArrival = a.first; p.lastArrival = a.last;
+    p.arrivals = a.count; p.firstChunkS = a.firstS; p.receivedS = this.s.framesReceived / this.inputRate;
+    p.bufferedS = this.avail / sampleRate; p.estimatedS = this.estimatedS; p.largestChunkS = a.largestS;
+    p.ended = this.ended; p.rebuffering = starved; p.shortStartS = this.shortStartS;
+    p.recentRate = starved ? recentRate(this.history, currentTime) : null;
+    planStart(p, this.plan);
+    this.planned = true;
     return this.plan.start;
   }
 
-  ensure(n) {
-    if (this.avail + n <= this.capacity) return;
-    let cap = this.capacity;
-    while (this.avail + n > cap) cap *= 2;
-    const L = new Float32Array(cap), R = new Float32Array(cap);
-    for (let i = 0; i < this.avail; i++) {
-      const j = (this.readIdx + i) % this.capacity;
-      L[i] = this.L[j]; R[i] = this.R[j];
-    }
-    this.L = L; this.R = R; this.capacity = cap; this.readIdx = 0; this.writeIdx = this.avail;
+  writeFrame(l, r) {   // one frame into the ring (the resampler's sink)
+    if (this.avail >= this.capacity) { this.s.overflowFrames += 1; return; }
+    this.L[this.writeIdx] = l; this.R[this.writeIdx] = r;
+    if (++this.writeIdx === this.capacity) this.writeIdx = 0;
+    this.avail += 1; this.s.framesQueued += 1;
   }
 
   writeInterleaved(d) {
-    const n = d.length >> 1;
-    this.ensure(n);
+    const n = Math.min(d.length >> 1, this.capacity - this.avail);
+    this.s.overflowFrames += (d.length >> 1) - n;
     let w = this.writeIdx;
     for (let i = 0; i < n; i++) {
       this.L[w] = d[2 * i]; this.R[w] = d[2 * i + 1];
-      if (++w === this.capacity) w = 0;
-    }
-    this.writeIdx = w; this.avail += n; this.s.framesQueued += n;
-  }
-
-  write(l, r) {
-    const n = l.length;
-    this.ensure(n);
-    let w = this.writeIdx;
-    for (let i = 0; i < n; i++) {
-      this.L[w] = l[i]; this.R[w] = r[i];
       if (++w === this.capacity) w = 0;
     }
     this.writeIdx = w; this.avail += n; this.s.framesQueued += n;
@@ -212,7 +248,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     }
   }
 
-  // Copy k buffered frames into the outputs starting at `offset`; returns nothing, advances the ring.
+  // Copy k buffered frames into the outputs starting at `offset`; advances the ring.
   readInto(oL, oR, offset, k) {
     let r = this.readIdx;
     for (let i = 0; i < k; i++) {
@@ -232,7 +268,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     if (this.state === 'stopping') {
       const k = Math.min(n, this.avail, this.stopLeft);
       this.readInto(oL, oR, 0, k);
-      if (this.glide) this.glide.apply(oL, oR, k);
+      if (this.gained) this.glide.apply(oL, oR, k);
       for (let i = 0; i < k; i++) {
         const g = (this.stopLeft - i) / this.stopTotal;
         oL[i] *= g; oR[i] *= g;
@@ -264,11 +300,13 @@ class PcmPlayer extends AudioWorkletProcessor {
     // playing
     if (!this.firstAudio) {
       this.firstAudio = true;
-      this.port.postMessage({ type: 'first-audio', id: this.id, frame: currentFrame, time: currentTime });
+      const m = this.firstMessage;
+      m.id = this.id; m.frame = currentFrame; m.time = currentTime;
+      this.port.postMessage(m);
     }
     const k = Math.min(n, this.avail);
     this.readInto(oL, oR, 0, k);
-    if (this.glide) this.glide.apply(oL, oR, k);
+    if (this.gained) this.glide.apply(oL, oR, k);
     if (k < n) { oL.fill(0, k); oR.fill(0, k); }
     if (this.fadeIn > 0) {
       for (let i = 0; i < k && this.fadeIn > 0; i++, this.fadeIn--) {
@@ -284,15 +322,16 @@ class PcmPlayer extends AudioWorkletProcessor {
         oL[k - f + i] *= g; oR[k - f + i] *= g;
       }
     }
-    this.account(oL, oR, k);
+    this.s.framesRendered += k;
     if (k < n) {
       if (this.ended) {
         this.finish();
       } else {
+        const s = this.s;
         this.state = 'starved';
-        this.s.underruns += 1;
-        if (this.s.underrunsAt.length < 20) this.s.underrunsAt.push(this.s.framesRendered);
-        this.s.underrunFrames += n - k;
+        if (s.underruns < UNDERRUNS_KEPT) s.underrunsAt[s.underruns] = s.framesRendered;
+        s.underruns += 1;
+        s.underrunFrames += n - k;
         // Wait for more before resuming (at least 50 ms, doubling per underrun): fewer, longer gaps
         // are less annoying than a stutter when the stream runs at about real time.
         const floor = Math.round(0.05 * sampleRate), ceiling = Math.round(MAX_REBUFFER_MS * sampleRate / 1000);
@@ -305,47 +344,19 @@ class PcmPlayer extends AudioWorkletProcessor {
     return true;
   }
 
-  account(oL, oR, k) {
-    const s = this.s;
-    let pl = this.prevL, pr = this.prevR;
-    for (let i = 0; i < k; i++) {
-      const l = oL[i], r = oR[i];
-      s.sumSqL += l * l; s.sumSqR += r * r; s.sumSqDiff += (l - r) * (l - r);
-      const a = Math.max(Math.abs(l), Math.abs(r));
-      if (a > s.peak) s.peak = a;
-      if (pl !== null) {
-        const step = Math.max(Math.abs(l - pl), Math.abs(r - pr));
-        if (step > s.maxStep) s.maxStep = step;
-      }
-      pl = l; pr = r;
-    }
-    this.prevL = pl; this.prevR = pr;
-    s.framesRendered += k;
-  }
-
   finish() {
     this.state = 'idle';
     this.post('finished');
   }
 
-  snapshot() {
-    const s = this.s, n = Math.max(1, s.framesRendered);
-    return {
-      ...s,
-      state: this.state,
-      buffered: this.avail,
-      bufferedMs: (this.avail / sampleRate) * 1000,
-      rmsL: Math.sqrt(s.sumSqL / n), rmsR: Math.sqrt(s.sumSqR / n),
-      rms: Math.sqrt((s.sumSqL + s.sumSqR) / (2 * n)), rmsDiff: Math.sqrt(s.sumSqDiff / n),
-      contextRate: sampleRate, inputRate: this.inputRate, resampling: this.resampler !== null,
-      prebufferFrames: this.prebufferFrames, rebufferFrames: this.rebufferFrames,
-      estimatedS: this.estimatedS, plan: this.plan, gainDb: this.glide ? this.glide.gainDb : null,
-      currentTime,
-    };
-  }
-
   post(type) {
-    this.port.postMessage({ type, id: this.id, stats: this.snapshot() });
+    const s = this.s, m = this.message;
+    s.state = this.state; s.buffered = this.avail; s.currentTime = currentTime;
+    s.inputRate = this.inputRate; s.resampling = this.resampling; s.estimatedS = this.estimatedS;
+    s.plan = this.planned ? this.plan : null;
+    s.gainDb = this.gained ? this.glide.gainDb : null;
+    m.type = type; m.id = this.id;
+    this.port.postMessage(m);   // copied as it is sent: the objects are reused
   }
 
   maybeStats() {

@@ -262,7 +262,7 @@ wireCopyButtons();
 reportHeight();
 
 player.ready.catch((err) => view.setMessage(err.message));   // pre-warmed: context + worklet before the first click
-window.mossPlayer = { unlock, play, stop, replay, stats, setMessage: view.setMessage, setTheme };
+window.mossPlayer = { unlock, play, stop, replay, stats, setMessage: view.setMessage, setTheme, player };
 if (!EMBEDDED) $('standalone').hidden = false;   // standalone.js drives the form
 document.body.classList.toggle('embedded', EMBEDDED);
 view.setDownloads(null);

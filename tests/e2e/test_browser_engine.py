@@ -20,6 +20,7 @@ import shutil
 
 import numpy as np
 import pytest
+from support import audio_tap
 from support.browser_engine_helpers import serve_static, tiny_build
 from support.e2e_helpers import playwright_sync_api
 
@@ -254,16 +255,19 @@ def test_speak_plays_through_the_worklet(browser, site):
     try:
         tab.goto(f"{site}index.html?backend=wasm")
         tab.wait_for_function("!document.getElementById('speak').disabled", timeout=READY_TIMEOUT_MS)
+        audio_tap.install(tab, "window.mossTTS.player")  # what the page's player renders
         tab.fill("#text", "Hello from the browser.")
         tab.check("#greedy")
         tab.click("#speak")
         tab.wait_for_function("document.getElementById('status').textContent.startsWith('Spoke')",
                               timeout=READY_TIMEOUT_MS)
-        heard = tab.evaluate("window.mossPlayback")  # the player's outcome and figures
-        assert heard["outcome"] == "finished" and heard["sampleRate"] == 48000, heard
-        assert heard["framesRendered"] >= 3840, heard
-        assert heard["rmsL"] > 1e-3 and heard["rmsR"] > 1e-3, heard
-        assert heard["rmsDiff"] > 1e-4, heard  # two distinct channels, not one copied
+        played = tab.evaluate("window.mossPlayback")  # the player's outcome and figures
+        assert played["outcome"] == "finished" and played["sampleRate"] == 48000, played
+        assert played["framesRendered"] == played["framesReceived"] >= 3840, played
+        heard = audio_tap.take(tab, played["firstAudioFrame"], played["framesRendered"]).astype(np.float64)
+        rms = np.sqrt((heard**2).mean(axis=0))
+        assert rms[0] > 1e-3 and rms[1] > 1e-3, rms
+        assert np.sqrt(((heard[:, 0] - heard[:, 1]) ** 2).mean()) > 1e-4  # two distinct channels, not one copied
         assert tab.locator("#download").get_attribute("href").startswith("blob:")
         assert tab.locator("#ttfp").inner_text().endswith("ms")
     finally:

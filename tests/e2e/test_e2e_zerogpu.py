@@ -12,6 +12,7 @@ import time
 import httpx
 import numpy as np
 import pytest
+from support import audio_tap
 from support.e2e_helpers import (
     REPO_ROOT,
     STARTUP_TIMEOUT_S,
@@ -98,6 +99,7 @@ def test_page_streams_from_the_gpu_worker_through_gradio_events(browser_context,
 
 def test_page_audio_equals_what_the_server_engine_makes(browser_context, zerogpu_app):
     page, frame, _ = open_page(browser_context, zerogpu_app)
+    audio_tap.install(frame, "window.mossPlayer.player")
     page.locator("#advanced").get_by_role("button", name=re.compile("Advanced sampling")).click()
     page.locator("#random-seed input").uncheck()
     page.locator("#seed input").fill("7")
@@ -116,8 +118,9 @@ def test_page_audio_equals_what_the_server_engine_makes(browser_context, zerogpu
     pcm = player_stream(again.content, "opus")[0].T.astype(np.float64)
     assert s["framesReceived"] == len(pcm)
     if assert_gapless_where_provable(s):  # the rendered energy is then the source's, up to the final fade
-        assert s["sumSqL"] == pytest.approx(float((pcm[:, 0] ** 2).sum()), rel=2e-3)
-        assert s["sumSqR"] == pytest.approx(float((pcm[:, 1] ** 2).sum()), rel=2e-3)
+        heard = audio_tap.take(frame, s["firstAudioFrame"], s["framesRendered"]).astype(np.float64)
+        assert (heard[:, 0] ** 2).sum() == pytest.approx(float((pcm[:, 0] ** 2).sum()), rel=2e-3)
+        assert (heard[:, 1] ** 2).sum() == pytest.approx(float((pcm[:, 1] ** 2).sum()), rel=2e-3)
 
 
 def test_stop_cancels_the_gpu_call_and_the_next_generation_works(browser_context, zerogpu_app):

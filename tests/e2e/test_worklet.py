@@ -1,7 +1,7 @@
 """static/player/worklet.js driven quantum by quantum in Chromium's JS engine, without an audio device.
 
 Deterministic checks of the ring buffer arithmetic: bit-exact joins across odd chunk sizes, the
-prebuffer, underrun accounting with fades, the stop fade, ring growth, the resampler, restart and
+prebuffer, underrun accounting with fades, the stop fade, the fixed ring, the resampler, restart and
 stop. Paced sources (chunks arriving at chosen render quanta) tie `chunks_arrived_in_time`, which
 decides where the browser tests may demand "no gap", to what this worklet actually does (the start
 planned from a length estimate: test_worklet_adaptive.py). Nothing here depends on the machine's
@@ -108,17 +108,25 @@ def test_stop_fades_out_within_a_few_ms_and_clears_the_ring(js):
     assert float(np.abs(np.diff(flat)).max()) < 0.01  # no click: a 100 Hz sine fading out moves in tiny steps
 
 
-def test_ring_grows_when_the_producer_is_far_ahead(js):
-    start(js)
+def test_the_ring_is_made_once_and_a_frame_that_does_not_fit_is_counted_not_grown_into(js):
+    """The producer (stream-player.js) posts only what fits; were it not to, the excess is dropped and
+    counted, and a full ring plays whatever start the plan wanted (nothing more could arrive)."""
+    start(js, ring_seconds=0.5)
     result = run(js, SINE + """
-      d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs: 0});
-      const cap = d.node.capacity;
-      d.send({type: 'pcm', data: sine(cap + 5000, 0, 48000, 440)});
-      return {cap, grown: d.node.capacity, avail: d.node.avail, first: d.quantum()[0][5],
-              expect: sine(6, 0, 48000, 440)[10]};
+      d.send({type: 'start', id: 1, inputRate: 48000, prebufferMs: 5000});   // a start the ring cannot hold
+      const cap = d.node.capacity, ring = d.node.L;
+      d.send({type: 'pcm', data: sine(cap + 4800, 0, 48000, 440)});
+      const held = {avail: d.node.avail, same: d.node.L === ring && d.node.capacity === cap};
+      const first = d.quantum()[0][5];
+      d.send({type: 'end'});
+      while (d.node.state !== 'idle') d.quantum();
+      const s = d.node.out.find((m) => m.type === 'finished').stats;
+      return {cap, held, first, expect: sine(6, 0, 48000, 440)[10], s};
     """)
-    assert result["grown"] > result["cap"] and result["avail"] == result["cap"] + 5000
-    assert result["first"] == pytest.approx(result["expect"], abs=1e-7)
+    assert result["cap"] == 24_000 and result["held"] == {"avail": 24_000, "same": True}
+    assert result["first"] == pytest.approx(result["expect"], abs=1e-7)  # full: it played at once
+    s = result["s"]
+    assert s["overflowFrames"] == 4_800 and s["framesRendered"] == 24_000 and s["framesReceived"] == 28_800
 
 
 def test_resampler_turns_48k_into_a_clean_44k1_sine(js):

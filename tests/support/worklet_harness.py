@@ -7,15 +7,22 @@ from __future__ import annotations
 import math
 
 HARNESS = """
-async (contextRate) => {
+async ([contextRate, ringSeconds]) => {
   Object.assign(globalThis, { sampleRate: contextRate, currentFrame: 0, currentTime: 0 });
   globalThis.AudioWorkletProcessor = class {
-    constructor() { this.out = []; this.port = { postMessage: (m) => this.out.push(m) }; }
+    constructor() {
+      this.out = [];
+      this.port = { postMessage: (m) => {   // copied as a real port copies it: the worklet reuses its objects
+        const c = structuredClone(m);
+        if (c.stats) c.stats.underrunsAt = Array.from(c.stats.underrunsAt.slice(0, Math.min(c.stats.underruns, 20)));
+        this.out.push(c);
+      } };
+    }
   };
   globalThis.registerProcessor = (name, cls) => { globalThis.Proc = cls; };
   await import('/player/worklet.js');
   window.driver = {
-    node: new globalThis.Proc(),
+    node: new globalThis.Proc({ processorOptions: { ringSeconds } }),
     send(m) { this.node.port.onmessage({ data: m }); },
     quantum() {   // one render quantum: 128 frames, two channels
       const L = new Float32Array(128), R = new Float32Array(128);
@@ -29,8 +36,8 @@ async (contextRate) => {
 """
 
 
-def start(js, context_rate=48_000):
-    js.evaluate(HARNESS, context_rate)
+def start(js, context_rate=48_000, ring_seconds=20):
+    js.evaluate(HARNESS, [context_rate, ring_seconds])
 
 
 def run(js, script: str):
