@@ -220,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                         {"frames": args.frames, "long_frames": args.long_frames, "text_chars": len(TEXT),
                          "voice": VOICE, "backend": "wasm", "browser": "headless Chromium (Debian)"},
                         program="python bench/browser_engine.py")
-    record["args"].pop("build", None)
+    record["args"].pop("build", None)  # a local path, like --lm/--codec
+    if args.build:
+        record["command"] = record["command"].replace(f" --build {args.build}", "")
     with tempfile.TemporaryDirectory() as scratch_name:
         scratch = Path(scratch_name)
         site = build(args, Path(args.build) if args.build else scratch / "site", scratch)

@@ -5,7 +5,6 @@ requirements-dev.txt). Events are counted, never timed."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Iterator
 
@@ -13,6 +12,7 @@ import httpx
 import pytest
 from support.e2e_helpers import ARTIFACTS, STARTUP_TIMEOUT_S, AppServer, app_command, free_port
 from support.folders import REPO_ROOT
+from support.reliability_common import run_coro
 from support.server_helpers import app_process, wait_for_idle, wait_until_ready
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
@@ -77,7 +77,7 @@ def test_pipecat_cartesia_service_speaks_with_word_timestamps(agent_app):
 
     tts = CartesiaTTSService(api_key=KEY, url=_ws_url(agent_app), sample_rate=24000,
                              settings=CartesiaTTSService.Settings(voice="alloy"))
-    down, up = asyncio.run(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
+    down, up = run_coro(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     words = [f for f in down if isinstance(f, TTSTextFrame)]
     assert not [f for f in [*down, *up] if isinstance(f, ErrorFrame)]
@@ -104,7 +104,7 @@ def test_pipecat_cartesia_barge_in_cancels_the_context_on_the_server(agent_app):
     tts = CartesiaTTSService(api_key=KEY, url=_ws_url(agent_app), sample_rate=24000)
     long_text = " ".join(["This reply goes on and on, for quite a long while yet, until it is interrupted."] * 5)
     frames = [TTSSpeakFrame(long_text), pipecat_tests.SleepFrame(sleep=1.0), InterruptionFrame()]
-    asyncio.run(pipecat_tests.run_test(tts, frames_to_send=frames))  # speaking for far longer than 1 s
+    run_coro(pipecat_tests.run_test(tts, frames_to_send=frames))  # speaking for far longer than 1 s
     assert _cancels(agent_app) == before + 1  # Pipecat sent its cancel; the server counted it
     _idle(agent_app)  # and the slot is free
 
@@ -115,7 +115,7 @@ def test_pipecat_deepgram_service_speaks(agent_app):
 
     tts = DeepgramTTSService(api_key=KEY, base_url=agent_app.url.replace("http", "ws", 1).rstrip("/"),
                              sample_rate=16000)  # its default voice, an aura-2 name: the default preset
-    down, up = asyncio.run(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
+    down, up = run_coro(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
     audio = [f for f in down if isinstance(f, TTSAudioRawFrame)]
     assert not [f for f in [*down, *up] if isinstance(f, ErrorFrame)]
     assert audio and {f.sample_rate for f in audio} == {16000} and sum(len(f.audio) for f in audio) % 2 == 0
@@ -128,7 +128,7 @@ def test_pipecat_openai_service_speaks(agent_app):
     from pipecat.services.openai.tts import OpenAITTSService
 
     tts = OpenAITTSService(api_key=KEY, base_url=agent_app.url + "v1", voice="alloy", sample_rate=24000)
-    down, up = asyncio.run(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
+    down, up = run_coro(pipecat_tests.run_test(tts, frames_to_send=[TTSSpeakFrame(TEXT)]))
     errors = [f.error for f in [*down, *up] if isinstance(f, ErrorFrame)]
     assert not errors, errors  # e.g. "completed with no audio" while the body is not streamed progressively
     assert sum(len(f.audio) for f in down if isinstance(f, TTSAudioRawFrame)) > 0
@@ -142,7 +142,7 @@ def _livekit(coroutine_factory):
         async with aiohttp.ClientSession() as session:
             return await coroutine_factory(session)
 
-    return asyncio.run(run())
+    return run_coro(run())
 
 
 def test_livekit_cartesia_stream_speaks_with_timed_transcript(agent_app):

@@ -110,7 +110,7 @@ def test_python_m_tts_core_states_its_usage():
     assert result.returncode == 2
     usage = result.stderr.splitlines()[0]
     assert usage.startswith("usage: python -m tts_core")
-    for command in ("say", "make-tiny-checkpoint", "make-random-checkpoint", "bench", "export-onnx", "export-web"):
+    for command in ("say", "make-tiny-checkpoint", "make-random-checkpoint", "export-onnx", "export-web", "serve-web"):
         assert command in result.stderr
 
 
