@@ -9,7 +9,8 @@
 #   ./scripts/device_wheels.sh server av  # API only (--no-ui) with mp3/opus/aac output (~47 MB)
 #
 # Sets (the tree that travels to the device is limited to 64 MiB, so all four do not fit at once):
-#   server      fastapi, uvicorn and what they need, soundfile and soxr (reading clips)   ~5 MB
+#   server      fastapi, uvicorn and what they need, soundfile and soxr (reading clips),
+#               swagger-ui-py (/docs offline)                                           ~6 MB
 #   ui          gradio and what it needs beyond the image                                 ~34 MB
 #   av          PyAV: mp3 / opus / aac / flac encoding (formats other than pcm, wav, f32)  ~36 MB
 #   stretch     pedalboard: `speed` other than 1                                          ~5 MB
@@ -25,7 +26,7 @@ PY="${VENV:-.venv}/bin/python"
 [ -x "$PY" ] || PY=python3
 
 SERVER="fastapi starlette pydantic pydantic-core annotated-types typing-inspection typing-extensions
-        opentelemetry-api uvicorn python-multipart soundfile cffi pycparser soxr"
+        opentelemetry-api uvicorn python-multipart soundfile cffi pycparser soxr swagger-ui-py pyyaml"
 UI="gradio gradio-client hf-gradio brotli groovy orjson pydub safehttpx semantic-version tomlkit pytz"
 AV="av"
 STRETCH="pedalboard"

@@ -223,7 +223,7 @@ class StreamPump:
 
     async def output(self) -> AsyncIterator:
         """What the writer made, in pieces as it came; ends after the writer's finish(). Outputs
-        that waited for the reader come out joined, in one piece."""
+        that waited for the reader come out joined, in one piece (bytes joined, lists concatenated)."""
         inbox = self._inbox
         while True:
             kind, value = await self._next()
@@ -234,7 +234,8 @@ class StreamPump:
                     while inbox and inbox[0][0] == _DATA:
                         parts.append(inbox.popleft()[1])
                         self._room.release()
-                    value = b"".join(parts)  # type: ignore[arg-type]
+                    # bytes join into one write; a writer's lists of messages (agent sockets) concatenate
+                    value = [m for part in parts for m in part] if isinstance(value, list) else b"".join(parts)  # type: ignore[arg-type]
                 yield value
             elif kind == _END:
                 return

@@ -240,6 +240,30 @@ def test_outputs_that_waited_for_the_reader_come_out_in_one_piece():
     assert out == [b"".join(bytes([i]) * 4 for i in range(6)) + b"end"]
 
 
+class MessageWriter(Writer):
+    """A writer of message lists, as the agent sockets' (`studio/agents/writer.py`)."""
+
+    def __call__(self, chunk: AudioChunk) -> list:
+        return [f"audio {chunk.seq}"]
+
+    def finish(self) -> list:
+        return ["done"]
+
+
+def test_message_lists_that_waited_for_the_reader_come_out_as_one_list():
+    async def main():
+        source, writer = Source(3), MessageWriter()
+        pump = StreamPump(source.start, writer=lambda stream: writer)
+        await pump.first()
+        while pump.pending < 5:  # three chunks, the tail, the end
+            await asyncio.sleep(0.01)
+        out = [data async for data in pump.output()]
+        await pump.close()
+        return out
+
+    assert run_coro(main()) == [["audio 0", "audio 1", "audio 2", "done"]]
+
+
 def test_posts_made_while_the_loop_is_busy_arrive_in_order_in_one_hand_over():
     from studio.delivery import stream_pump
 
