@@ -127,6 +127,7 @@ def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSetti
 
     from .limits.page_mount import build_page_app
     from .ui import build_ui
+    from .ui.layout import page_theme
 
     relay = (PageRelay(zerogpu, service, settings, uploads, error_types=(gr.Error,), transport="opus")
              if zerogpu else None)
@@ -140,7 +141,7 @@ def _build_page(app: FastAPI, service: SynthesizerService, settings: ServerSetti
         app, demo, disk=disk, private_paths=private, max_file_size=settings.max_upload_bytes, head=head,
         css_paths=[STATIC_DIR / "gradio" / "ui.css"],
         footer_links=["settings"],  # the UI's events are private; /docs documents the HTTP API
-        theme=gr.themes.Soft(),
+        theme=page_theme(),
     )
     app.state.page = demo
     return built

@@ -16,7 +16,11 @@ const $ = (id) => document.getElementById(id);
 const base = new URL('./', location.href);
 const decoder = new TextDecoder();
 
-function setStatus(text) { $('status').textContent = text; }
+/** The status line and its mark (player.css `.dot`: loading, ready, playing, finished, stopped, failed). */
+function setStatus(text, state = null) {
+  $('status').textContent = text;
+  if (state) $('dot').className = `dot ${state}`;
+}
 
 // How the last run played: its outcome and the player's figures (frames received and rendered,
 // underruns, the context rate), read by the end-to-end test.
@@ -109,13 +113,15 @@ async function startPage() {
   const select = $('voice');
   for (const preset of engine.voices.presets) select.add(new Option(`${preset.name} (${preset.language})`, preset.name));
   select.value = engine.voices.default;
-  setStatus('Ready.');
+  $('progress').max = 1;
+  $('progress').value = 1;
+  setStatus('Ready', 'ready');
   $('speak').disabled = false;
   return engine;
 }
 
 const ready = startPage();
-ready.catch((error) => setStatus(`Could not start: ${error.message}`));
+ready.catch((error) => setStatus(`Could not start: ${error.message}`, 'failed'));
 
 window.mossTTS = {
   ready: ready.then(() => undefined),
@@ -181,7 +187,9 @@ async function speak() {
   player.unlock();
   const t0 = performance.now();
   $('speak').disabled = true;
+  $('stop').disabled = false;
   $('download').hidden = true;
+  setStatus('Speaking…', 'playing');
   const chunks = [];
   try {
     const voice = $('voice').value === CLONE ? { codes: cloned } : $('voice').value;
@@ -190,16 +198,22 @@ async function speak() {
     const outcome = await player.play(engineSource(engine.stream(options), chunks, t0), { t0 });
     window.mossPlayback = { outcome, ...player.stats };
     if (outcome === 'error') throw new Error(player.stats.error);
+    if (outcome === 'stopped') {
+      setStatus('Stopped', 'stopped');
+      return;
+    }
     const samples = chunks.reduce((n, c) => n + c.length / 2, 0);
     const url = URL.createObjectURL(wav16Blob(chunks, RATE));
     $('download').href = url;
     $('download').hidden = false;
-    setStatus(`Spoke ${(samples / RATE).toFixed(2)} s of audio.`);
+    setStatus(`Spoke ${(samples / RATE).toFixed(2)} s of audio.`, 'finished');
   } catch (error) {
-    setStatus(`Error: ${error.message}`);
+    setStatus(`Error: ${error.message}`, 'failed');
   } finally {
     $('speak').disabled = false;
+    $('stop').disabled = true;
   }
 }
 
 $('speak').addEventListener('click', () => { speak(); });
+$('stop').addEventListener('click', () => { player.stop(); });

@@ -51,11 +51,19 @@ export function rtfClass(rtf) {
   return rtf == null ? '' : rtf < 0.8 ? 'good' : rtf < 1 ? 'warn' : 'bad';
 }
 
+/** The RTF in words ("generated 5.2× faster than real time"); '' before there is one. */
+export function realTimeText(rtf) {
+  if (rtf == null || !(rtf > 0)) return '';
+  return rtf <= 1 ? `generated ${(1 / rtf).toFixed(1)}× faster than real time`
+    : `generated ${rtf.toFixed(1)}× slower than real time`;
+}
+
 export function renderFigures(s) {
   value('m-ttfp', s.ttfpMs == null ? '–' : `${Math.round(s.ttfpMs)} ms`);
   value('m-rtf', s.rtf == null ? '–' : s.rtf.toFixed(2), rtfClass(s.rtf));
   value('m-audio', s.audioSeconds ? `${s.audioSeconds.toFixed(1)} s` : '–');
-  value('m-speed', s.xRealtime == null ? '–' : `${s.xRealtime.toFixed(1)}×`);
+  // 1/RTF, said as what it is: "speed" on this page means the speech rate only
+  $('m-xrt').textContent = realTimeText(s.rtf);
   value('m-underruns', s.underruns == null ? '–' : String(s.underruns), s.underruns ? 'bad' : 'good');
   const ms = Math.round(s.bufferedMs || 0);
   $('buf-fill').style.width = `${Math.min(100, (ms / BAR_MAX_MS) * 100)}%`;

@@ -11,6 +11,7 @@ from ..settings import ServerSettings
 from ..zerogpu.page import wire_relay
 from ..zerogpu.relay import PageRelay
 from .handlers import PageHandlers, speed_supported
+from .indicators import mark
 from .layout import Widgets, build_layout
 from .marks import MARKS_JS
 
@@ -29,7 +30,7 @@ _HIDDEN = {"show_progress": "hidden", "api_visibility": "private"}
 def _count_js(limit: int) -> str:
     """The character count under the text box; over the limit it says what will happen (no silent cut)."""
     return ("(t) => { const n = (t || '').length; return n <= " + str(limit) + " ? `${n} / " + str(limit)
-            + " characters` : `⚠️ ${n.toLocaleString()} / " + f"{limit:,}"
+            + " characters` : `" + mark('warn') + " ${n.toLocaleString()} / " + f"{limit:,}"
             + " characters: too long. Only the first part, up to the last sentence that fits, will be "
               "spoken.`; }")
 

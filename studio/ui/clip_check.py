@@ -19,6 +19,7 @@ from tts_core.errors import TTSError
 
 from ..api.clip_report import check
 from ..errors import scrub_paths
+from .indicators import mark
 
 WAVE_POINTS = 240  # columns of the drawn waveform
 WAVE_WIDTH, WAVE_HEIGHT = 480, 64
@@ -48,11 +49,11 @@ def analyse_upload(path: str | None, max_bytes: int) -> tuple[ClipView | None, s
         return None, ""
     file = Path(path)
     if file.stat().st_size > max_bytes:
-        return None, region(f"<p>⚠️ The clip is larger than {max_bytes >> 20} MB: nothing was measured.</p>")
+        return None, region(f"<p>{mark('warn')} The clip is larger than {max_bytes >> 20} MB: nothing was measured.</p>")
     try:
         clip = check(file.read_bytes())
     except TTSError as exc:
-        return None, region(f"<p>⚠️ {html.escape(scrub_paths(exc.message) or '')}</p>")
+        return None, region(f"<p>{mark('warn')} {html.escape(scrub_paths(exc.message) or '')}</p>")
     view = ClipView(clip.wav.shape[1] / clip.sample_rate, outline(clip.wav), clip.analysis.as_dict())
     return view, render(view, tuple(view.analysis["window"]))
 
@@ -73,8 +74,8 @@ def render(view: ClipView, window: tuple[float, float] | None) -> str:
     """The region: verdict, waveform with the window shaded, the figures."""
     a = view.analysis
     good = a["verdict"] == "good"
-    verdict = ("✅ Good: clean speech, ready to clone." if good
-               else "⚠️ " + html.escape(a["verdict"][:1].upper() + a["verdict"][1:]) + ".")
+    verdict = (f"{mark('ok')} Good: clean speech, ready to clone." if good
+               else f"{mark('warn')} " + html.escape(a["verdict"][:1].upper() + a["verdict"][1:]) + ".")
     shown = window or (0.0, view.duration_s)
     label = (f"Waveform of the {view.duration_s:.1f} s clip; the clone uses {shown[0]:.2f} s to {shown[1]:.2f} s"
              + ("" if window else " (the whole clip)"))

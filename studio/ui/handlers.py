@@ -31,6 +31,7 @@ from ..service import ServiceState, SynthesizerService
 from ..settings import ServerSettings
 from . import clip_check
 from .examples import EXAMPLES
+from .indicators import mark
 from .marks import NO_MARK, VoiceMark, marked_choices, parse_marks
 from .text_limits import split_at_boundary
 
@@ -120,7 +121,7 @@ def page_error(message: str) -> str:
     field, _, rest = message.partition(" ")
     if field in _FIELD_NAMES and rest:
         message = f"{_FIELD_NAMES[field]} {rest}"
-    return f"⚠️ {message[:1].upper()}{message[1:]}"
+    return f"{mark('warn')} {message[:1].upper()}{message[1:]}"
 
 
 def fresh_seed(seed: float | None, random_seed: bool) -> int:
@@ -155,12 +156,12 @@ class PageHandlers:
             health = service.get().health()
             if health.get("stalled"):
                 device = "GPU" if str(health.get("device", "")).startswith("cuda") else "device"
-                return f"🔴 **The {device} stopped responding.** Streams were ended; the server must be restarted."
-            return (f"🟢 **Ready** <span class='status-details'>· {engine_summary(health)} · "
-                    f"up to {health.get('max_active_streams')} streams at once</span>")
+                return f"{mark('bad')} **The {device} stopped responding.** Streams were ended; the server must be restarted."
+            return (f"{mark('ok')} **Ready** <span class='status-details' title='{html.escape(str(health.get('precision') or ''), quote=True)}'>"
+                    f"· {engine_summary(health)} · up to {health.get('max_active_streams')} streams at once</span>")
         if service.state is ServiceState.FAILED:
-            return f"🔴 **The model could not be loaded:** {scrub_paths(service.error)}"
-        return f"⏳ **Loading the model** — {service.status}. You can prepare your text meanwhile."
+            return f"{mark('bad')} **The model could not be loaded:** {scrub_paths(service.error)}"
+        return f"{mark('busy')} **Loading the model** — {service.status}. You can prepare your text meanwhile."
 
     def saved(self) -> list[dict] | None:
         """The saved voices of GET /api/voices, or None when this server keeps none (no "My voices")."""
@@ -261,7 +262,7 @@ class PageHandlers:
         except TTSError as exc:
             return page_error(exc.message), *keep
         saved = self.saved() or []
-        return (f"✅ Saved “{html.escape(voice.name)}”: it is under My voices.", gr.Tab(visible=True),
+        return (f"{mark('ok')} Saved “{html.escape(voice.name)}”: it is under My voices.", gr.Tab(visible=True),
                 gr.Dropdown(choices=saved_choices(saved, parse_marks(marks)), value=voice.id), "")
 
     def delete_voice(self, marks, voice_id) -> tuple:
@@ -323,7 +324,7 @@ class PageHandlers:
             return page_error(f"Reference: {shape} — very short; 3-10 s of clean speech clones best.")
         if seconds > 15:
             return page_error(f"Reference: {shape} — long; only the start is used. 3-10 s of clean speech works best.")
-        return f"✅ Reference: {shape}."
+        return f"{mark('ok')} Reference: {shape}."
 
     def check_clip(self, path: str | None) -> tuple:
         """The clip doctor on an upload. Outputs: the clip's view (state), the region, window start and end."""
@@ -354,7 +355,7 @@ class PageHandlers:
         head, rest = split_at_boundary(text, limit)
         if not rest:
             return text, ""
-        return head, (f"⚠️ The text is {len(text):,} characters; the limit is {limit:,}. Speaking the first "
+        return head, (f"{mark('warn')} The text is {len(text):,} characters; the limit is {limit:,}. Speaking the first "
                       f"{len(head):,} (up to the end of a sentence); the last {len(rest):,} characters, from "
                       f"“{html.escape(rest[:40])}…”, are not spoken: generate them separately.")
 
@@ -433,9 +434,11 @@ def blind_items(items: list[dict], rng: random.Random) -> list[dict]:
 
 
 def engine_summary(health: dict) -> str:
-    """What runs, for the page's header: the device and dtype, and on a CPU which weight precision and
-    why (e.g. "cpu · auto: fp16, the most faithful mode that runs in real time here (RTF 0.45)")."""
+    """What runs, for the page's header, in a few words: the device and the weights' precision
+    ("cpu · fp16"); why that precision (the load's reason) goes in the line's tooltip."""
     device = str(health.get("device") or "?")
-    if device == "cpu" and health.get("precision"):
-        return f"cpu · {health['precision']}"
-    return f"{device} · {health.get('dtype')}"
+    dtype = str(health.get("dtype") or "?")
+    return f"{device} · {health.get('quantize') or _SHORT_DTYPES.get(dtype, dtype)}"
+
+
+_SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}

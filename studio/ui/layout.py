@@ -31,8 +31,17 @@ _TIPS = """**Tips**
   in the player shows the same request for `curl` and the Python `openai` client.
 - Scripts can use the OpenAI-compatible `POST /v1/audio/speech` (raw PCM, WAV, FLAC, MP3, Opus, AAC)
   or the player's `POST /api/tts/stream`; [the API docs](/docs) list every field."""
+# One typeface across the page and the player (static/studio/player.css has the same stack): the
+# system's UI font, so nothing is downloaded and no webfont's alternate glyphs ("Ɛnglish") show.
+FONT_STACK = ("system-ui", "-apple-system", "Segoe UI", "Roboto", "sans-serif")
+MONO_STACK = ("ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace")
 _PLAYER_IFRAME = ('<iframe id="moss-player" src="/player/studio/player.html?embed=1" allow="autoplay; clipboard-write" '
                   'title="Streaming audio player"></iframe>')
+
+
+def page_theme() -> gr.themes.Base:
+    """The page's Gradio theme: Soft's colours with the system font stack (no webfont, no CDN)."""
+    return gr.themes.Soft(font=list(FONT_STACK), font_mono=list(MONO_STACK))
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +160,8 @@ def _speak_tab(settings: ServerSettings, speed: bool) -> dict:
         parts["examples"] = tuple(
             gr.Button(label, size="sm", elem_id=f"example-{i}", elem_classes=["example"])
             for i, (label, _, _) in enumerate(EXAMPLES))
-    with gr.Tabs(elem_id="voice-tabs"):
+    # "wrap": every voice source stays one tap away on a phone (never behind Gradio's "⋯" menu)
+    with gr.Tabs(elem_id="voice-tabs", overflow_behavior="wrap"):
         with gr.Tab("Preset voice", id="preset") as preset_tab:
             parts["voice"] = gr.Dropdown(label="Voice", elem_id="voice-select",
                                          info="Voices appear when the model has loaded.")

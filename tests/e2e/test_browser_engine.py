@@ -275,6 +275,40 @@ def test_speak_plays_through_the_worklet(browser, site):
     assert not errors, errors
 
 
+def test_the_page_has_the_studios_look_and_states(browser, site, artifacts_dir):
+    """The page wears the studio player's styles (player.css: its typeface, status mark, buttons,
+    figures) and states: Speak waits for the engine, Stop is there only while it speaks."""
+    context = browser.new_context(viewport={"width": 1366, "height": 900})
+    tab = context.new_page()
+    errors: list[str] = []
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        tab.goto(f"{site}index.html?backend=wasm")
+        assert tab.locator("#speak").is_disabled() and tab.locator("#stop").is_disabled()
+        assert tab.evaluate("getComputedStyle(document.body).fontFamily").startswith("system-ui")
+        assert tab.locator("main.player .status #dot.dot").count() == 1
+        assert "primary" in tab.get_attribute("#speak", "class")
+        tab.wait_for_function("!document.getElementById('speak').disabled", timeout=READY_TIMEOUT_MS)
+        assert tab.inner_text("#status") == "Ready" and "ready" in tab.get_attribute("#dot", "class")
+        assert tab.locator("#stop").is_disabled()
+        tab.locator("#ttfp.value").wait_for()  # the figures are the player's tiles
+        tab.screenshot(path=str(artifacts_dir / "ui-engine-page-ready.png"))
+
+        tab.fill("#text", "A long sentence to speak, so that there is time to stop it. " * 4)
+        tab.click("#speak")
+        tab.wait_for_function("!document.getElementById('stop').disabled")
+        assert tab.locator("#speak").is_disabled()
+        tab.click("#stop")
+        tab.wait_for_function("document.getElementById('status').textContent === 'Stopped'",
+                              timeout=READY_TIMEOUT_MS)
+        assert tab.evaluate("window.mossPlayback.outcome") == "stopped"
+        assert "stopped" in tab.get_attribute("#dot", "class")
+        assert not tab.locator("#speak").is_disabled() and tab.locator("#stop").is_disabled()
+    finally:
+        context.close()
+    assert not errors, errors
+
+
 def test_clone_from_a_clip_file_encodes_as_the_server(page, synth, tmp_path, parity_dir):
     """A 48 kHz stereo WAV through the page's clip input (decodeAudioData, then the encoder graph):
     the codes equal the server's voice bank's for the same file (load_audio, to_codec_input, the

@@ -50,7 +50,7 @@ def test_an_error_is_one_short_sentence_and_stays_with_its_tab(browser_context, 
     tacked on); the page's message goes when another tab is opened."""
     page, frame = open_page(browser_context, studio.url)
     shown = frame.evaluate("""async () => {
-        const { errorMessage } = await import('/player/source.js');
+        const { errorMessage } = await import('/player/player/source.js');
         const resp = await fetch('/api/tts/stream', {method: 'POST', headers: {'Content-Type': 'application/json'},
                                                      body: JSON.stringify({text: 'Hello.', voice: 'Sora'})});
         return [resp.status, (await errorMessage(resp)).message];

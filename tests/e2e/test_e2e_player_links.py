@@ -37,7 +37,7 @@ def test_the_page_streams_opus_and_plays_every_sample(browser_context, studio):
     assert s["framesReceived"] == s["framesRendered"] == 25 * SAMPLES_PER_FRAME  # exact after the trims
     assert s["trailingBytes"] == 0
     assert s["streamBytes"] < s["framesReceived"] * 8 / 10  # far fewer bytes than float32
-    assert s["wire"] == "Opus 160 kb/s" and frame.inner_text("#wire") == s["wire"]
+    assert s["wire"] == "Opus 160 kb/s" and frame.text_content("#wire") == s["wire"]
     assert s["segments"] > 0  # captions still come in the event frames
 
 

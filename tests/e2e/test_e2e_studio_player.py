@@ -97,7 +97,7 @@ def test_the_streams_events_give_read_along_and_srt_vtt(browser_context, studio)
     assert "Captions come from" in frame.inner_text("#readalong .segment.current")
     s = wait_done(frame)
     assert s["segments"] == 1 and s["estimatedS"] == pytest.approx(2.0, abs=0.01)
-    assert s["transport"] == "opus" and s["wire"] == "Opus 160 kb/s" and frame.inner_text("#wire") == s["wire"]
+    assert s["transport"] == "opus" and s["wire"] == "Opus 160 kb/s" and frame.text_content("#wire") == s["wire"]
     assert s["bytesReceived"] == s["framesReceived"] * 8  # the decoded float32 handed to the worklet
     with page.expect_download() as srt:
         frame.click("#dl-srt")

@@ -86,11 +86,11 @@ def test_page_streams_from_the_gpu_worker_through_gradio_events(browser_context,
     assert bridge["pcmMessages"] == s["chunksPosted"] > 0
     assert s["framesReceived"] == s["framesRendered"] > 0 and s["framesReceived"] % 3840 == 0
     assert s["streamSampleRate"] == 48_000 and s["streamChannels"] == 2
-    assert s["transport"] == "opus" and frame.inner_text("#wire") == "Opus 160 kb/s"  # the compressed relay
+    assert s["transport"] == "opus" and frame.text_content("#wire") == "Opus 160 kb/s"  # the compressed relay
     assert_gapless_where_provable(s)  # 0 underruns wherever the chunks provably arrived in time
     assert 0 < s["ttfpMs"] < 60_000 and 0 < s["rtf"] < 100
     assert re.fullmatch(r"\d+ ms", frame.inner_text("#m-ttfp"))
-    assert frame.inner_text("#m-underruns") == str(s["underruns"])
+    assert frame.text_content("#m-underruns") == str(s["underruns"])
     log = zerogpu_app.log_tail(20_000)
     worker = re.search(r"ZeroGPU harness: forked worker pid (\d+)", log)
     assert worker and int(worker.group(1)) != zerogpu_app.process.pid

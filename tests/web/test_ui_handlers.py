@@ -30,9 +30,10 @@ def test_speed_is_offered_exactly_when_the_stream_body_takes_it():
     assert speed_supported() == ("speed" in StreamBody.model_fields)
 
 
-def test_the_header_says_which_cpu_precision_runs_and_why():
+def test_the_header_says_in_a_few_words_which_precision_runs():
     from studio.ui.handlers import engine_summary
 
     reason = "auto: fp16, the most faithful mode that runs in real time here (RTF 0.45)"
-    assert engine_summary({"device": "cpu", "dtype": "float32", "precision": reason}) == f"cpu · {reason}"
-    assert engine_summary({"device": "cuda:0", "dtype": "bfloat16", "precision": "cuda: LM bf16"}) == "cuda:0 · bfloat16"
+    assert engine_summary({"device": "cpu", "dtype": "float32", "quantize": "fp16", "precision": reason}) == "cpu · fp16"
+    assert engine_summary({"device": "cpu", "dtype": "float32", "quantize": None, "precision": "fp32"}) == "cpu · fp32"
+    assert engine_summary({"device": "cuda:0", "dtype": "bfloat16", "precision": "cuda: LM bf16"}) == "cuda:0 · bf16"
