@@ -3,7 +3,7 @@ per precision, side by side in one run with the torch CPU engine on the same mac
 weights.
 
     python -m tts_core make-random-checkpoint /tmp/full        # full-size random weights (no download)
-    python bench/browser_engine.py --lm /tmp/full/lm --codec /tmp/full/codec \\
+    python -m bench.browser_engine --lm /tmp/full/lm --codec /tmp/full/codec \\
         --json bench/results/browser-engine-cpu.json
 
 One `export-web` build of the checkpoints (fp32, int8 and fp16; one preset voice, to keep the
@@ -27,20 +27,18 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import psutil
+import torch
+
+from bench.lib.machine import machine_info
+from bench.lib.record import new_record, write_record
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import torch  # noqa: E402
-
-from bench.lib.machine import machine_info  # noqa: E402
-from bench.lib.record import new_record, write_record  # noqa: E402
 
 DATA = Path(os.environ.get("MOSS_TTS_PARITY_DIR", ROOT.parent / "shared" / "moss_tts_nano_data"))
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
@@ -219,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     record = new_record("browser_engine", args, machine_info([torch.device("cpu")]),
                         {"frames": args.frames, "long_frames": args.long_frames, "text_chars": len(TEXT),
                          "voice": VOICE, "backend": "wasm", "browser": "headless Chromium (Debian)"},
-                        program="python bench/browser_engine.py")
+                        program="python -m bench.browser_engine")
     record["args"].pop("build", None)  # a local path, like --lm/--codec
     if args.build:
         record["command"] = record["command"].replace(f" --build {args.build}", "")

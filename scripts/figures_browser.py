@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from figures_common import _caption
 
-COMMAND = ("python -m tts_core make-random-checkpoint /tmp/full && python bench/browser_engine.py "
+COMMAND = ("python -m tts_core make-random-checkpoint /tmp/full && python -m bench.browser_engine "
            "--lm /tmp/full/lm --codec /tmp/full/codec --json bench/results/browser-engine-cpu.json")
 
 

@@ -29,7 +29,7 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                           serving-encoder-pool  --encoder-processes settings side by side (bench/http/load.py)
     docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
-                                       (bench/browser_engine.py)
+                                       (python -m bench.browser_engine)
     docs/API.md           agents       the voice-agent socket and clients (python -m bench.agents)
 
 A figure under a heading comes from a record that measured it (the newest such record), never from
