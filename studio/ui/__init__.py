@@ -117,8 +117,10 @@ def _wire_library(w: Widgets, handlers: PageHandlers) -> None:
         inputs=[w.marks, w.save_name, w.ref_audio, w.ref_text, w.clip_view, w.clip_start, w.clip_end,
                 w.clip_use_window],
         outputs=[w.message, w.saved_tab, w.saved_voice, w.save_name], js=MARKS_JS, **_HIDDEN)
+    # "always_last": a click while the one before is still answered (a declined confirm included)
+    # runs after it, instead of being dropped as Gradio's default ("once") would.
     w.delete_btn.click(handlers.delete_voice, inputs=[w.marks, w.saved_voice], outputs=[w.message, w.saved_voice],
-                       js=_JS_CONFIRM_DELETE, **_HIDDEN)
+                       js=_JS_CONFIRM_DELETE, trigger_mode="always_last", **_HIDDEN)
 
 
 def _wire_marks(w: Widgets, handlers: PageHandlers) -> None:
