@@ -11,6 +11,10 @@ COMMAND = "python -m bench.player_links --json bench/results/player-links.json"
 TRANSPORTS = {"opus": "Opus", "s16": "16-bit PCM"}
 
 
+def _runs(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -37,7 +41,7 @@ def _scenarios(r: dict) -> list[str]:
     setup, targets = r["setup"], r["targets"]
     rebuffers_max, first_max = targets["rebuffers_max"], targets["first_sound_ms_max"]
     lines = [
-        f"Link scenarios: utterances of {setup['utterance_s']:g} s, {r['args']['repeats']} runs each (fresh pages; "
+        f"Link scenarios: utterances of {setup['utterance_s']:g} s, {_runs(r['args']['repeats'])} each (fresh pages; "
         "the scenarios in turn). Rebuffers: times the player ran dry after it started, the median and the "
         f"worst run, target ≤ {rebuffers_max} in every run; silence: their total length; first sound: from the "
         f"request to the first audible sample, median (min–max), target ≤ {first_max} ms; all played: every "
@@ -65,7 +69,7 @@ def _startup(r: dict) -> list[str]:
     runs = max(len(startup[t]["runs"]) for t in TRANSPORTS if t in startup)
     lines = [
         "",
-        f"Start-up, unthrottled: utterances of {r['setup']['startup_utterance_s']:g} s on fresh pages, {runs} runs "
+        f"Start-up, unthrottled: utterances of {r['setup']['startup_utterance_s']:g} s on fresh pages, {_runs(runs)} "
         "of each transport interleaved (Opus, 16-bit, Opus, ...), from the same server.",
         "",
         "| transport asked | used | first sound ms, median (min–max) | all played |",
