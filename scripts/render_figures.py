@@ -27,7 +27,8 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                                        the most listeners per format that hold the target
                           serving-changes  delivery-path changes side by side (bench/http/ab.py)
                           serving-encoder-pool  --encoder-processes settings side by side (bench/http/load.py)
-    docs/PLAYER.md        player-links the player on throttled links (bench/player_links.py)
+    docs/PLAYER.md        player-links the player on throttled links beside its targets, Opus's start-up
+                                       against 16-bit PCM (python -m bench.player_links)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
                                        (python -m bench.browser_engine)
     docs/API.md           agents       the voice-agent socket and clients (python -m bench.agents)

@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 from contextlib import ExitStack
 from dataclasses import replace
@@ -32,18 +31,12 @@ from bench.http.load import TEXT
 from bench.http.runs import http_run
 from bench.http.server import ModelFiles, serve
 from bench.lib.args import REPO_ROOT, shared_data_dir
+from bench.lib.machine import git_commit
 from bench.lib.record import new_record, write_record
 
 logger = logging.getLogger("http_ab")
 COMPARED = ("server_cpu_s_per_audio_s", "event_loop_s_per_audio_s", "pump_threads_s_per_audio_s",
             "engine_threads_s_per_audio_s", "x_realtime", "ttfb_p95_ms", "underruns", "rtf_max")
-
-
-def _commit(root: Path) -> str:
-    out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return out.stdout.strip() + (" (uncommitted changes)" if dirty else "")
 
 
 def compare(runs: dict[str, list[dict]]) -> dict:
@@ -93,7 +86,7 @@ def main() -> None:
     recorded = argparse.Namespace(**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
                                      if k not in ("data", "a", "b")})
     record = new_record("http_ab", recorded, machine_info([]), {
-        "label": args.label, "A": _commit(args.a), "B": _commit(args.b), "streams": args.streams,
+        "label": args.label, "A": git_commit(args.a), "B": git_commit(args.b), "streams": args.streams,
         "frames": args.frames, "server": f"python app.py, {files.label}, cpu", "client": args.client,
         "order": "A B B A per pair of rounds"})
     work = Path(tempfile.mkdtemp(prefix="http-ab-"))

@@ -1,4 +1,5 @@
-"""What a benchmark ran on, for its JSON record: CPU, cores, memory, GPUs, library versions."""
+"""What a benchmark ran on, for its JSON record: CPU, cores, memory, GPUs, library versions, the
+load average (other work on a shared machine) and the checkout's commit."""
 
 from __future__ import annotations
 
@@ -57,3 +58,17 @@ def _nvidia_smi_names() -> list[str]:
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def load_average_1m() -> float | None:
+    """The 1-minute load average now (None where the OS has none): read it before and after a run."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def git_commit(root: Path) -> str:
+    """`<short hash> <subject>` of the checkout at `root`, "(uncommitted changes)" added when tracked
+    files differ from it."""
+    out = subprocess.run(["git", "-C", str(root), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return out.stdout.strip() + (" (uncommitted changes)" if dirty else "")

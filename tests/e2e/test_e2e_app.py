@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from support import audio_tap
 from support.e2e_helpers import assert_gapless_where_provable, assert_no_underruns
-from support.stream_decoding import player_stream
 from support.studio_helpers import open_page, player_frame, set_max_seconds, wait_done
 from support.studio_helpers import player_stats as stats
+
+from bench.lib.player_stream import player_stream
 
 pytestmark = pytest.mark.e2e
 

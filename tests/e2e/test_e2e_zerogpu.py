@@ -22,8 +22,9 @@ from support.e2e_helpers import (
     free_port,
 )
 from support.server_helpers import app_process, wait_until_ready
-from support.stream_decoding import player_stream
 from support.studio_helpers import player_frame
+
+from bench.lib.player_stream import player_stream
 
 pytestmark = pytest.mark.e2e
 

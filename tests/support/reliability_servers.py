@@ -10,7 +10,6 @@ from pathlib import Path
 
 import uvicorn
 
-from bench.lib.app import launch_app  # noqa: F401 (bench/player_links.py imports it from here)
 from studio.limits.connections import uvicorn_config
 from studio.settings import ServerSettings
 from support.reliability_common import INPROC_MAX_TEXT

@@ -1,5 +1,5 @@
-"""Test helpers: decode a compressed audio stream while its bytes arrive, parse SSE / event frames,
-and decode the player's stream (POST /api/tts/stream) as the player does.
+"""Test helpers: decode a compressed audio stream while its bytes arrive, and parse SSE events.
+The player's stream (event frames, Opus) is read by `bench.lib.player_stream`.
 
 `StreamingDecoder` runs PyAV's demuxer and decoder in a thread that reads from a pipe fed piece by
 piece (as an HTTP body arrives), so a test can tell how many bytes had arrived when the first
@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import queue
-import struct
 import threading
 from collections.abc import Iterable
 
@@ -112,40 +111,3 @@ def parse_sse(lines: Iterable[str]) -> list[dict]:
 
 def sse_audio(events: list[dict]) -> bytes:
     return b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
-
-
-def parse_frames(body: bytes) -> list[tuple[int, bytes | dict]]:
-    """The player's event framing: [u32 LE length][u8 kind][payload]; kind 1 payloads parsed as JSON."""
-    frames, at = [], 0
-    while at < len(body):
-        assert at + 5 <= len(body), f"truncated frame header at byte {at}"
-        length, kind = struct.unpack_from("<IB", body, at)
-        payload = body[at + 5 : at + 5 + length]
-        assert len(payload) == length, f"truncated frame at byte {at}"
-        frames.append((kind, json.loads(payload) if kind == 1 else payload))
-        at += 5 + length
-    return frames
-
-
-def decode_ogg_opus(data: bytes) -> np.ndarray:
-    """PyAV's (FFmpeg's) Ogg demuxer and Opus decoder: float32 [2, n], pre-skip and end trim applied."""
-    import io
-
-    with av.open(io.BytesIO(data), format="ogg") as container:
-        frames = [frame.to_ndarray() for frame in container.decode(audio=0)]
-    pcm = np.concatenate(frames, axis=1)
-    return pcm if pcm.shape[0] == 2 else pcm.reshape(2, -1)
-
-
-def player_stream(body: bytes, sample_format: str) -> tuple[np.ndarray, list[dict]]:
-    """The player's stream (event frames, docs/PROTOCOL.md §2.3) -> (float32 [2, n], its events): 16-bit
-    PCM scaled as static/player/transport.js scales it, Opus decoded by FFmpeg (the browser's own
-    decoder agrees within 2e-3 per sample: tests/e2e/test_player_opus.py)."""
-    frames = parse_frames(body)
-    assert {kind for kind, _ in frames} <= {0, 1}, {kind for kind, _ in frames}
-    audio = b"".join(payload for kind, payload in frames if kind == 0)
-    events = [payload for kind, payload in frames if kind == 1]
-    if sample_format == "s16le":
-        return np.frombuffer(audio, "<i2").reshape(-1, 2).T.astype(np.float32) / 32767, events
-    assert sample_format == "opus", sample_format
-    return decode_ogg_opus(audio), events

@@ -12,7 +12,8 @@ import time
 import httpx
 import numpy as np
 import pytest
-from support.stream_decoding import parse_frames, player_stream
+
+from bench.lib.player_stream import parse_frames, player_stream
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from support.stream_decoding import decode_ogg_opus, parse_frames, player_stream
 
 from bench.lib.fidelity import snr_db as _snr_db
+from bench.lib.player_stream import decode_ogg_opus, parse_frames, player_stream
 from studio.delivery.speech_output import OutputSpec, SpeechRender
 from studio.delivery.transports import OPUS_BIT_RATE
 from tts_core.audio.encoders import StreamEncoder

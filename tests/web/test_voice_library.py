@@ -19,8 +19,8 @@ import soundfile as sf
 from support.e2e_helpers import free_port
 from support.replica_helpers import start_replica
 from support.server_helpers import wait_until_ready
-from support.stream_decoding import parse_frames
 
+from bench.lib.player_stream import parse_frames
 from tts_core.errors import InvalidRequestError, PayloadTooLargeError, VoiceNotFoundError
 from tts_core.voices.library import VoiceLibrary, is_voice_id, sanitize_name
 
