@@ -27,7 +27,7 @@ from tts_core.env import env_flag, env_str
 from tts_core.errors import ModelLoadError, TTSError
 
 from .flags import parse_config
-from .limits.logstorm import install_log_storm_filter
+from .limits.logstorm import install_log_filters
 from .settings import StudioConfig, shown
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         # starts now, beside the web stack's own imports (the loader thread finds it done or waits).
         threading.Thread(target=_import_engine, name="engine-import", daemon=True).start()
     logging.basicConfig(level=config.server.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    install_log_storm_filter()
+    install_log_filters()
     logger.info("configuration: %s", json.dumps({**asdict(config), "server": shown(config.server)}))
 
     zerogpu = _zerogpu_mode(config)

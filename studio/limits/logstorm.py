@@ -1,16 +1,22 @@
-"""Log storms: at most a few lines per cause per interval.
+"""What reaches the log: at most a few lines per cause per interval, and no key a client sent.
 
 A flood of bad connections makes uvicorn and asyncio log one warning or traceback per connection,
 enough to fill a disk within minutes. `LogStormFilter`, on the log handlers, passes the
 first `burst` records of each cause (logger + message template + exception type) per
 `interval_s`, drops the rest, and notes with the next record of that cause how many it dropped.
+`KeyRedactor` replaces the value of a key sent in a URL (`?api_key=...`, as the voice-agent
+clients send it; uvicorn logs every socket's path) with `[redacted]`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
+
+# A secret in a query string: api_key=..., access_token=..., token=... up to the next & or space.
+_URL_KEY = re.compile(r"(?i)\b(api_key|access_token|token)=[^&\s\"']+")
 
 
 class LogStormFilter(logging.Filter):
@@ -66,9 +72,22 @@ class LogStormFilter(logging.Filter):
             del self._causes[key]
 
 
-def install_log_storm_filter(interval_s: float = 10.0, burst: int = 3) -> LogStormFilter:
-    """Put one `LogStormFilter` on every handler of the root logger (call after logging is set up)."""
-    storm = LogStormFilter(interval_s, burst)
+class KeyRedactor(logging.Filter):
+    """Rewrites a record's message and string arguments with URL keys redacted (see the module)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = _URL_KEY.sub(r"\1=[redacted]", record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_URL_KEY.sub(r"\1=[redacted]", a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+def install_log_filters(interval_s: float = 10.0, burst: int = 3) -> LogStormFilter:
+    """Put a `KeyRedactor` and one `LogStormFilter` on every handler of the root logger (call after
+    logging is set up); returns the storm filter."""
+    storm, redactor = LogStormFilter(interval_s, burst), KeyRedactor()
     for handler in logging.getLogger().handlers:
+        handler.addFilter(redactor)
         handler.addFilter(storm)
     return storm

@@ -228,3 +228,15 @@ def test_log_storm_filter_passes_a_few_lines_per_cause_per_interval() -> None:
     summary = record("Invalid HTTP request received.")
     assert storm.filter(summary) and "998 similar messages suppressed" in summary.getMessage()
     assert storm.dropped_total == 998
+
+
+def test_a_key_in_a_logged_url_is_redacted():
+    import logging
+
+    from studio.limits.logstorm import KeyRedactor
+
+    record = logging.LogRecord("uvicorn.error", logging.INFO, __file__, 1, '%s - "WebSocket %s" [accepted]',
+                               ("127.0.0.1:5", "/tts/websocket?api_key=s3cret&cartesia_version=2025-04-16"), None)
+    assert KeyRedactor().filter(record)
+    assert record.getMessage() == ('127.0.0.1:5 - "WebSocket /tts/websocket?api_key=[redacted]'
+                                   '&cartesia_version=2025-04-16" [accepted]')

@@ -87,8 +87,10 @@ def _markdown_and_lines(text: str) -> str:
     lines = []
     for raw in text.split("\n"):
         line = raw.strip()
-        for prefix in _MD_PREFIXES:  # heading, quote, bullet, number: each stripped once, in order
-            line = prefix.sub("", line)
+        for prefix in _MD_PREFIXES:  # heading, quote, bullet, number: each stripped once, in order,
+            stripped = prefix.sub("", line)  # unless it was all there was to say ("1. :")
+            if is_speakable(stripped) or not is_speakable(line):
+                line = stripped
         if line:
             lines.append(line)
     # Each line is a sentence. Joined with a space (upstream joins with ""), so English keeps
