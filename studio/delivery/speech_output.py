@@ -54,6 +54,10 @@ class OutputSpec:
     bit_rate: int | None = None  # compressed formats: bits per second (None: the format's default)
 
 
+# A stream's start: a pooled encoder's bytes are waited for until this much audio went out.
+START_S = 0.5
+
+
 class SpeechRender:
     """Chunks in, (format bytes, finished caption spans) out. One per response; not thread-safe."""
 
@@ -70,7 +74,6 @@ class SpeechRender:
         self._timeline = CaptionTimeline(spec.speed) if spec.captions else None
         self._held: list[SegmentSpan] = []  # spans whose audio has not all gone out yet
         self.output_samples = 0  # at spec.sample_rate
-        self._bytes_out = False  # some encoded bytes were handed out
         self.frames = 0  # codec frames generated (80 ms each), for usage
 
     @property
@@ -95,12 +98,13 @@ class SpeechRender:
 
     def push(self, chunk: AudioChunk, *, wait: bool = False) -> tuple[bytes, list[SegmentSpan]]:
         """The bytes ready and the captions now due. A pooled encoder hands a chunk's bytes out at a
-        later call; `wait` (and every call until some bytes came out: the first bytes are not held
-        back) waits for them, as the in-process encoder gives them."""
+        later call; `wait`, and every call of the stream's start (until START_S of audio went out: a
+        listener's first sound waits on those bytes, not a chunk later), waits for them, as the
+        in-process encoder gives them."""
         self.frames += len(chunk.codes)
         data = self._encode(self._profile.push(self._stretcher.push(chunk.pcm))) if chunk.pcm.shape[1] else b""
-        data += self._encoder.collect(wait=wait or not self._bytes_out)
-        self._bytes_out = self._bytes_out or bool(data)
+        starting = self._encoder.encoded_samples < START_S * self.spec.sample_rate
+        data += self._encoder.collect(wait=wait or starting)
         if self._timeline is not None:
             self._held += self._timeline.push(chunk)
         return data, self._release()

@@ -126,6 +126,23 @@ def test_speech_render_with_a_pool_sends_the_same_stream(pool):
     assert (sent_pooled <= np.cumsum([len(d) for d in local])).all()
 
 
+def test_a_streams_start_over_the_pool_comes_with_its_own_chunks(pool):
+    """The player's Opus: until START_S of audio went out, each chunk's bytes come with that chunk,
+    as in process (a listener's first sound must not wait a chunk); later ones may be pipelined."""
+    from studio.delivery.speech_output import START_S
+
+    spec = OutputSpec("opus", 48_000, 2, bit_rate=160_000)
+    chunks = _chunks(24, 1.92)
+
+    def sent(with_pool):
+        render = SpeechRender(spec, pool=with_pool)
+        return [len(render.push(chunk)[0]) for chunk in chunks]
+
+    pooled, local = sent(pool), sent(None)
+    start = next(i for i, n in enumerate(np.cumsum([c.pcm.shape[1] for c in chunks])) if n >= START_S * 48_000)
+    assert pooled[:start] == local[:start] and sum(local[:start]) > 0
+
+
 def test_sse_captions_follow_their_audio_over_the_pool(pool):
     """Pipelined, a caption still comes after the audio it ends in: it waits for the worker's
     answer for that audio. The events, joined audio and captions, are the in-process ones."""
