@@ -136,7 +136,10 @@ def test_a_streams_start_over_the_pool_comes_with_its_own_chunks(pool):
 
     def sent(with_pool):
         render = SpeechRender(spec, pool=with_pool)
-        return [len(render.push(chunk)[0]) for chunk in chunks]
+        try:
+            return [len(render.push(chunk)[0]) for chunk in chunks]
+        finally:
+            render.close()  # the module's pool is shared: no stream left open in it
 
     pooled, local = sent(pool), sent(None)
     start = next(i for i, n in enumerate(np.cumsum([c.pcm.shape[1] for c in chunks])) if n >= START_S * 48_000)
