@@ -3,9 +3,11 @@ watched by `bench.lib.app`, which the benches share)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,24 @@ def tiny_synthesizer_factory(data_dir: Path, cache_dir: Path, engine_config=None
         )
 
     return factory
+
+
+@contextlib.contextmanager
+def tiny_api_server(data_dir: Path, cache_dir: Path, engine_config=None) -> Iterator[str]:
+    """The app without its page (`page="off"`) over the tiny checkpoints, loaded before it serves,
+    in a `ServerThread`; yields its URL, then stops the server and the model."""
+    from studio.app import create_app
+    from studio.service import SynthesizerService
+    from studio.settings import ServerSettings
+
+    service = SynthesizerService(tiny_synthesizer_factory(data_dir, cache_dir, engine_config))
+    service.start(background=False)
+    try:
+        assert service.wait(0), f"tiny model failed to load: {service.error}"
+        with ServerThread(create_app(service, ServerSettings(), page="off")) as server:
+            yield server.url
+    finally:
+        service.close()
 
 
 class ServerThread:

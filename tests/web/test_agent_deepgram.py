@@ -8,13 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.server_helpers import ServerThread, tiny_synthesizer_factory, wait_for_idle
+from support.server_helpers import tiny_api_server, wait_for_idle
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
 from websockets.sync.client import connect
 
-from studio.app import create_app
-from studio.service import SynthesizerService
-from studio.settings import ServerSettings
 from tts_core.config import EngineConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -22,14 +19,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def speak_url(data_dir: Path, tmp_path_factory) -> str:
-    factory = tiny_synthesizer_factory(data_dir, tmp_path_factory.mktemp("voice_cache"),
-                                       EngineConfig(max_active_streams=2, max_queue=8))
-    service = SynthesizerService(factory)
-    service.start(background=False)
-    assert service.wait(0), f"tiny model failed to load: {service.error}"
-    with ServerThread(create_app(service, ServerSettings(), page="off")) as server:
-        yield server.url
-    service.close()
+    with tiny_api_server(data_dir, tmp_path_factory.mktemp("voice_cache"),
+                         EngineConfig(max_active_streams=2, max_queue=8)) as url:
+        yield url
 
 
 def _socket(url: str, query: str = "model=aura-2-thalia-en&encoding=linear16&sample_rate=16000"):
