@@ -27,6 +27,7 @@ ran it and when. Blocks, between `<!-- figures:NAME:start -->` and `<!-- figures
                                        the most listeners per format that hold the target
                           serving-changes  delivery-path changes side by side (bench/http/ab.py)
                           serving-encoder-pool  --encoder-processes settings side by side (bench/http/load.py)
+                          serving-trace  traced load runs: where a request's time goes (bench/http/load.py --trace)
     docs/PLAYER.md        player-links the player on throttled links beside its targets, Opus's start-up
                                        against 16-bit PCM (python -m bench.player_links)
     docs/BROWSER_ENGINE.md  browser-engine  the in-browser engine beside the torch CPU engine
@@ -62,6 +63,7 @@ from figures_serving import (
     render_serving_changes,
     render_serving_encoder_pool,
     render_serving_gpu,
+    render_serving_trace,
 )
 from figures_trace import render_arrivals, render_trace
 
@@ -71,7 +73,7 @@ DOCUMENTS = {"README.md": ("headline",),
              "docs/PERFORMANCE.md": ("cpu-bench", "gpu-bench", "gpu-trace", "gpu-arrivals", "precision", "reference"),
              "docs/DEPLOY.md": ("spaces-hardware", "cold-start", "aoti"),
              "docs/RELIABILITY.md": ("reliability",), "docs/SERVING.md": ("serving", "serving-gpu", "serving-changes",
-                                                                              "serving-encoder-pool"),
+                                                                              "serving-encoder-pool", "serving-trace"),
              "docs/PLAYER.md": ("player-links",),
              "docs/BROWSER_ENGINE.md": ("browser-engine",), "docs/API.md": ("agents",)}
 GPU_COMMAND = ("python -m bench.engine --streams 1,4,16,64,256 --frames 100 --repeats 3 --components "
@@ -350,7 +352,7 @@ def render_blocks(records: list[tuple[str, dict]]) -> dict[str, str]:
             "cold-start": render_cold_start(records), "aoti": render_aoti(records),
             "serving": render_serving(records), "serving-gpu": render_serving_gpu(records),
             "serving-changes": render_serving_changes(records),
-            "serving-encoder-pool": render_serving_encoder_pool(records), "player-links": render_player(records),
+            "serving-encoder-pool": render_serving_encoder_pool(records), "serving-trace": render_serving_trace(records), "player-links": render_player(records),
             "browser-engine": render_browser(records), "agents": render_agents(records)}
 
 

@@ -18,7 +18,10 @@
 # (rewritten after every level), bench.log, app.log (its end), steps.log, nvidia-smi.txt,
 # server-256-mp3.pyspy, server-256-pcm.pyspy. BUDGET_S bounds the whole script: no run starts after it.
 #
-# FORMATS=mp3,pcm narrows the formats (levels and search); PROFILE_IDLE=1 samples waiting threads too.
+# FORMATS=mp3,pcm narrows the formats (levels and search); PROFILE_IDLE=1 samples waiting threads too;
+# TRACE=1 traces the server and the in-process engine (`bench/http/traced.py`: each run's timeline);
+# with it, SWITCH_MS=5,0.5 runs every case at each of the server's thread switch intervals. SEARCH=
+# and PROFILE= (empty) skip the search and the profiled runs.
 # ENCODER_PROCESSES=8,0 starts one app.py per --encoder-processes setting and runs every case on each
 # (keys " enc=N" in the record); unset: one app.py with its default.
 #
@@ -61,8 +64,8 @@ else
   step "writing full-size random checkpoints"
   $PY -m tts_core make-random-checkpoint /tmp/ckpt > /tmp/checkpoint.log 2>&1 || { cat /tmp/checkpoint.log; exit 1; }
   MODEL=(--checkpoint /tmp/ckpt --device cuda --threads "")
-  LEVELS=${LEVELS:-64,256} SEARCH=${SEARCH:-128,192,256,320,384} SDK=${SDK:-64} FRAMES=${FRAMES:-100}
-  REPEATS=${REPEATS:-3} PROFILE=${PROFILE:-256:mp3,256:pcm}
+  LEVELS=${LEVELS:-64,256} SEARCH=${SEARCH-128,192,256,320,384} SDK=${SDK:-64} FRAMES=${FRAMES:-100}
+  REPEATS=${REPEATS:-3} PROFILE=${PROFILE-256:mp3,256:pcm}
 fi
 PY_SPY=${PY_SPY:-$(command -v py-spy || echo /tmp/site/bin/py-spy)}
 [ -x "$PY_SPY" ] || step "no py-spy: the profiled runs are skipped"
@@ -73,7 +76,8 @@ $PY -m bench.http.load "${MODEL[@]}" --data "$DATA" --server-args "--no-ui --no-
   --client httpx --client-processes "$CLIENT_PROCS" --client-cpus "$CLIENT_CPUS" --sdk-levels "$SDK" \
   --search-levels "$SEARCH" --search-formats "$FORMATS" --search-repeats 2 --ttfb-target-ms 300 \
   --profile "$PROFILE" --profile-dir "$OUT" --py-spy "$PY_SPY" ${PROFILE_IDLE:+--profile-idle} \
-  ${ENCODER_PROCESSES:+--encoder-processes "$ENCODER_PROCESSES"} \
+  ${ENCODER_PROCESSES:+--encoder-processes "$ENCODER_PROCESSES"} ${TRACE:+--trace} \
+  ${SWITCH_MS:+--switch-intervals-ms "$SWITCH_MS"} \
   --budget-s "$LEFT" --no-encoder-check --machine-note "nothing else ran on the machine" \
   --json "$OUT/http-load-h200.json" --app-log "$OUT/app.log" 2>&1 | tee "$OUT/bench.log"
 status=${PIPESTATUS[0]}

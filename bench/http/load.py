@@ -51,6 +51,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
+
 from bench.http.clients import ClientPool, RequestSpec
 from bench.http.runs import Target, http_run, inproc_run, median_run
 from bench.http.server import ModelFiles, serve, split_cpus
@@ -104,6 +106,12 @@ class Bench:
         self.target = Target(args.ttfb_target_ms)
         self.deadline = time.monotonic() + args.budget_s if args.budget_s else None
         self.runs: dict[tuple[int, str], list[dict]] = {}  # (streams, key) -> runs, for the search
+        self.inproc_trace = None
+        self.switch_intervals = [float(x) for x in args.switch_intervals_ms.split(",") if x] or [None]
+        if args.trace:
+            from bench.lib.trace import EngineTrace
+
+            self.inproc_trace = EngineTrace().attach(synth.engine)
 
     def time_left(self) -> bool:
         if self.deadline is None or time.monotonic() < self.deadline:
@@ -118,8 +126,24 @@ class Bench:
     def spec(self, fmt: str, stream: bool, client: str | None = None, app=None) -> RequestSpec:
         return RequestSpec((app or self.app).url, fmt, stream, self.args.frames, TEXT, client or self.args.client)
 
+    def traced(self, run: dict, app=None) -> dict:
+        """`run` with the traced server's (or in-process engine's) timeline of its window (`--trace`)."""
+        window = run.pop("window", None)
+        if not self.args.trace or window is None:
+            return run
+        if app is None:  # the in-process engine
+            from bench.lib.trace import summarize
+
+            run["trace"] = summarize(self.inproc_trace, *window)
+            self.inproc_trace.clear()
+            return run
+        from bench.http.traced import ask
+
+        run["trace"] = ask(app.url, *window)
+        return run
+
     def http(self, streams: int, key: str, spec: RequestSpec, seed0: int, app=None) -> dict:
-        run = http_run(app or self.app, self.pool, spec, streams, seed0)
+        run = self.traced(http_run(app or self.app, self.pool, spec, streams, seed0), app or self.app)
         run["holds"] = self.target.holds(run)
         self.runs.setdefault((streams, key), []).append(run)
         logger.info("%d streams %s: %sx real time, RTF max %s, %d underruns, TTFB p95 %s ms, %d errors, loop %s busy, "
@@ -141,11 +165,16 @@ class Bench:
             seed0 = 1000 * repeat
             if not self.time_left():
                 break
-            level["inproc"].append(inproc_run(self.synth, TEXT, streams, args.frames, seed0))
+            level["inproc"].append(self.traced(inproc_run(self.synth, TEXT, streams, args.frames, seed0)))
             for key, spec, app in cases:
-                if not self.time_left():
-                    break
-                level["http"].setdefault(key, []).append(self.http(streams, key, spec, seed0, app))
+                for interval in self.switch_intervals:
+                    if not self.time_left():
+                        break
+                    suffix = ""
+                    if interval is not None:
+                        httpx.get(app.url + "/_bench/switch-interval", params={"ms": interval}, timeout=10)
+                        suffix = f" sw={interval:g}"
+                    level["http"].setdefault(key + suffix, []).append(self.http(streams, key, spec, seed0, app))
         level["inproc"] = median_run(level["inproc"]) if level["inproc"] else None
         level["http"] = {key: median_run(runs) for key, runs in level["http"].items()}
         if level["inproc"]:
@@ -169,6 +198,7 @@ class Bench:
             path = Path(self.args.profile_dir) / f"server-{streams}-{fmt}.pyspy"
             with profiled(self.app.process.pid, py_spy, path, idle=self.args.profile_idle) as status:
                 run = http_run(self.app, self.pool, self.spec(fmt, True), streams, 9000)
+            run.pop("window", None)
             entry = {"run": run, "py_spy": status}
             if path.exists():
                 entry.update(summarize(path))
@@ -245,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the server and the in-process twin on a stand-in device (`stand_in.py`): LM steps "
                         "ready STEP_MS after launch, decodes DECODE_MS after queueing, real speech audio; the "
                         "host side alone, as on a GPU host ('': the model itself)")
+    p.add_argument("--trace", action="store_true",
+                   help="trace the server (`traced.py`) and the in-process engine: each run gets its timeline "
+                        "(request phases, the event loop's lag, the engine's steps and codec passes)")
+    p.add_argument("--switch-intervals-ms", default="", help="with --trace: every case at each of these thread "
+                                                            "switch intervals of the server, e.g. '5,0.5' (keys get "
+                                                            "' sw=MS')")
     p.add_argument("--encoder-check", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--machine-note", default="other engineers' work ran on the same cores; compare runs of one "
                                              "record only", help="what else ran on the machine (for the record)")
@@ -286,6 +322,10 @@ def main() -> None:
         launcher = ("-m", "bench.http.stand_in", "--step-ms", str(stand_in[0]), "--decode-ms", str(stand_in[1]), "--")
         files = replace(files, label=f"{files.label}, engine on a stand-in device (step {stand_in[0]:g} ms, "
                                      f"decode {stand_in[1]:g} ms)")
+    if args.switch_intervals_ms and not args.trace:
+        raise SystemExit("--switch-intervals-ms needs --trace (the traced server sets them)")
+    if args.trace:
+        launcher = ("-m", "bench.http.traced", *(("--stand-in", args.stand_in) if stand_in else ()), "--")
     work = Path(tempfile.mkdtemp(prefix="http-load-"))
     server_args = ("--device", device, *args.server_args.split())
     recorded = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in ("data", "checkpoint", "app_log", "py_spy", "profile_dir")})
@@ -316,8 +356,9 @@ def main() -> None:
             settings = record["setup"]["encoder_processes"] or [None]
             apps = {("" if n is None else f" enc={n}"): servers.enter_context(serve(
                 files, work / f"app{i}", max_streams=most, threads=args.threads or None, cpus=server_cpus,
-                extra_args=server_args + (() if n is None else ("--encoder-processes", str(n))), launcher=launcher,
-                extra_env={"OMP_WAIT_POLICY": "PASSIVE"} if launcher else None))
+                extra_args=server_args + (() if n is None else ("--encoder-processes", str(n))),
+                launcher=launcher,
+                extra_env={"OMP_WAIT_POLICY": "PASSIVE"} if stand_in else None))
                 for i, n in enumerate(settings)}
             synth = inproc_synthesizer(files, device, max(levels), work / "inproc-cache")
             for app in apps.values():
