@@ -76,6 +76,6 @@ def test_without_a_record_the_block_says_pending():
 
 def test_when_play_was_clicked_is_said_when_the_record_says_it():
     clicked = {**RECORD, "setup": {**RECORD["setup"], "click": "once the page has loaded and gone idle"}}
-    assert "(the page picks the transport; play clicked once the page has loaded and gone idle)" in render_player(
+    assert "(DevTools protocol). Play is clicked once the page has loaded and gone idle." in render_player(
         [("player-links.json", clicked)])
-    assert "(the page picks the transport)," in render_player([("player-links.json", RECORD)])
+    assert "Play is clicked" not in render_player([("player-links.json", RECORD)])
