@@ -114,9 +114,10 @@ def render_player(records: list[tuple[str, dict]]) -> str:
         load_end = r.get("load_average_1m_end")
         lines[0] += f" Load average at the end {load_end:.1f}." if load_end is not None else ""
         lines[0] += commit
+        click = f" Play is clicked {r['setup']['click']}." if r["setup"].get("click") else ""
         lines += [f"`python app.py` with the {r['setup']['checkpoint']}, {r['setup']['browser']} on the player page "
                   "as a visitor uses it (the page picks the transport), its link shaped by Chromium's own network "
-                  "emulation (DevTools protocol).", ""]
+                  f"emulation (DevTools protocol).{click}", ""]
         lines += _scenarios(r) + _startup(r)
     else:
         lines += ["", "Figures of the link-drop, fresh-page and start-up scenarios pending: this record predates "

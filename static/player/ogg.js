@@ -94,11 +94,13 @@ export function opusPacketSamples(packet) {
   return frame * frames;
 }
 
-/** The OpusHead packet (RFC 7845 section 5.1): {channels, preSkip, inputRate}, or null if it is not one. */
+/** The OpusHead packet (RFC 7845 section 5.1): {channels, preSkip, inputRate, gain (Q7.8 dB), family},
+ *  or null if it is not one. */
 export function parseOpusHead(packet) {
   const magic = 'OpusHead';
   if (packet.length < 19) return null;
   for (let i = 0; i < 8; i++) if (packet[i] !== magic.charCodeAt(i)) return null;
   const view = new DataView(packet.buffer, packet.byteOffset, packet.byteLength);
-  return { channels: packet[9], preSkip: view.getUint16(10, true), inputRate: view.getUint32(12, true) };
+  return { channels: packet[9], preSkip: view.getUint16(10, true), inputRate: view.getUint32(12, true),
+    gain: view.getInt16(16, true), family: packet[18] };
 }

@@ -7,12 +7,19 @@
 // ends (the last packet is padded to 20 ms). Chromium's decoder drops the pre-skip itself when it
 // is given the OpusHead, others may not: every packet's nominal length (its TOC byte) is compared
 // with what the decoder gave back for it, and only what the decoder did not drop is dropped here.
+//
+// A decoder takes a while to start (the codec's set-up, then its first output), so one is made
+// ahead (warmOpusDecoder(), when a stream is asked for): configured without the OpusHead, it
+// starts while the server makes the first audio, and the stream adopts it if its OpusHead says
+// what a decoder assumes without one (stereo, mapping family 0, no output gain). Such a decoder
+// does not know the pre-skip: the accounting above drops it here.
 
 import { OggDemuxer, opusPacketSamples, parseOpusHead } from './ogg.js';
 
 const RATE = 48000;
 const STALL_MS = 200;   // a decoder that owes outputs but goes quiet this long has swallowed a packet
 
+let spare = null;   // {decoder, handlers}: configured ahead of the stream that adopts it
 let support = null;
 /** Whether this browser can decode 48 kHz stereo Opus with WebCodecs (cached). */
 export function opusSupported() {
@@ -29,11 +36,42 @@ export function opusSupported() {
   return support;
 }
 
+/** An AudioDecoder whose output and error go where `handlers` says (set by the stream that adopts it). */
+function platformDecoder(description = null) {
+  const handlers = { output: (audio) => audio.close(), error: () => {} };
+  const decoder = new AudioDecoder({ output: (audio) => handlers.output(audio), error: (e) => handlers.error(e) });
+  decoder.configure({ codec: 'opus', sampleRate: RATE, numberOfChannels: 2, ...(description ? { description } : {}) });
+  return { decoder, handlers };
+}
+
+/** Start a decoder now for the next Opus stream (a no-op where one waits already or WebCodecs is missing). */
+export function warmOpusDecoder() {
+  if (spare && spare.decoder.state === 'configured') return;
+  if (typeof window.AudioDecoder !== 'function' || typeof window.EncodedAudioChunk !== 'function') return;
+  try {
+    spare = platformDecoder();
+  } catch (_) {
+    spare = null;   // the stream configures its own, and reports what fails there
+  }
+}
+
+/** The spare decoder, if one is ready and decodes a stream with this OpusHead as it would with it. */
+function adoptSpare(head) {
+  const taken = spare;
+  spare = null;
+  if (taken && taken.decoder.state === 'configured' && head.channels === 2 && head.family === 0 && head.gain === 0) {
+    return taken;
+  }
+  if (taken && taken.decoder.state !== 'closed') taken.decoder.close();
+  return null;
+}
+
 export class OpusStreamDecoder {
   constructor() {
     this.demux = new OggDemuxer();
     this.head = null;
     this.decoder = null;
+    this.warm = false;         // decoding with a decoder started ahead (warmOpusDecoder)
     this.headers = 0;          // header packets seen: OpusHead, then OpusTags
     this.packets = 0;          // audio packets seen
     this.position = 0;         // granule position (samples, pre-skip included) after the packets submitted
@@ -79,7 +117,7 @@ export class OpusStreamDecoder {
       if (!this.head) throw new Error('the Opus stream is corrupt (it does not begin with an OpusHead)');
       if (this.head.channels !== 2) throw new Error(`the Opus stream has ${this.head.channels} channels, not 2`);
       this.toSkip = this.head.preSkip;
-      this.configure(data);
+      this.configure(data, adoptSpare(this.head));
       this.headers = 1;
       return;
     }
@@ -94,12 +132,13 @@ export class OpusStreamDecoder {
     if (eos && granule !== null) this.limit = Math.max(0, granule - this.head.preSkip);
   }
 
-  configure(description) {
-    this.decoder = new AudioDecoder({
-      output: (audio) => this.output(audio),
-      error: (e) => { this.error = new Error(`the Opus decoder failed (${e.message || e})`); this.wake(); },
-    });
-    this.decoder.configure({ codec: 'opus', sampleRate: RATE, numberOfChannels: 2, description });
+  /** Decode with `warm` (a spare, configured without the OpusHead) or a new decoder given it. */
+  configure(description, warm = null) {
+    const { decoder, handlers } = warm || platformDecoder(description);
+    handlers.output = (audio) => this.output(audio);
+    handlers.error = (e) => { this.error = new Error(`the Opus decoder failed (${e.message || e})`); this.wake(); };
+    this.decoder = decoder;
+    this.warm = !!warm;
   }
 
   output(audio) {

@@ -13,7 +13,7 @@
 // cancelled by StreamPlayer.stop().
 
 import { FrameParser } from './framing.js';
-import { chooseTransport, FORMATS, makeDecoder } from './transport.js';
+import { chooseTransport, FORMATS, makeDecoder, warmDecoder } from './transport.js';
 
 /** The readable message of an error response (OpenAI's error shape), with the field it names. */
 export async function errorMessage(resp) {
@@ -52,6 +52,7 @@ export class StreamSource {
 }
 
 async function* fetchSource(url, request, { signal, transport }) {
+  warmDecoder(transport);   // its start-up overlaps the server's first chunk
   const resp = await fetch(url, {
     method: 'POST', headers: { 'Content-Type': 'application/json' }, cache: 'no-store',
     body: JSON.stringify({ ...request, transport }), signal,

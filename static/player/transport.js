@@ -6,7 +6,7 @@
 // Every decoder: `await push(bytes)` -> [Float32Array interleaved stereo] decoded so far,
 // `await end()` -> the rest, `pendingBytes`, `close()`. Bytes may be cut anywhere.
 
-import { OpusStreamDecoder, opusSupported } from './opus.js';
+import { OpusStreamDecoder, opusSupported, warmOpusDecoder } from './opus.js';
 
 export const FORMATS = { s16le: 's16', opus: 'opus' };
 
@@ -36,6 +36,11 @@ export function makeDecoder(sampleFormat) {
   if (transport === 's16') return new S16Decoder();
   if (transport === 'opus') return new OpusStreamDecoder();
   throw new Error(`unsupported stream format ${sampleFormat}`);
+}
+
+/** Start what decoding `transport` takes before its bytes come (Opus: a decoder, warmOpusDecoder). */
+export function warmDecoder(transport) {
+  if (transport === 'opus') warmOpusDecoder();
 }
 
 /** The transport to ask for: Opus where this browser's WebCodecs decodes it, else 16-bit PCM;

@@ -1,9 +1,9 @@
 """The player's wire formats: the `"transport"` field of POST /api/tts/stream (docs/PROTOCOL.md §2).
 
-- `opus` (the default): ONE continuous Ogg/Opus stream per utterance, 48 kHz stereo (PyAV's libopus
-  muxed into Ogg, a page per packet as the encoder makes it). One encoder runs across the engine's
-  chunks, so a chunk join is like any other 20 ms inside the stream; the OpusHead's pre-skip and
-  the last page's granule position make the decoded length exact.
+- `opus` (the default): ONE continuous Ogg/Opus stream per utterance, 48 kHz stereo (PyAV's libopus,
+  paged by `tts_core/audio/ogg.py`: a page per packet, out as soon as the encoder makes it). One
+  encoder runs across the engine's chunks, so a chunk join is like any other 20 ms inside the
+  stream; the OpusHead's pre-skip and the last page's granule position make the decoded length exact.
 - `s16`: little-endian 16-bit, interleaved (192 kB per audio second), for a browser whose WebCodecs
   cannot decode Opus.
 

@@ -114,6 +114,50 @@ def test_webcodecs_decodes_the_servers_opus_to_the_exact_length_without_seams(se
     assert snr > 20, snr
 
 
+WARM_DECODE = """
+async ([bytes]) => {
+  const Original = window.AudioDecoder;
+  let made = 0;   // decoders constructed: the warm one, then any the stream makes itself
+  window.AudioDecoder = class extends Original { constructor(init) { super(init); made += 1; } };
+  try {
+    const { OpusStreamDecoder, warmOpusDecoder } = await import('/player/opus.js');
+    warmOpusDecoder();
+    warmOpusDecoder();   // one spare at a time
+    const madeAhead = made, decoder = new OpusStreamDecoder();
+    const pieces = [...await decoder.push(new Uint8Array(bytes)), ...await decoder.end()];
+    const n = pieces.reduce((s, p) => s + p.length, 0), pcm = new Float32Array(n);
+    let o = 0;
+    for (const p of pieces) { pcm.set(p, o); o += p.length; }
+    return { pcm: Array.from(pcm), warm: decoder.warm, madeAhead, made };
+  } finally {
+    window.AudioDecoder = Original;
+  }
+}
+"""
+
+
+def test_a_decoder_started_ahead_decodes_the_stream_exactly(secure_page):
+    """The stream adopts the decoder started before its bytes (configured without the OpusHead, so
+    the pre-skip is dropped by opus.js, not the platform): no decoder is made after the first
+    bytes, and the audio is what FFmpeg decodes, to the sample."""
+    source = tones(0.53)
+    data = server_opus(source)
+    result = secure_page.evaluate(WARM_DECODE, [list(data)])
+    assert (result["madeAhead"], result["made"], result["warm"]) == (1, 1, True)
+    decoded = np.asarray(result["pcm"], np.float32).reshape(-1, 2).T
+    assert decoded.shape == source.shape
+    np.testing.assert_allclose(decoded, pyav_decode(data), atol=2e-3)
+
+
+def test_a_stream_with_output_gain_gets_a_decoder_of_its_own(secure_page):
+    """An OpusHead a decoder would not assume (here an output gain) is not given the spare."""
+    data = bytearray(server_opus(tones(0.2)))
+    head = data.index(b"OpusHead")
+    data[head + 16 : head + 18] = (256).to_bytes(2, "little", signed=True)  # +1 dB (the CRC is not read)
+    result = secure_page.evaluate(WARM_DECODE, [list(data)])
+    assert (result["madeAhead"], result["made"], result["warm"]) == (1, 2, False)
+
+
 def test_without_audio_decoder_the_player_asks_for_16_bit(browser):
     page = _page(browser, without_decoder=True)
     try:

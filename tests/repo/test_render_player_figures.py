@@ -72,3 +72,10 @@ def test_a_record_from_before_the_scenarios_renders_them_pending():
 
 def test_without_a_record_the_block_says_pending():
     assert render_player([]).startswith("Player figures pending")
+
+
+def test_when_play_was_clicked_is_said_when_the_record_says_it():
+    clicked = {**RECORD, "setup": {**RECORD["setup"], "click": "once the page has loaded and gone idle"}}
+    assert "(DevTools protocol). Play is clicked once the page has loaded and gone idle." in render_player(
+        [("player-links.json", clicked)])
+    assert "Play is clicked" not in render_player([("player-links.json", RECORD)])

@@ -92,7 +92,7 @@ def test_pool_gives_the_in_process_bytes(pool, fmt, rate, channels):
     assert pooled_counts[-1] == local_counts[-1]
     assert all(p <= w for p, w in zip(pooled_counts, local_counts, strict=True))  # never ahead of its bytes
     for got in (pooled, waited):
-        if fmt == "opus":  # the Ogg muxer draws a random stream serial number: compare the audio
+        if fmt == "opus":  # the Ogg writer draws a random stream serial number: compare the audio
             assert len(got) == len(local)
             np.testing.assert_array_equal(decode_progressively(fmt, [got]).pcm, decode_progressively(fmt, [local]).pcm)
         else:

@@ -3,7 +3,8 @@
 `ProfileConverter` turns the engine's 48 kHz stereo into the client's rate and channels (soxr's
 streaming resampler: the same samples however the stream is cut). `StreamEncoder` turns float32
 [C, n] pieces into one format's bytes as they come: raw pcm / float32, streaming WAV, and mp3 /
-opus (Ogg) / aac (ADTS) / flac through PyAV, and mu-law / A-law (`g711.py`), each packet handed out as soon as the encoder has it.
+opus / aac (ADTS) / flac through PyAV, and mu-law / A-law (`g711.py`), each packet handed out as soon as the encoder has it.
+Opus's Ogg pages are written here (`ogg.py`), not by FFmpeg's muxer, which holds the newest page back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 from ..types import NUM_CHANNELS, SAMPLE_RATE_HZ
 from .g711 import alaw_bytes, mulaw_bytes
 from .io import pcm_to_int16_bytes, to_int16, wav_stream_header
+from .ogg import OggOpusWriter
 
 STREAM_FORMATS: tuple[str, ...] = ("pcm", "wav", "mp3", "opus", "aac", "flac", "float32", "mulaw", "alaw")
 _G711 = {"mulaw": mulaw_bytes, "alaw": alaw_bytes}  # telephony's 8-bit companded samples (`g711.py`)
@@ -29,7 +31,7 @@ OPUS_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
 class PyAVFormat:
     """How one compressed format is made: FFmpeg muxer and encoder, their options, bit rate."""
 
-    muxer: str
+    muxer: str  # "ogg": pages written by `ogg.OggOpusWriter`, not by FFmpeg
     codec: str
     muxer_options: tuple[tuple[str, str], ...] = ()
     codec_options: tuple[tuple[str, str], ...] = ()
@@ -43,8 +45,7 @@ LAME_QUALITY = 7
 _PYAV: dict[str, PyAVFormat] = {
     "mp3": PyAVFormat("mp3", "libmp3lame", codec_options=(("compression_level", str(LAME_QUALITY)),),
                       bit_rate_per_channel=64_000, sample_format="fltp"),
-    "opus": PyAVFormat("ogg", "libopus", muxer_options=(("page_duration", "20000"),),  # one page per packet
-                       bit_rate_per_channel=48_000),
+    "opus": PyAVFormat("ogg", "libopus", bit_rate_per_channel=48_000),  # a page per packet, at once
     "aac": PyAVFormat("adts", "aac", bit_rate_per_channel=64_000, sample_format="fltp"),
     "flac": PyAVFormat("flac", "flac"),
 }
@@ -136,7 +137,9 @@ class StreamEncoder:
         # Sent but not yet handed out as bytes: always 0 here (`encode` returns its own bytes); the
         # pooled twin (`encoder_pool.PooledEncoder`) returns them later.
         self.pending_samples = 0
-        self._container = self._stream = self._sink = None
+        self._container = self._stream = self._sink = self._codec = None
+        self._ogg: OggOpusWriter | None = None
+        self._ogg_started = False  # its header pages went out
         self._bit_rate = bit_rate  # None: the format's default (per channel, above)
         if fmt in _PYAV:
             self._open_pyav()
@@ -145,20 +148,32 @@ class StreamEncoder:
         import av
 
         spec = _PYAV[self.fmt]
-        self._sink = _Sink()
-        self._container = av.open(self._sink, "w", format=spec.muxer, options=dict(spec.muxer_options))
         layout = "mono" if self.channels == 1 else "stereo"
-        self._stream = self._container.add_stream(spec.codec, rate=self.sample_rate, layout=layout,
-                                                  options=dict(spec.codec_options))
-        if self._bit_rate or spec.bit_rate_per_channel:
-            self._stream.bit_rate = self._bit_rate or spec.bit_rate_per_channel * self.channels
+        bit_rate = self._bit_rate or spec.bit_rate_per_channel * self.channels
+        if spec.muxer == "ogg":  # the bare encoder; its packets are paged by `_page_packets`
+            self._codec = av.CodecContext.create(spec.codec, "w")
+            self._codec.sample_rate, self._codec.layout, self._codec.format = self.sample_rate, layout, spec.sample_format
+            self._codec.time_base = Fraction(1, self.sample_rate)
+            self._codec.options = dict(spec.codec_options)
+            if bit_rate:
+                self._codec.bit_rate = bit_rate
+            self._codec.open()
+            self._ogg = OggOpusWriter(bytes(self._codec.extradata))
+        else:
+            self._sink = _Sink()
+            self._container = av.open(self._sink, "w", format=spec.muxer, options=dict(spec.muxer_options))
+            self._stream = self._container.add_stream(spec.codec, rate=self.sample_rate, layout=layout,
+                                                      options=dict(spec.codec_options))
+            if bit_rate:
+                self._stream.bit_rate = bit_rate
+            self._codec = self._stream.codec_context
         self._layout = layout
         self._planar = spec.sample_format == "fltp"
 
     @property
     def frame_samples(self) -> int:
         """The codec's frame, known once it has encoded (0: raw formats, sample-exact)."""
-        return int(self._stream.codec_context.frame_size or 0) if self._stream is not None else 0
+        return int(self._codec.frame_size or 0) if self._codec is not None else 0
 
     def encode(self, pcm: np.ndarray) -> bytes:
         pcm = np.asarray(pcm, dtype=np.float32)
@@ -198,9 +213,9 @@ class StreamEncoder:
         """Encode int16 [channels, n] (None: flush) and mux what comes out."""
         import av
 
-        assert self._container is not None and self._stream is not None and self._sink is not None
+        assert self._codec is not None
         if samples is None:
-            packets = self._stream.encode(None)
+            packets = self._codec.encode(None)
         else:
             pcm = samples.astype(np.float32) * np.float32(1 / 32767)
             if self._planar:
@@ -212,16 +227,41 @@ class StreamEncoder:
             frame.pts = self._samples
             frame.time_base = Fraction(1, self.sample_rate)
             self._samples += pcm.shape[1]
-            packets = self._stream.encode(frame)
+            packets = self._codec.encode(frame)
+        if self._ogg is not None:
+            return self._page_packets(packets, last=samples is None)
+        assert self._container is not None and self._sink is not None
         for packet in packets:
             if packet.duration and packet.time_base:
                 self.encoded_samples += int(packet.duration * packet.time_base * self.sample_rate)
             self._container.mux(packet)
         return self._sink.drain()
 
+    def _page_packets(self, packets, *, last: bool) -> bytes:
+        """Opus packets -> their Ogg pages, each written now (the headers before the first; `last`:
+        the encoder's flush, whose last packet ends the stream)."""
+        assert self._ogg is not None
+        out = [] if self._ogg_started else [self._ogg.headers()]
+        self._ogg_started = True
+        pages = []
+        for packet in packets:
+            self.encoded_samples += int(packet.duration * packet.time_base * self.sample_rate)
+            # The granule position: 48 kHz samples through this packet, the pre-skip included.
+            end = int((packet.pts + packet.duration) * packet.time_base * 48_000)
+            pages.append((bytes(packet), end + self._ogg.pre_skip))
+        final = pages.pop() if last and pages else None
+        out += [self._ogg.packet(data, granule) for data, granule in pages]
+        if last:
+            out.append(self._ogg.end(final))
+        return b"".join(out)
+
     def finish(self) -> bytes:
         """The encoder's last packets and the container's trailer (or the WAV header of an empty stream)."""
         head = self.encode(np.zeros((self.channels, 0), np.float32)) if not self._started else b""
+        if self._ogg is not None:
+            if self._ogg.ended:
+                return head
+            return head + self._mux(None)
         if self._container is None:
             return head
         tail = self._mux(None)
@@ -232,6 +272,8 @@ class StreamEncoder:
 
     def close(self) -> None:
         """Release the encoder without finishing (a stream that was cut short)."""
+        if self._ogg is not None:
+            self._ogg.ended = True  # nothing more is written; the bare encoder is freed with this object
         if self._container is not None:
             with contextlib.suppress(Exception):  # a cut stream may refuse its trailer; nothing is sent now
                 self._container.close()
