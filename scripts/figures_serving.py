@@ -148,7 +148,7 @@ def _load_table(record: dict, source: str, title: str, targets: list[str]) -> li
     for level in record["levels"]:
         lines += _level_rows(level)
     if targets:
-        lines += ["", "Against the targets of issue 33:", "", *targets]
+        lines += ["", "Against the serving targets (issues 33 and 47):", "", *targets]
     search = _search(record)
     if search:
         lines += ["", *search]
@@ -275,7 +275,7 @@ def render_serving_encoder_pool(records: list[tuple[str, dict]]) -> str:
                 targets.append(f"- 16 mp3 streams, {n} encoder processes: **{mp3['behind_real_time']:.0f}** listeners "
                                f"behind real time, {mp3['x_realtime']:.1f}× real time in all (target: none behind).")
     if targets:
-        lines += ["", "Against the targets of issue 33:", "", *targets]
+        lines += ["", "Against the serving targets (issues 33 and 47):", "", *targets]
     return "\n".join(lines)
 
 

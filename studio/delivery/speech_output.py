@@ -54,7 +54,8 @@ class OutputSpec:
     bit_rate: int | None = None  # compressed formats: bits per second (None: the format's default)
 
 
-# A stream's start: a pooled encoder's bytes are waited for until this much audio went out.
+# The player's start: a pooled encoder's bytes are waited for until this much audio went out
+# (its prebuffer must not wait a chunk for bytes the worker has made; `player_writer`).
 START_S = 0.5
 
 
@@ -62,11 +63,13 @@ class SpeechRender:
     """Chunks in, (format bytes, finished caption spans) out. One per response; not thread-safe."""
 
     def __init__(self, spec: OutputSpec, on_pcm: Callable[[np.ndarray], None] | None = None, *,
-                 pool: EncoderPool | None = None):
+                 pool: EncoderPool | None = None, start_s: float = 0.0):
         """`on_pcm` sees every piece of float32 audio as it goes to the encoder (after speed and
         profile): the lossless copy kept for downloads when the wire carries a lossy format. `pool`:
-        the server's encoder processes (None: every format encodes in this process)."""
+        the server's encoder processes (None: every format encodes in this process). `start_s`:
+        until this much audio went out, every call waits for a pooled encoder's bytes (`push`)."""
         self.spec = spec
+        self._start_samples = start_s * spec.sample_rate
         self._on_pcm = on_pcm
         self._stretcher = Stretcher(spec.speed)
         self._profile = ProfileConverter(spec.sample_rate, spec.channels)
@@ -98,12 +101,12 @@ class SpeechRender:
 
     def push(self, chunk: AudioChunk, *, wait: bool = False) -> tuple[bytes, list[SegmentSpan]]:
         """The bytes ready and the captions now due. A pooled encoder hands a chunk's bytes out at a
-        later call; `wait`, and every call of the stream's start (until START_S of audio went out: a
-        listener's first sound waits on those bytes, not a chunk later), waits for them, as the
-        in-process encoder gives them."""
+        later call; `wait`, and every call until `start_s` of audio went out, waits for them, as the
+        in-process encoder gives them. (Waiting costs a round trip to the worker per chunk: under
+        load the API's streams pipeline instead, their first bytes held by `RawWriter`.)"""
         self.frames += len(chunk.codes)
         data = self._encode(self._profile.push(self._stretcher.push(chunk.pcm))) if chunk.pcm.shape[1] else b""
-        starting = self._encoder.encoded_samples < START_S * self.spec.sample_rate
+        starting = self._encoder.encoded_samples < self._start_samples
         data += self._encoder.collect(wait=wait or starting)
         if self._timeline is not None:
             self._held += self._timeline.push(chunk)

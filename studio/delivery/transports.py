@@ -22,7 +22,7 @@ from fastapi import Request
 from tts_core.errors import InvalidRequestError
 
 from .results import ResultStore
-from .speech_output import FrameWriter, OutputSpec, SpeechRender
+from .speech_output import START_S, FrameWriter, OutputSpec, SpeechRender
 
 # Transparent for speech at 48 kHz stereo, and about a twentieth of float32's bytes.
 OPUS_BIT_RATE = 160_000
@@ -73,5 +73,5 @@ def player_writer(transport: Transport, spec: OutputSpec, *, request_id: str, ht
     store: ResultStore | None = getattr(http_request.app.state, "results", None)
     keep = None if store is None else partial(store.add, request_id)
     render = SpeechRender(replace(spec, fmt=transport.fmt, bit_rate=transport.bit_rate), on_pcm=keep,
-                          pool=getattr(http_request.app.state, "encoder_pool", None))
+                          pool=getattr(http_request.app.state, "encoder_pool", None), start_s=START_S)
     return FrameWriter(render, request_id)

@@ -135,7 +135,7 @@ def test_a_streams_start_over_the_pool_comes_with_its_own_chunks(pool):
     chunks = _chunks(24, 1.92)
 
     def sent(with_pool):
-        render = SpeechRender(spec, pool=with_pool)
+        render = SpeechRender(spec, pool=with_pool, start_s=START_S)
         try:
             return [len(render.push(chunk)[0]) for chunk in chunks]
         finally:
