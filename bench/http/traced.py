@@ -6,7 +6,8 @@ does) with, from the first request on: `bench.lib.trace.EngineTrace` on the serv
 route, was submitted, had its first audio from the engine, had its first chunk ready for the
 response and had its first bytes handed to the server, and the event loop's lag (how late a 2 ms
 timer fires). `GET /_bench/trace?start=&end=` answers the figures of that window (perf_counter
-times: one clock for every process of the machine on Linux); the driver's side is `ask`. Tracing costs a few microseconds per call; compare runs of one record.
+times: one clock for every process of the machine on Linux); the driver's side is `ask`. Tracing
+costs a few microseconds per call; compare runs of one record.
 """
 
 from __future__ import annotations
@@ -14,15 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import logging
 import runpy
 import sys
 import threading
 import time
-
-import numpy as np
-
-logger = logging.getLogger(__name__)
 
 _TICK_S = 0.002
 
@@ -61,14 +57,8 @@ class _Timeline:
             self.trace.clear()
 
     def summary(self, start: float, end: float) -> dict:
+        from bench.lib.trace import percentiles as pct
         from bench.lib.trace import summarize
-
-        def pct(values: list[float]) -> dict | None:
-            if not values:
-                return None
-            arr = 1000 * np.asarray(values)
-            return {"count": len(arr), "p50": round(float(np.percentile(arr, 50)), 2),
-                    "p95": round(float(np.percentile(arr, 95)), 2), "max": round(float(arr.max()), 2)}
 
         with self.lock:
             reqs = [r for r in self.requests if start <= r["entered"] <= end]
@@ -92,7 +82,8 @@ class _Timeline:
         if self.trace is not None:
             import torch
 
-            torch.cuda.synchronize() if torch.cuda.is_available() else None
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             out["engine"] = summarize(self.trace, start, end)
         return out
 
@@ -112,7 +103,7 @@ def install() -> None:
         TIMELINE.attach(synth)
         pump, first = await open_stream(synth, *args, **kwargs)
         stream = pump.stream
-        row = {"entered": entered, "first_ready": time.perf_counter(), "pump": id(pump),
+        row = {"entered": entered, "first_ready": time.perf_counter(),
                "submitted": stream.submitted_at + TIMELINE.offset if stream is not None else None,
                "first_audio": (stream.first_audio_at + TIMELINE.offset
                                if stream is not None and stream.first_audio_at is not None else None)}

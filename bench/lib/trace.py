@@ -317,13 +317,14 @@ def summarize(trace: EngineTrace, started_s: float, ended_s: float) -> dict:
         waited_device.append(max(0.0, done - d.readout_start))
     return {
         "wall_ms": _ms(wall), "host": host, "device": device,
-        "lm_step_noticed_after_ms": _percentiles(lags), "collect_wait_ms": _percentiles(waited),
+        "lm_step_noticed_after_ms": percentiles(lags), "collect_wait_ms": percentiles(waited),
         "admissions_ms_count": admissions,
-        "readout_after_device_ms": _percentiles(after), "readout_waited_for_device_ms": _percentiles(waited_device),
+        "readout_after_device_ms": percentiles(after), "readout_waited_for_device_ms": percentiles(waited_device),
     }
 
 
-def _percentiles(values: list[float]) -> dict | None:
+def percentiles(values: list[float]) -> dict | None:
+    """Seconds -> {count, p50, p95, max} in milliseconds (None when there are none)."""
     if not values:
         return None
     arr = 1000 * np.asarray(values)

@@ -137,9 +137,8 @@ class StreamEncoder:
         # Sent but not yet handed out as bytes: always 0 here (`encode` returns its own bytes); the
         # pooled twin (`encoder_pool.PooledEncoder`) returns them later.
         self.pending_samples = 0
-        self._container = self._stream = self._sink = self._codec = None
+        self._container = self._sink = self._codec = None
         self._ogg: OggOpusWriter | None = None
-        self._ogg_started = False  # its header pages went out
         self._bit_rate = bit_rate  # None: the format's default (per channel, above)
         if fmt in _PYAV:
             self._open_pyav()
@@ -162,11 +161,11 @@ class StreamEncoder:
         else:
             self._sink = _Sink()
             self._container = av.open(self._sink, "w", format=spec.muxer, options=dict(spec.muxer_options))
-            self._stream = self._container.add_stream(spec.codec, rate=self.sample_rate, layout=layout,
-                                                      options=dict(spec.codec_options))
+            stream = self._container.add_stream(spec.codec, rate=self.sample_rate, layout=layout,
+                                                options=dict(spec.codec_options))
             if bit_rate:
-                self._stream.bit_rate = bit_rate
-            self._codec = self._stream.codec_context
+                stream.bit_rate = bit_rate
+            self._codec = stream.codec_context
         self._layout = layout
         self._planar = spec.sample_format == "fltp"
 
@@ -241,8 +240,7 @@ class StreamEncoder:
         """Opus packets -> their Ogg pages, each written now (the headers before the first; `last`:
         the encoder's flush, whose last packet ends the stream)."""
         assert self._ogg is not None
-        out = [] if self._ogg_started else [self._ogg.headers()]
-        self._ogg_started = True
+        out = [] if self._ogg.started else [self._ogg.headers()]
         pages = []
         for packet in packets:
             self.encoded_samples += int(packet.duration * packet.time_base * self.sample_rate)

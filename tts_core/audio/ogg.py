@@ -51,6 +51,11 @@ class OggOpusWriter:
         self.ended = False
 
     @property
+    def started(self) -> bool:
+        """Its header pages went out."""
+        return self._sequence > 0
+
+    @property
     def pre_skip(self) -> int:
         return struct.unpack_from("<H", self._head, 10)[0]
 
