@@ -4,9 +4,9 @@ Starts `python app.py` with the tiny checkpoints and opens the player page (play
 visitor does: the page picks the transport (Opus where WebCodecs' `AudioDecoder` decodes it, 16-bit
 PCM otherwise), and Chromium's own network emulation (DevTools protocol,
 `Network.emulateNetworkConditions`) shapes its link. Play is clicked once the page has loaded and
-gone idle (network idle, then an idle callback), as a visitor's click finds it: in the 300 ms after
-its worklet loads, a fresh page's renderer still takes more than a core, and on a 2-CPU machine that
-starves the server beside it, which made the first sound of either transport swing by 150 ms.
+gone idle (network idle, then an idle callback), as a visitor's click finds it: just after its
+worklet loads, a fresh page's renderer still takes more than a core, and on a 2-CPU machine that
+starves the server beside it (docs/PLAYER.md).
 Scenarios:
 
 - link drop: one utterance on an unthrottled link, then the link drops to 230 kB/s and the next
